@@ -1,0 +1,31 @@
+# make demo: the product on a simulated cluster.  make test: lint, type-check, tests.
+VENV   ?= .venv
+PYTHON ?= $(shell command -v python3.13 2>/dev/null || echo python3)
+BIN    := $(VENV)/bin
+
+.PHONY: demo test lint simulate bench clean
+
+$(BIN)/gke-gpu-exporter: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+demo: $(BIN)/gke-gpu-exporter
+	$(BIN)/gke-gpu-exporter demo
+
+test: lint
+	$(BIN)/pytest
+
+lint: $(BIN)/gke-gpu-exporter
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+simulate: $(BIN)/gke-gpu-exporter
+	$(BIN)/gke-gpu-exporter simulate
+
+bench: $(BIN)/gke-gpu-exporter
+	$(BIN)/python benchmarks/simulator_scale.py
+
+clean:
+	rm -rf $(VENV) demo-out sim-out .pytest_cache .mypy_cache .ruff_cache

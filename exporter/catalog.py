@@ -1,0 +1,149 @@
+"""The GPU models GKE offers, as the product needs to know them.
+
+Keyed by the value of the node label ``cloud.google.com/gke-accelerator``. The
+``dcgm_model_name`` is what dcgm-exporter prints in its ``modelName`` label; memory is
+the framebuffer size DCGM reports (used + free + reserved, MiB). Figures are NVIDIA's
+published specifications; MIG profiles are NVIDIA's for each part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One MIG partition size: how many of the parent's seven compute slices it takes."""
+
+    name: str
+    compute_slices: int
+    memory_mib: int
+
+    @property
+    def fraction(self) -> float:
+        """Share of the parent GPU this instance is (compute slices out of seven)."""
+        return self.compute_slices / 7
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    accelerator: str
+    dcgm_model_name: str
+    memory_mib: int
+    reserved_mib: int
+    power_limit_watts: float
+    idle_power_watts: float
+    max_sm_clock_mhz: int
+    mem_clock_mhz: int
+    pcie_bytes_per_second: float
+    nvlink_bytes_per_second: float
+    machine_types: MappingProxyType[int, str]
+    mig_profiles: MappingProxyType[str, MigProfile] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    @property
+    def has_nvlink(self) -> bool:
+        return self.nvlink_bytes_per_second > 0
+
+
+def _mig(*profiles: MigProfile) -> MappingProxyType[str, MigProfile]:
+    return MappingProxyType({p.name: p for p in profiles})
+
+
+_MODELS = (
+    GpuModel(
+        accelerator="nvidia-h100-80gb",
+        dcgm_model_name="NVIDIA H100 80GB HBM3",
+        memory_mib=81559,
+        reserved_mib=530,
+        power_limit_watts=700.0,
+        idle_power_watts=70.0,
+        max_sm_clock_mhz=1980,
+        mem_clock_mhz=2619,
+        pcie_bytes_per_second=64e9,
+        nvlink_bytes_per_second=450e9,
+        machine_types=MappingProxyType({8: "a3-highgpu-8g"}),
+        mig_profiles=_mig(
+            MigProfile("1g.10gb", 1, 9984),
+            MigProfile("2g.20gb", 2, 20096),
+            MigProfile("3g.40gb", 3, 40320),
+            MigProfile("7g.80gb", 7, 80896),
+        ),
+    ),
+    GpuModel(
+        accelerator="nvidia-a100-80gb",
+        dcgm_model_name="NVIDIA A100-SXM4-80GB",
+        memory_mib=81920,
+        reserved_mib=512,
+        power_limit_watts=400.0,
+        idle_power_watts=60.0,
+        max_sm_clock_mhz=1410,
+        mem_clock_mhz=1593,
+        pcie_bytes_per_second=32e9,
+        nvlink_bytes_per_second=300e9,
+        machine_types=MappingProxyType({8: "a2-ultragpu-8g", 4: "a2-ultragpu-4g",
+                                        2: "a2-ultragpu-2g", 1: "a2-ultragpu-1g"}),
+        mig_profiles=_mig(
+            MigProfile("1g.10gb", 1, 9728),
+            MigProfile("2g.20gb", 2, 19968),
+            MigProfile("3g.40gb", 3, 40192),
+            MigProfile("7g.80gb", 7, 80384),
+        ),
+    ),
+    GpuModel(
+        accelerator="nvidia-tesla-a100",
+        dcgm_model_name="NVIDIA A100-SXM4-40GB",
+        memory_mib=40960,
+        reserved_mib=512,
+        power_limit_watts=400.0,
+        idle_power_watts=55.0,
+        max_sm_clock_mhz=1410,
+        mem_clock_mhz=1215,
+        pcie_bytes_per_second=32e9,
+        nvlink_bytes_per_second=300e9,
+        machine_types=MappingProxyType({16: "a2-megagpu-16g", 8: "a2-highgpu-8g",
+                                        4: "a2-highgpu-4g", 2: "a2-highgpu-2g",
+                                        1: "a2-highgpu-1g"}),
+        mig_profiles=_mig(
+            MigProfile("1g.5gb", 1, 4864),
+            MigProfile("2g.10gb", 2, 9856),
+            MigProfile("3g.20gb", 3, 19968),
+            MigProfile("7g.40gb", 7, 40192),
+        ),
+    ),
+    GpuModel(
+        accelerator="nvidia-l4",
+        dcgm_model_name="NVIDIA L4",
+        memory_mib=23034,
+        reserved_mib=470,
+        power_limit_watts=72.0,
+        idle_power_watts=16.0,
+        max_sm_clock_mhz=2040,
+        mem_clock_mhz=6251,
+        pcie_bytes_per_second=32e9,
+        nvlink_bytes_per_second=0.0,
+        machine_types=MappingProxyType({8: "g2-standard-96", 4: "g2-standard-48",
+                                        2: "g2-standard-24", 1: "g2-standard-8"}),
+    ),
+    GpuModel(
+        accelerator="nvidia-tesla-t4",
+        dcgm_model_name="Tesla T4",
+        memory_mib=15360,
+        reserved_mib=250,
+        power_limit_watts=70.0,
+        idle_power_watts=10.0,
+        max_sm_clock_mhz=1590,
+        mem_clock_mhz=5000,
+        pcie_bytes_per_second=16e9,
+        nvlink_bytes_per_second=0.0,
+        machine_types=MappingProxyType({4: "n1-standard-32", 2: "n1-standard-16",
+                                        1: "n1-standard-8"}),
+    ),
+)
+
+GPU_MODELS: MappingProxyType[str, GpuModel] = MappingProxyType(
+    {m.accelerator: m for m in _MODELS}
+)
+"""Every GPU model the product knows, by GKE accelerator label."""

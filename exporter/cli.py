@@ -1,0 +1,150 @@
+"""The ``gke-gpu-exporter`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from exporter.simulator.scenario import Scenario, ScenarioError, load_scenario, parse_duration
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", type=Path, metavar="FILE",
+                   help="scenario YAML (default: the embedded demo cluster)")
+    p.add_argument("--seed", type=int, help="override the scenario's random seed")
+    p.add_argument("--nodes", type=int, metavar="N",
+                   help="scale the cluster to about N nodes (load scales alike)")
+
+
+def _load(args: argparse.Namespace) -> Scenario:
+    scenario = load_scenario(args.scenario)
+    if args.seed is not None:
+        scenario = scenario.model_copy(update={"seed": args.seed})
+    if args.nodes is not None:
+        if args.nodes < 1:
+            raise ScenarioError("--nodes must be at least 1")
+        scenario = scenario.scaled(args.nodes)
+    return scenario
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gke-gpu-exporter",
+        description="GPU observability and cost analytics for GKE.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sim = sub.add_parser("simulate", help="serve a simulated GKE GPU cluster: dcgm-exporter "
+                         "endpoints, the Kubernetes API, a kubeconfig")
+    _scenario_args(sim)
+    clock = sim.add_mutually_exclusive_group()
+    clock.add_argument("--speed", type=float, default=1.0,
+                       help="simulated seconds per real second (default 1)")
+    clock.add_argument("--manual", action="store_true",
+                       help="time moves only through POST /sim/advance?seconds=N")
+    sim.add_argument("--warmup", type=_duration, default=0.0, metavar="DURATION",
+                     help="simulate this long (e.g. 6h) before serving")
+    sim.add_argument("--api-port", type=int, default=0, help="Kubernetes API port (default: free)")
+    sim.add_argument("--dcgm-port", type=int, default=9400,
+                     help="dcgm-exporter port on every node address (default 9400)")
+    sim.add_argument("--out", type=Path, default=Path("sim-out"),
+                     help="where to write kubeconfig and targets.txt (default ./sim-out)")
+    sim.add_argument("--check", action="store_true",
+                     help="validate the scenario, print a summary and exit")
+
+    demo = sub.add_parser("demo", help="the product on a simulated cluster, no cloud needed")
+    _scenario_args(demo)
+    demo.add_argument("--duration", type=_duration, default=7 * 86400.0, metavar="DURATION",
+                      help="how much simulated time to run (default 7d)")
+    demo.add_argument("--out", type=Path, default=Path("demo-out"),
+                      help="where to write outputs (default ./demo-out)")
+    demo.add_argument("--serve", action="store_true",
+                      help="keep serving afterwards (Ctrl-C to stop)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        scenario = _load(args)
+    except ScenarioError as exc:
+        print(f"error: invalid scenario\n{exc}", file=sys.stderr)
+        return 2
+    if args.command == "simulate":
+        if args.check:
+            print(describe(scenario))
+            return 0
+        return asyncio.run(_simulate(scenario, args))
+    from exporter.demo import run_demo
+
+    return asyncio.run(run_demo(scenario, duration=args.duration, out=args.out,
+                                serve=args.serve))
+
+
+def describe(scenario: Scenario) -> str:
+    nodes = sum(p.nodes for p in scenario.pools)
+    gpus = sum(p.nodes * p.gpus_per_node for p in scenario.pools)
+    lines = [f"scenario ok: cluster {scenario.cluster}, {len(scenario.pools)} pools, "
+             f"{nodes} nodes, {gpus} GPUs, {len(scenario.workloads)} workloads, "
+             f"{len(scenario.faults)} faults"]
+    for p in scenario.pools:
+        extra = " spot" if p.spot else ""
+        if p.sharing:
+            extra += f" time-shared x{p.sharing.max_shared_clients_per_gpu}"
+        if p.mig_partition_size:
+            extra += f" MIG {p.mig_partition_size}"
+        lines.append(f"  {p.name:<16} {p.nodes:>4} x {p.machine_type:<16} "
+                     f"{p.gpus_per_node} x {p.accelerator}{extra}")
+    return "\n".join(lines)
+
+
+async def _simulate(scenario: Scenario, args: argparse.Namespace) -> int:
+    from exporter.simulator.server import SimulatorServer
+
+    speed = 0.0 if args.manual else args.speed
+    server = SimulatorServer(scenario, api_port=args.api_port, dcgm_port=args.dcgm_port,
+                             speed=0.0)
+    try:
+        await server.start()
+    except OSError as exc:
+        print(f"error: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    if args.warmup:
+        await server.advance(args.warmup)
+    outputs = server.write_outputs(args.out)
+    server.speed = speed
+    if speed > 0:
+        server.start_ticking()
+    st = server.status()
+    print(f"simulating cluster {scenario.cluster}: {st['nodes']} nodes, {st['gpus']} GPUs, "
+          f"{st['pods']} pods ({st['pending_pods']} pending) at {st['now']}")
+    print(f"  Kubernetes API   {server.api_url}")
+    print(f"  kubeconfig       {outputs.kubeconfig}   "
+          f"(kubectl --kubeconfig {outputs.kubeconfig} get nodes -o wide)")
+    print(f"  dcgm-exporters   {len(server.targets)} endpoints, listed in {outputs.targets}")
+    print(f"  control          {server.api_url}/sim/status, POST /sim/advance?seconds=N, "
+          "GET /sim/truth")
+    print("  clock            " + ("manual" if speed == 0 else f"{speed:g}x"))
+    print("Ctrl-C to stop.", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

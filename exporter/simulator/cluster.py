@@ -1,0 +1,701 @@
+"""The simulated GKE GPU cluster: nodes, GPUs, pods, the scheduler, autoscaler and faults.
+
+``Cluster`` is a deterministic state machine over virtual time. ``advance`` moves it in
+whole steps; within a step, things happen in a fixed order (faults, completions,
+deletions, evictions, new nodes, arrivals, scheduling, autoscaling), always at a step
+boundary. Every change is written to the ``ApiStore`` as Kubernetes objects, and every
+change to what a GPU does is written to the ``TruthLog``, so the ground truth comes from
+this state, never from what the HTTP side shows.
+
+The scheduler is kube-scheduler's queue, reduced to GPUs: pending pods are tried in
+priority order, then by creation time; a pod binds to the feasible node that leaves the
+fewest free GPUs (best fit), lowest name first; a pod that fits nowhere stays Pending with
+``PodScheduled=False`` / ``Unschedulable`` and does not block the pods behind it. There is
+no preemption of running pods. A GPU unit is never handed to two pods.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from exporter.catalog import GPU_MODELS, GpuModel
+from exporter.simulator import objects
+from exporter.simulator.profiles import PROFILES, Activity, activity, combine
+from exporter.simulator.rng import key, mix, uuid_str
+from exporter.simulator.scenario import FATAL_XIDS, Fault, Pool, Scenario, Workload
+from exporter.simulator.store import ApiStore
+from exporter.simulator.truth import DeviceInfo, PodRef, TruthLog
+
+MIG_INSTANCE_IDS = {1: (7, 8, 9, 10, 11, 12, 13), 2: (3, 4, 5), 3: (1, 2), 7: (0,)}
+"""GPU instance ids NVIDIA's MIG placement gives each profile size on a 7-slice GPU."""
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+EndpointMode = Literal["ok", "refuse", "error", "hang"]
+
+
+def _suffix(*values: int, length: int = 5) -> str:
+    h = mix(*values)
+    out = []
+    for _ in range(length):
+        h, r = divmod(h, len(_NAME_ALPHABET))
+        out.append(_NAME_ALPHABET[r])
+    return "".join(out)
+
+
+@dataclass(slots=True, eq=False)
+class Device:
+    """A DCGM entity: a whole GPU, or one MIG instance of it."""
+
+    gpu: Gpu
+    info: DeviceInfo
+    occupants: list[Pod] = field(default_factory=list)
+    since: float = 0.0
+
+
+@dataclass(slots=True, eq=False)
+class Gpu:
+    node: Node
+    index: int
+    uuid: str
+    pci_bus_id: str
+    devices: list[Device] = field(default_factory=list)
+    down_reason: str | None = None
+    xid: int = 0
+    fault_until: float = 0.0
+    energy_mj: float = 0.0
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    name: str
+    uid: str
+    pool: Pool
+    model: GpuModel
+    ordinal: int
+    address: str
+    created_at: float
+    gpus: list[Gpu] = field(default_factory=list)
+    units: list[Pod | None] = field(default_factory=list)
+    ready: bool = True
+    ready_since: float = 0.0
+    not_ready_until: float = 0.0
+    deleted: bool = False
+    empty_since: float | None = None
+    endpoint_mode: EndpointMode = "ok"
+    endpoint_until: float = 0.0
+    dcgm_pod_name: str = ""
+
+    def unit_gpu(self, unit: int) -> Gpu:
+        return self.gpus[unit // self.pool.units_per_gpu]
+
+    def unit_device(self, unit: int) -> Device:
+        gpu = self.unit_gpu(unit)
+        if self.pool.mig_partition_size is not None:
+            return gpu.devices[unit % self.pool.units_per_gpu]
+        return gpu.devices[0]
+
+    def healthy_unit(self, unit: int) -> bool:
+        return self.unit_gpu(unit).down_reason is None
+
+    @property
+    def allocatable(self) -> int:
+        """``nvidia.com/gpu`` the device plugin offers: units on healthy GPUs."""
+        return sum(1 for u in range(len(self.units)) if self.healthy_unit(u))
+
+    def free_units(self) -> list[int]:
+        return [u for u, p in enumerate(self.units) if p is None and self.healthy_unit(u)]
+
+    @property
+    def schedulable(self) -> bool:
+        return self.ready and not self.deleted
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    name: str
+    uid: str
+    workload: Workload
+    owner_kind: str
+    profile: str
+    run_seconds: float
+    key: int
+    retries: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class Pod:
+    name: str
+    uid: str
+    namespace: str
+    team: str | None
+    job: Job
+    index: int
+    key: int
+    gpus: int
+    priority: int
+    created_at: float
+    remaining_seconds: float | None
+    """Run time still needed (None: runs until stopped)."""
+    ip: str
+    scheduled_at: float | None = None
+    started_at: float | None = None
+    running_at: float | None = None
+    finished_at: float | None = None
+    phase: str = "Pending"
+    node: Node | None = None
+    units: tuple[int, ...] = ()
+    reason: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+    unschedulable_since: float | None = None
+    unschedulable_message: str = ""
+    deleted: bool = False
+    ref: PodRef | None = None
+
+    @property
+    def workload(self) -> Workload:
+        return self.job.workload
+
+
+class Cluster:
+    """The whole simulated cluster at virtual time ``now``."""
+
+    def __init__(self, scenario: Scenario, store: ApiStore | None = None,
+                 dcgm_port: int = objects.DCGM_PORT) -> None:
+        self.scenario = scenario
+        self.dcgm_port = dcgm_port
+        self.store = store if store is not None else ApiStore()
+        self.truth = TruthLog(scenario)
+        self.step = int(scenario.step)
+        self.start = scenario.start.timestamp()
+        self.now = self.start
+        self.seed = scenario.seed
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[str, Pod] = {}  # live (not deleted) pods by namespace/name
+        self.pending: list[Pod] = []
+        self._teams = {n.name: n.team for n in scenario.namespaces}
+        self._pools = {p.name: p for p in scenario.pools}
+        self._node_counter = 0
+        self._pod_counter = 0
+        self._pool_counters = {p.name: 0 for p in scenario.pools}
+        self._provisioning: list[tuple[float, str]] = []  # (ready at, pool)
+        self._faults = sorted(enumerate(scenario.faults), key=lambda f: (f[1].at, f[0]))
+        self._fault_cursor = 0
+        self._arrivals: dict[str, tuple[random.Random, float]] = {}
+        self._dirty_pods: dict[str, Pod] = {}
+        self._dirty_nodes: dict[str, Node] = {}
+        self._to_delete: list[tuple[float, Pod]] = []
+        self._bootstrap()
+
+    # ----------------------------------------------------------------- public API
+
+    @property
+    def step_index(self) -> int:
+        return round((self.now - self.start) / self.step)
+
+    def advance(self, seconds: float) -> None:
+        """Move virtual time forward by whole steps covering ``seconds``."""
+        for _ in range(math.ceil(seconds / self.step - 1e-9)):
+            self._tick()
+
+    def advance_to(self, t: float) -> None:
+        while self.now + self.step <= t + 1e-9:
+            self._tick()
+
+    def live_nodes(self) -> list[Node]:
+        return [n for n in self.nodes.values() if not n.deleted]
+
+    def device_activity(self, device: Device, step: int | None = None) -> Activity | None:
+        """What DCGM shows for ``device`` during ``step`` (default: now); None if missing."""
+        step = self.step_index if step is None else step
+        return self.truth.device_activity(device.info, [p.ref for p in device.occupants
+                                                        if p.ref is not None],
+                                          self.start + step * self.step, step)
+
+    def inject(self, fault: Fault) -> None:
+        """Apply a fault now (on-demand injection); ``fault.at`` is ignored."""
+        self._apply_fault(fault)
+        self._flush()
+
+    # ----------------------------------------------------------------- the step
+
+    def _tick(self) -> None:
+        self.now += self.step
+        t = self.now
+        while self._fault_cursor < len(self._faults) and \
+                self.start + self._faults[self._fault_cursor][1].at <= t + 1e-9:
+            self._apply_fault(self._faults[self._fault_cursor][1])
+            self._fault_cursor += 1
+        self._end_faults(t)
+        for pod in [p for p in self.pods.values() if p.phase == "Running"]:
+            if pod.remaining_seconds is not None and pod.running_at is not None and \
+                    pod.running_at + pod.remaining_seconds <= t + 1e-9:
+                self._finish(pod, "Succeeded", "Completed", 0, None)
+        self._delete_due(t)
+        self._evict_not_ready(t)
+        self._provision_due(t)
+        self._arrive(t)
+        self._schedule()
+        self._autoscale(t)
+        self._flush()
+
+    # ----------------------------------------------------------------- bootstrap
+
+    def _bootstrap(self) -> None:
+        for ns in self.scenario.namespaces:
+            self.store.put("Namespace", objects.namespace(ns, self.start, self.seed))
+        for pool in self.scenario.pools:
+            for _ in range(pool.nodes):
+                self._add_node(pool)
+        for w in self.scenario.workloads:
+            if w.replicas is not None:
+                owner = "ReplicaSet" if w.kind == "serving" else "StatefulSet"
+                self._create_pods(self._new_job(w, owner, 0))
+            else:
+                assert w.arrivals_per_day is not None
+                rng = random.Random(mix(self.seed, key(w.name)))
+                self._arrivals[w.name] = (rng, self.start + self._interarrival(rng, w))
+        self._schedule()
+        self._flush()
+
+    def _interarrival(self, rng: random.Random, w: Workload) -> float:
+        assert w.arrivals_per_day is not None
+        return rng.expovariate(w.arrivals_per_day / 86400.0)
+
+    # ----------------------------------------------------------------- nodes
+
+    def _add_node(self, pool: Pool) -> Node:
+        model = GPU_MODELS[pool.accelerator]
+        ordinal = self._pool_counters[pool.name]
+        self._pool_counters[pool.name] += 1
+        n = self._node_counter
+        self._node_counter += 1
+        group = f"{mix(self.seed, key(pool.name)) & 0xFFFFFFFF:08x}"
+        name = f"gke-{self.scenario.cluster}-{pool.name}-{group}-{_suffix(self.seed, n, 4)[:4]}"
+        node = Node(name=name, uid=uuid_str(self.seed, key(name)), pool=pool, model=model,
+                    ordinal=ordinal, address=f"127.1.{n // 250}.{n % 250 + 1}",
+                    created_at=self.now, ready_since=self.now)
+        node.dcgm_pod_name = f"dcgm-exporter-{_suffix(self.seed, key(name), 1)}"
+        profile = model.mig_profiles.get(pool.mig_partition_size or "")
+        for g in range(pool.gpus_per_node):
+            gpu = Gpu(node=node, index=g, uuid="GPU-" + uuid_str(self.seed, key(name), g),
+                      pci_bus_id=f"00000000:{_BUS_IDS[g % len(_BUS_IDS)]}:00.0",
+                      energy_mj=float(mix(self.seed, key(name), g) % 10**10))
+            if profile is not None:
+                ids = MIG_INSTANCE_IDS[profile.compute_slices]
+                for i in range(pool.units_per_gpu):
+                    info = self.truth.device(node.name, pool, gpu.uuid, g, profile.name,
+                                             ids[i], profile.fraction, profile.memory_mib)
+                    gpu.devices.append(Device(gpu, info, since=self.now))
+            else:
+                info = self.truth.device(node.name, pool, gpu.uuid, g, None, None, 1.0,
+                                         model.memory_mib)
+                gpu.devices.append(Device(gpu, info, since=self.now))
+            node.gpus.append(gpu)
+        node.units = [None] * (pool.gpus_per_node * pool.units_per_gpu)
+        node.empty_since = self.now
+        self.nodes[name] = node
+        self._dirty_nodes[name] = node
+        return node
+
+    def _delete_node(self, node: Node, reason: str) -> None:
+        for pod in {p for p in node.units if p is not None}:
+            self._finish(pod, "Failed", reason, 143,
+                         "Pod was terminated in response to imminent node shutdown.")
+        for gpu in node.gpus:
+            for device in gpu.devices:
+                self._close_segment(device)
+            self.truth.down_end(node.name, [gpu.uuid], "node_not_ready", self.now)
+            if gpu.down_reason is not None:
+                self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, self.now)
+        node.deleted = True
+        self._dirty_nodes[node.name] = node
+
+    def _node_in_pool(self, pool_name: str, index: int) -> Node | None:
+        alive = sorted((n for n in self.nodes.values() if n.pool.name == pool_name
+                        and not n.deleted), key=lambda n: n.ordinal)
+        return alive[index] if index < len(alive) else None
+
+    # ----------------------------------------------------------------- truth segments
+
+    def _close_segment(self, device: Device) -> None:
+        if self.now > device.since:
+            node = device.gpu.node
+            down = "node_not_ready" if not node.ready else device.gpu.down_reason
+            self.truth.segment(device.info, device.since, self.now, down,
+                               tuple(p.ref for p in device.occupants if p.ref is not None))
+            device.gpu.energy_mj += self._segment_watts(device) * (self.now - device.since) * 1e3
+        device.since = self.now
+
+    def _segment_watts(self, device: Device) -> float:
+        """Power of a device's open segment, taken from its first step."""
+        step = round((device.since - self.start) / self.step)
+        act = self.truth.device_activity(device.info, [p.ref for p in device.occupants
+                                                       if p.ref is not None],
+                                         device.since, step)
+        m = device.gpu.node.model
+        watts = m.idle_power_watts + act.power_ratio * (m.power_limit_watts - m.idle_power_watts)
+        return watts * device.info.fraction
+
+    def gpu_energy_mj(self, gpu: Gpu) -> float:
+        """The GPU's energy counter (mJ since boot) at ``now``: monotonic, deterministic."""
+        open_part = sum(self._segment_watts(d) * (self.now - d.since) * 1e3 for d in gpu.devices)
+        return gpu.energy_mj + open_part
+
+    def _close_gpu(self, gpu: Gpu) -> None:
+        for device in gpu.devices:
+            self._close_segment(device)
+
+    # ----------------------------------------------------------------- jobs and pods
+
+    def _new_job(self, w: Workload, owner_kind: str, ordinal: int) -> Job:
+        rng = random.Random(mix(self.seed, key(w.name), ordinal, 17))
+        profiles = sorted(w.profiles)
+        profile = rng.choices(profiles, weights=[w.profiles[p] for p in profiles])[0]
+        assert profile in PROFILES
+        lo, hi = w.duration
+        run = math.ceil(rng.uniform(lo, hi) / self.step) * self.step
+        if owner_kind == "Job":
+            name = f"{w.name}-{_suffix(self.seed, key(w.name), ordinal)}"
+        elif owner_kind == "ReplicaSet":
+            name = f"{w.name}-{_suffix(self.seed, key(w.name), length=10)}"
+        else:
+            name = w.name
+        return Job(name=name, uid=uuid_str(self.seed, key(name)), workload=w,
+                   owner_kind=owner_kind, profile=profile, run_seconds=float(run),
+                   key=mix(self.seed, key(name), ordinal))
+
+    def _create_pods(self, job: Job, remaining: float | None = None,
+                     only_index: int | None = None) -> None:
+        w = job.workload
+        always_on = w.replicas is not None
+        count = w.replicas if w.replicas is not None else w.pods
+        for i in range(count) if only_index is None else [only_index]:
+            n = self._pod_counter
+            self._pod_counter += 1
+            if job.owner_kind == "StatefulSet":
+                name = f"{job.name}-{i}"
+            elif job.owner_kind == "Job" and w.pods > 1:
+                name = f"{job.name}-{i}-{_suffix(self.seed, n)}"
+            else:
+                name = f"{job.name}-{_suffix(self.seed, n)}"
+            pod = Pod(
+                name=name, uid=uuid_str(self.seed, n, 1), namespace=w.namespace,
+                team=self._teams[w.namespace], job=job, index=i,
+                key=mix(self.seed, job.key, n), gpus=w.gpus_per_pod,
+                priority=self.scenario.priority_classes[w.priority_class],
+                created_at=self.now,
+                remaining_seconds=None if always_on else (
+                    job.run_seconds if remaining is None else remaining),
+                ip=f"10.{52 + n // 65536 % 64}.{n // 256 % 256}.{n % 256}",
+            )
+            self.pods[f"{pod.namespace}/{pod.name}"] = pod
+            self.pending.append(pod)
+            self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+            self.truth.pod_created(pod.uid, pod.namespace, pod.name, pod.team, job.name,
+                                   job.profile, w.accelerator, self.now)
+
+    def _arrive(self, t: float) -> None:
+        for w in self.scenario.workloads:
+            if w.name not in self._arrivals:
+                continue
+            rng, due = self._arrivals[w.name]
+            while due <= t + 1e-9:
+                ordinal = self._pod_counter
+                job = self._new_job(w, "Job", ordinal)
+                self._create_pods(job)
+                due += self._interarrival(rng, w)
+            self._arrivals[w.name] = (rng, due)
+
+    def _finish(self, pod: Pod, phase: str, reason: str, exit_code: int,
+                message: str | None) -> None:
+        """End a pod: release its GPUs; replace it if its controller would."""
+        if pod.phase in ("Succeeded", "Failed"):
+            return
+        ran = (self.now - pod.running_at) if pod.running_at is not None else 0.0
+        if pod in self.pending:
+            self.pending.remove(pod)
+        self._release(pod)
+        pod.phase = phase
+        pod.reason = reason
+        pod.message = message
+        pod.exit_code = exit_code
+        pod.finished_at = self.now
+        self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+        self._to_delete.append((self.now + self.scenario.completed_pod_ttl, pod))
+        self.truth.pod_finished(pod.uid, self.now, phase, reason)
+        if phase == "Failed":
+            job = pod.job
+            if job.owner_kind == "StatefulSet":  # recreated under the same name at once
+                pod.deleted = True
+                k = f"{pod.namespace}/{pod.name}"
+                self.pods.pop(k, None)
+                self._dirty_pods.pop(k, None)
+                self.store.delete("Pod", k)
+            if job.workload.replicas is not None:
+                self._create_pods(job, only_index=pod.index)
+            elif job.retries < job.workload.max_retries:
+                job.retries += 1
+                left = None if pod.remaining_seconds is None else max(
+                    float(self.step), pod.remaining_seconds - ran)
+                self._create_pods(job, remaining=left, only_index=pod.index)
+
+    def _release(self, pod: Pod) -> None:
+        node = pod.node
+        if node is None or not pod.units:
+            return
+        touched: dict[int, Device] = {}
+        for u in pod.units:
+            d = node.unit_device(u)
+            touched[id(d)] = d
+        for d in touched.values():
+            self._close_segment(d)
+            d.occupants.remove(pod)
+        for u in pod.units:
+            node.units[u] = None
+        if all(p is None for p in node.units):
+            node.empty_since = self.now
+        self._dirty_nodes[node.name] = node
+
+    def _delete_due(self, t: float) -> None:
+        keep = []
+        for due, pod in self._to_delete:
+            if due <= t + 1e-9:
+                k = f"{pod.namespace}/{pod.name}"
+                if self.pods.get(k) is pod:
+                    pod.deleted = True
+                    del self.pods[k]
+                    self._dirty_pods[k] = pod
+            else:
+                keep.append((due, pod))
+        self._to_delete = keep
+
+    # ----------------------------------------------------------------- scheduling
+
+    def _schedule(self) -> None:
+        if not self.pending:
+            return
+        self.pending.sort(key=lambda p: (-p.priority, p.created_at, p.name))
+        nodes = sorted((n for n in self.nodes.values() if n.schedulable), key=lambda n: n.name)
+        still: list[Pod] = []
+        for pod in self.pending:
+            best: tuple[int, str, Node, list[int]] | None = None
+            mismatched = insufficient = 0
+            for node in nodes:
+                if not _selects(pod.workload, node.pool):
+                    mismatched += 1
+                    continue
+                free = node.free_units()
+                if len(free) < pod.gpus:
+                    insufficient += 1
+                    continue
+                cand = (len(free) - pod.gpus, node.name, node, free[: pod.gpus])
+                if best is None or cand[:2] < best[:2]:
+                    best = cand
+            not_ready = sum(1 for n in self.nodes.values() if not n.deleted and not n.ready)
+            if best is None:
+                total = mismatched + insufficient + not_ready
+                parts = []
+                if insufficient:
+                    parts.append(f"{insufficient} Insufficient nvidia.com/gpu")
+                if not_ready:
+                    parts.append(f"{not_ready} node(s) had untolerated taint "
+                                 "{node.kubernetes.io/not-ready: }")
+                if mismatched:
+                    parts.append(f"{mismatched} node(s) didn't match Pod's node "
+                                 "affinity/selector")
+                message = (f"0/{total} nodes are available: {', '.join(parts)}. "
+                           "preemption: not eligible due to preemptionPolicy=Never.")
+                if pod.unschedulable_since is None or message != pod.unschedulable_message:
+                    if pod.unschedulable_since is None:
+                        pod.unschedulable_since = self.now
+                    pod.unschedulable_message = message
+                    self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+                still.append(pod)
+                continue
+            self._bind(pod, best[2], best[3])
+        self.pending = still
+
+    def _bind(self, pod: Pod, node: Node, units: list[int]) -> None:
+        touched: dict[int, Device] = {}
+        for u in units:
+            d = node.unit_device(u)
+            touched[id(d)] = d
+        for d in touched.values():
+            self._close_segment(d)
+        for u in units:
+            assert node.units[u] is None, "GPU unit double-allocated"
+            node.units[u] = pod
+        pod.node = node
+        pod.units = tuple(units)
+        pod.scheduled_at = self.now
+        pod.started_at = self.now
+        pod.running_at = self.now + pod.workload.startup
+        pod.phase = "Running"
+        multi = pod.gpus > 1 or pod.workload.pods > 1
+        pod.ref = self.truth.pod_ref(pod.uid, pod.name, pod.namespace, pod.team,
+                                     pod.job.name, pod.job.profile, pod.key, pod.running_at,
+                                     multi)
+        for d in touched.values():
+            d.occupants.append(pod)
+        node.empty_since = None
+        self.truth.pod_scheduled(pod.uid, self.now, node.name)
+        self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+        self._dirty_nodes[node.name] = node
+
+    # ----------------------------------------------------------------- autoscaling
+
+    def _autoscale(self, t: float) -> None:
+        for pool in self.scenario.pools:
+            scaling = pool.autoscaling
+            if scaling is None:
+                continue
+            alive = [n for n in self.nodes.values() if n.pool is pool and not n.deleted]
+            coming = sum(1 for _, p in self._provisioning if p == pool.name)
+            per_node = pool.gpus_per_node * pool.units_per_gpu
+            wanted = sum(p.gpus for p in self.pending if _selects(p.workload, pool)
+                         and p.gpus <= per_node)
+            if wanted:
+                need = math.ceil(wanted / per_node) - coming
+                room = scaling.max_nodes - len(alive) - coming
+                for _ in range(max(0, min(need, room))):
+                    self._provisioning.append((t + scaling.provisioning_delay, pool.name))
+            elif len(alive) > scaling.min_nodes:
+                idle = sorted((n for n in alive if n.empty_since is not None
+                               and t - n.empty_since >= scaling.scale_down_delay),
+                              key=lambda n: n.name)
+                for node in idle[: len(alive) - scaling.min_nodes]:
+                    self._delete_node(node, "ScaleDown")
+
+    def _provision_due(self, t: float) -> None:
+        due = [p for p in self._provisioning if p[0] <= t + 1e-9]
+        self._provisioning = [p for p in self._provisioning if p[0] > t + 1e-9]
+        for _, pool_name in due:
+            self._add_node(self._pools[pool_name])
+
+    # ----------------------------------------------------------------- faults
+
+    def _apply_fault(self, fault: Fault) -> None:
+        until = self.now + fault.duration
+        pool = self._pools[fault.pool_name]
+        if fault.kind == "spot_preemption":
+            node = self._node_in_pool(pool.name, fault.node_index)
+            if node is None:
+                return
+            self.truth.interruption(node.name, pool.name, self.now,
+                                    sorted({p.uid for p in node.units if p is not None}))
+            self._delete_node(node, "Terminated")
+            if pool.autoscaling is None:
+                self._provisioning.append((self.now + pool.recreate_delay, pool.name))
+            return
+        node = self._node_in_pool(pool.name, fault.node_index)
+        if node is None:
+            return
+        if fault.kind == "endpoint":
+            assert fault.mode is not None
+            node.endpoint_mode = fault.mode
+            node.endpoint_until = until
+        elif fault.kind == "node_not_ready":
+            if node.ready:
+                for gpu in node.gpus:
+                    self._close_gpu(gpu)
+                node.ready = False
+                node.ready_since = self.now
+                self.truth.down_start(node.name, [g.uuid for g in node.gpus], "node_not_ready",
+                                      self.now)
+            node.not_ready_until = max(node.not_ready_until, until)
+            self._dirty_nodes[node.name] = node
+        elif fault.kind == "xid":
+            assert fault.code is not None
+            gpu = node.gpus[fault.gpu]
+            self._close_gpu(gpu)
+            gpu.xid = fault.code
+            gpu.fault_until = max(gpu.fault_until, until)
+            if fault.code in FATAL_XIDS and gpu.down_reason is None:
+                reason = "gpu_missing" if fault.code == 79 else "xid"
+                gpu.down_reason = reason
+                self.truth.down_start(node.name, [gpu.uuid], reason, self.now, xid=fault.code)
+                victims = {d_pod for d in gpu.devices for d_pod in d.occupants}
+                for pod in sorted(victims, key=lambda p: p.name):
+                    self._finish(pod, "Failed", "Error", 1,
+                                 f"CUDA error: unspecified launch failure (Xid {fault.code})")
+                self._dirty_nodes[node.name] = node
+
+    def _end_faults(self, t: float) -> None:
+        for node in self.live_nodes():
+            if node.endpoint_mode != "ok" and node.endpoint_until <= t + 1e-9:
+                node.endpoint_mode = "ok"
+            if not node.ready and node.not_ready_until <= t + 1e-9:
+                for gpu in node.gpus:
+                    self._close_gpu(gpu)
+                node.ready = True
+                node.ready_since = t
+                self.truth.down_end(node.name, [g.uuid for g in node.gpus], "node_not_ready", t)
+                self._dirty_nodes[node.name] = node
+            for gpu in node.gpus:
+                if gpu.xid and gpu.fault_until <= t + 1e-9:
+                    self._close_gpu(gpu)
+                    if gpu.down_reason is not None:
+                        self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, t)
+                    gpu.down_reason = None
+                    gpu.xid = 0
+                    self._dirty_nodes[node.name] = node
+
+    def _evict_not_ready(self, t: float) -> None:
+        for node in self.live_nodes():
+            if node.ready or t - node.ready_since < self.scenario.not_ready_eviction - 1e-9:
+                continue
+            for pod in sorted({p for p in node.units if p is not None}, key=lambda p: p.name):
+                self._finish(pod, "Failed", "NodeLost", 137,
+                             f"Node {node.name} which was running pod {pod.name} "
+                             "is unresponsive")
+
+    # ----------------------------------------------------------------- API objects
+
+    def _flush(self) -> None:
+        """Write every object that changed during this step to the API store."""
+        for name in sorted(self._dirty_nodes):
+            node = self._dirty_nodes[name]
+            dcgm_key = f"gke-managed-system/{node.dcgm_pod_name}"
+            if node.deleted:
+                self.store.delete("Pod", dcgm_key)
+                self.store.delete("Node", node.name)
+                self.nodes.pop(node.name, None)
+            else:
+                self.store.put("Node", objects.node(node, self.scenario, self.now))
+                if self.store.get("Pod", dcgm_key) is None:
+                    self.store.put("Pod", objects.dcgm_exporter_pod(node, self.scenario,
+                                                                self.dcgm_port))
+        self._dirty_nodes.clear()
+        for k in sorted(self._dirty_pods):
+            pod = self._dirty_pods[k]
+            if pod.deleted:
+                self.store.delete("Pod", k)
+            else:
+                self.store.put("Pod", objects.pod(pod, self.scenario))
+        self._dirty_pods.clear()
+
+    def close(self) -> None:
+        """Close open truth segments at ``now`` (call before reading the truth)."""
+        for node in self.live_nodes():
+            for gpu in node.gpus:
+                self._close_gpu(gpu)
+
+
+_BUS_IDS = ("04", "05", "0A", "0B", "84", "85", "8A", "8B", "C4", "C5", "CA", "CB",
+            "44", "45", "4A", "4B")
+
+
+def _selects(w: Workload, pool: Pool) -> bool:
+    """Whether a pod of workload ``w`` may run on ``pool`` (its nodeSelector)."""
+    return (pool.accelerator == w.accelerator and pool.spot == w.spot
+            and (pool.sharing.strategy if pool.sharing else None) == w.sharing
+            and pool.mig_partition_size == w.mig_partition_size)
+
+
+def sorted_pods(pods: Iterable[Pod]) -> list[Pod]:
+    return sorted(pods, key=lambda p: (p.namespace, p.name))

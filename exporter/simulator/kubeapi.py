@@ -1,0 +1,306 @@
+"""A read-only Kubernetes API server subset over the simulator's ``ApiStore``.
+
+Serves what kubectl and kubernetes_asyncio need to list and watch nodes, pods and
+namespaces: discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``), list with
+``resourceVersion``, ``labelSelector``, ``fieldSelector``, ``limit``/``continue``; watch
+(``watch=1``) as a stream of JSON events with ``allowWatchBookmarks`` and
+``timeoutSeconds``, answering a too-old version with an ERROR event carrying a 410
+``Status``; server-side Tables for ``kubectl get``; Kubernetes ``Status`` errors.
+
+For failure testing the API can be made unavailable (503), its watches hung (open but
+silent) or ended, and its history compacted (every resume then gets 410).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from exporter.simulator import tables
+from exporter.simulator.selectors import SelectorError, field_selector, label_selector
+from exporter.simulator.store import ApiStore, Event, Expired
+
+Obj = dict[str, Any]
+
+RESOURCES = {
+    # plural: (kind, namespaced, short names)
+    "nodes": ("Node", False, ["no"]),
+    "pods": ("Pod", True, ["po"]),
+    "namespaces": ("Namespace", False, ["ns"]),
+}
+_JSON = "application/json"
+DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+def status_error(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
+    out: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": message, "reason": reason, "code": code}
+    if details:
+        out["details"] = details
+    return out
+
+
+def _error(code: int, reason: str, message: str) -> web.Response:
+    return web.json_response(status_error(code, reason, message), status=code)
+
+
+class KubeApi:
+    """aiohttp routes for the API subset; ``now`` is the simulator's clock."""
+
+    def __init__(self, store: ApiStore, now: Callable[[], float], version: str,
+                 bookmark_interval: float = 10.0) -> None:
+        self.store = store
+        self.now = now
+        self.version = version
+        self.bookmark_interval = bookmark_interval
+        self.down_until = 0.0
+        self.hang_until = 0.0
+        self._watch_ends: set[asyncio.Event] = set()
+        self.watches_served = 0
+
+    # --------------------------------------------------------------- failure modes
+
+    def set_down(self, seconds: float) -> None:
+        """Answer every request with 503 for ``seconds`` of wall time."""
+        self.down_until = time.monotonic() + seconds
+
+    def hang_watches(self, seconds: float) -> None:
+        """Keep watch streams open but deliver nothing for ``seconds`` of wall time."""
+        self.hang_until = time.monotonic() + seconds
+
+    def end_watches(self) -> None:
+        """Close every open watch stream cleanly (as an API server restart does)."""
+        for ev in self._watch_ends:
+            ev.set()
+
+    def compact(self) -> None:
+        """Drop the event history: resuming watches get 410 Gone and must relist."""
+        self.store.compact()
+
+    # --------------------------------------------------------------- routing
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/version", self._version),
+            web.get("/api", self._api),
+            web.get("/apis", self._apis),
+            web.get("/api/v1", self._api_v1),
+            web.get("/api/v1/{plural}", self._collection),
+            web.get("/api/v1/{plural}/{name}", self._item),
+            web.get("/api/v1/namespaces/{namespace}/{plural}", self._collection),
+            web.get("/api/v1/namespaces/{namespace}/{plural}/{name}", self._item),
+        ]
+
+    @web.middleware
+    async def middleware(self, request: web.Request,
+                         handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        if request.path.startswith("/sim/"):
+            response: web.StreamResponse = await handler(request)
+            return response
+        if time.monotonic() < self.down_until:
+            return _error(503, "ServiceUnavailable", "the server is currently unable to "
+                          "handle the request")
+        if request.method not in ("GET", "HEAD"):
+            return _error(405, "MethodNotAllowed",
+                          f"the server does not allow this method on the requested resource "
+                          f"({request.method} {request.path}): the simulator is read-only")
+        try:
+            response = await handler(request)
+        except web.HTTPNotFound:
+            return _error(404, "NotFound", "the server could not find the requested resource")
+        except web.HTTPMethodNotAllowed:
+            return _error(405, "MethodNotAllowed", "method not allowed")
+        return response
+
+    # --------------------------------------------------------------- discovery
+
+    async def _version(self, _: web.Request) -> web.Response:
+        minor = self.version.split(".")[1]
+        return web.json_response({
+            "major": "1", "minor": minor, "gitVersion": self.version,
+            "gitCommit": "0" * 40, "gitTreeState": "clean", "buildDate": "2026-10-01T00:00:00Z",
+            "goVersion": "go1.24.9", "compiler": "gc", "platform": "linux/amd64"})
+
+    async def _api(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
+                                            "serverAddress": request.host}]})
+
+    async def _apis(self, _: web.Request) -> web.Response:
+        return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+
+    async def _api_v1(self, _: web.Request) -> web.Response:
+        resources = [
+            {"name": plural, "singularName": kind.lower(), "namespaced": namespaced,
+             "kind": kind, "verbs": ["get", "list", "watch"], "shortNames": short,
+             **({"categories": ["all"]} if kind == "Pod" else {})}
+            for plural, (kind, namespaced, short) in RESOURCES.items()
+        ]
+        return web.json_response({"kind": "APIResourceList", "groupVersion": "v1",
+                                  "resources": resources})
+
+    # --------------------------------------------------------------- objects
+
+    def _resource(self, request: web.Request) -> tuple[str, str | None]:
+        plural = request.match_info["plural"]
+        namespace = request.match_info.get("namespace")
+        if plural not in RESOURCES:
+            raise web.HTTPNotFound()
+        kind, namespaced, _ = RESOURCES[plural]
+        if namespace is not None and not namespaced:
+            raise web.HTTPNotFound()
+        return kind, namespace
+
+    async def _item(self, request: web.Request) -> web.StreamResponse:
+        kind, namespace = self._resource(request)
+        name = request.match_info["name"]
+        key = f"{namespace}/{name}" if namespace else name
+        obj = self.store.get(kind, key)
+        if obj is None:
+            plural = request.match_info["plural"]
+            return web.json_response(
+                status_error(404, "NotFound", f'{plural} "{name}" not found',
+                             {"name": name, "kind": plural}), status=404)
+        if _wants_table(request):
+            return web.json_response(tables.table(kind, [obj], self.now(),
+                                                  obj["metadata"]["resourceVersion"]))
+        return web.json_response(obj)
+
+    async def _collection(self, request: web.Request) -> web.StreamResponse:
+        kind, namespace = self._resource(request)
+        q = request.query
+        try:
+            match_labels = label_selector(q.get("labelSelector"))
+            match_fields = field_selector(q.get("fieldSelector"))
+        except SelectorError as exc:
+            return _error(400, "BadRequest", str(exc))
+
+        def matches(obj: Obj) -> bool:
+            if namespace is not None and obj["metadata"].get("namespace") != namespace:
+                return False
+            return match_labels(obj) and match_fields(obj)
+
+        if q.get("watch", "").lower() in ("1", "true"):
+            return await self._watch(request, kind, matches)
+        return self._list(request, kind, matches)
+
+    def _list(self, request: web.Request, kind: str,
+              matches: Callable[[Obj], bool]) -> web.Response:
+        items = [o for o in self.store.list(kind) if matches(o)]
+        rv = str(self.store.resource_version)
+        meta: Obj = {"resourceVersion": rv}
+        limit = int(request.query.get("limit") or 0)
+        offset = 0
+        if token := request.query.get("continue"):
+            try:
+                rv, offset_s = base64.urlsafe_b64decode(token.encode()).decode().split(":")
+                offset = int(offset_s)
+            except ValueError:
+                return _error(400, "BadRequest", "invalid continue token")
+            meta["resourceVersion"] = rv
+        if limit > 0:
+            page = items[offset: offset + limit]
+            if offset + limit < len(items):
+                meta["continue"] = base64.urlsafe_b64encode(
+                    f"{rv}:{offset + limit}".encode()).decode()
+                meta["remainingItemCount"] = len(items) - offset - limit
+            items = page
+        if _wants_table(request):
+            body = tables.table(kind, items, self.now(), meta["resourceVersion"])
+            body["metadata"] = meta
+            return web.json_response(body)
+        return web.json_response({"kind": f"{kind}List", "apiVersion": "v1",
+                                  "metadata": meta, "items": items})
+
+    async def _watch(self, request: web.Request, kind: str,
+                     matches: Callable[[Obj], bool]) -> web.StreamResponse:
+        q = request.query
+        as_table = _wants_table(request)
+        bookmarks = q.get("allowWatchBookmarks", "").lower() in ("1", "true")
+        timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        start_rv = q.get("resourceVersion", "")
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        try:
+            if start_rv in ("", "0"):
+                backlog = [Event(0, kind, "ADDED", o) for o in self.store.list(kind)]
+            else:
+                backlog = self.store.events_since(kind, int(start_rv))
+        except Expired as exc:
+            backlog = []
+            expired: Expired | None = exc
+        except ValueError:
+            return _error(400, "BadRequest", f"invalid resourceVersion {start_rv!r}")
+        else:
+            expired = None
+        unsubscribe = self.store.listen(
+            lambda e: queue.put_nowait(e) if e.kind == kind else None)
+        ended = asyncio.Event()
+        self._watch_ends.add(ended)
+        self.watches_served += 1
+        response = web.StreamResponse(headers={"Content-Type": _JSON,
+                                               "Cache-Control": "no-cache, private"})
+        try:
+            await response.prepare(request)
+            if expired is not None:
+                await _send(response, "ERROR", status_error(410, "Expired", str(expired)))
+                return response
+            first_table = True
+            for event in backlog:
+                if matches(event.obj):
+                    await self._emit(response, event, as_table, first_table)
+                    first_table = False
+            deadline = time.monotonic() + timeout
+            next_bookmark = time.monotonic() + self.bookmark_interval
+            while not ended.is_set():
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                wait = min(deadline, next_bookmark) - now
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout=max(0.01, wait))
+                except TimeoutError:
+                    if bookmarks and time.monotonic() >= next_bookmark and \
+                            time.monotonic() >= self.hang_until:
+                        await _send(response, "BOOKMARK", {
+                            "kind": kind, "apiVersion": "v1",
+                            "metadata": {"resourceVersion": str(self.store.resource_version)}})
+                    next_bookmark = time.monotonic() + self.bookmark_interval
+                    continue
+                while time.monotonic() < self.hang_until and not ended.is_set():
+                    await asyncio.sleep(0.05)
+                if ended.is_set():
+                    break
+                if matches(event.obj):
+                    await self._emit(response, event, as_table, first_table)
+                    first_table = False
+        except ConnectionResetError:
+            pass
+        finally:
+            unsubscribe()
+            self._watch_ends.discard(ended)
+        return response
+
+    async def _emit(self, response: web.StreamResponse, event: Event, as_table: bool,
+                    first_table: bool) -> None:
+        obj = event.obj
+        if as_table:
+            kind = obj["kind"]
+            obj = tables.table(kind, [obj], self.now(), obj["metadata"]["resourceVersion"],
+                               with_columns=first_table)
+        await _send(response, event.type, obj)
+
+
+async def _send(response: web.StreamResponse, etype: str, obj: Obj) -> None:
+    await response.write(json.dumps({"type": etype, "object": obj},
+                                    separators=(",", ":")).encode() + b"\n")
+
+
+def _wants_table(request: web.Request) -> bool:
+    return "as=Table" in request.headers.get("Accept", "")

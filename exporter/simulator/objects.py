@@ -1,0 +1,277 @@
+"""Kubernetes API objects (Node, Pod, Namespace) for the simulated cluster, shaped as GKE's.
+
+Pure functions from simulator state to the JSON a real API server returns, labels and
+conditions included, so that kubectl and kubernetes_asyncio read them unchanged.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from exporter.simulator.rng import hex_id, key, uuid_str
+from exporter.simulator.scenario import Namespace, Scenario
+
+if TYPE_CHECKING:
+    from exporter.simulator.cluster import Node, Pod
+
+Obj = dict[str, Any]
+
+DCGM_NAMESPACE = "gke-managed-system"
+DCGM_LABELS = {"app.kubernetes.io/name": "gke-managed-dcgm-exporter",
+               "k8s-app": "dcgm-exporter"}
+DCGM_PORT = 9400
+
+
+def rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def namespace(ns: Namespace, created: float, seed: int) -> Obj:
+    labels = {"kubernetes.io/metadata.name": ns.name}
+    if ns.team:
+        labels["team"] = ns.team
+    return {
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": ns.name, "uid": uuid_str(seed, key("ns/" + ns.name)),
+                     "creationTimestamp": rfc3339(created), "labels": labels},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def node(n: Node, scenario: Scenario, now: float) -> Obj:
+    pool = n.pool
+    cpu, memory = _machine_size(pool.machine_type)
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/hostname": n.name,
+        "node.kubernetes.io/instance-type": pool.machine_type,
+        "topology.kubernetes.io/region": scenario.region,
+        "topology.kubernetes.io/zone": pool.zone,
+        "cloud.google.com/gke-nodepool": pool.name,
+        "cloud.google.com/gke-accelerator": pool.accelerator,
+        "cloud.google.com/gke-accelerator-count": str(pool.gpus_per_node),
+        "cloud.google.com/gke-gpu": "true",
+        "cloud.google.com/gke-gpu-driver-version": "latest",
+        "cloud.google.com/gke-provisioning": "spot" if pool.spot else "standard",
+        "cloud.google.com/gke-os-distribution": "cos",
+        "cloud.google.com/machine-family": pool.machine_type.split("-")[0],
+    }
+    if pool.spot:
+        labels["cloud.google.com/gke-spot"] = "true"
+    if pool.sharing is not None:
+        labels["cloud.google.com/gke-gpu-sharing-strategy"] = pool.sharing.strategy
+        labels["cloud.google.com/gke-max-shared-clients-per-gpu"] = str(
+            pool.sharing.max_shared_clients_per_gpu)
+    if pool.mig_partition_size is not None:
+        labels["cloud.google.com/gke-gpu-partition-size"] = pool.mig_partition_size
+    taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    if pool.spot:
+        taints.append({"key": "cloud.google.com/gke-spot", "value": "true",
+                       "effect": "NoSchedule"})
+    if not n.ready:
+        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule",
+                       "timeAdded": rfc3339(n.ready_since)})
+        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                       "timeAdded": rfc3339(n.ready_since)})
+    gpus = str(len(n.units))
+    if n.ready:
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "kubelet is posting ready status"}
+    else:
+        ready = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                 "message": "Kubelet stopped posting node status."}
+    ready |= {"lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(n.ready_since)}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": n.name, "uid": n.uid, "creationTimestamp": rfc3339(n.created_at),
+                     "labels": labels,
+                     "annotations": {"container.googleapis.com/instance_id":
+                                     str(key(n.name) % 10**19)}},
+        "spec": {"providerID": f"gce://{scenario.project}/{pool.zone}/{n.name}",
+                 "podCIDR": f"10.52.{n.ordinal % 256}.0/24", "taints": taints},
+        "status": {
+            "capacity": {"cpu": str(cpu), "memory": f"{memory}Gi", "pods": "110",
+                         "ephemeral-storage": "98831908Ki", "nvidia.com/gpu": gpus},
+            "allocatable": {"cpu": f"{cpu * 1000 - 1930}m", "memory": f"{memory - 8}Gi",
+                            "pods": "110", "ephemeral-storage": "47060071478",
+                            "nvidia.com/gpu": str(n.allocatable)},
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                 "message": "kubelet has sufficient memory available",
+                 "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(n.created_at)},
+                ready,
+            ],
+            "addresses": [{"type": "InternalIP", "address": n.address},
+                          {"type": "Hostname", "address": n.name}],
+            "nodeInfo": {
+                "architecture": "amd64", "operatingSystem": "linux",
+                "osImage": "Container-Optimized OS from Google",
+                "kernelVersion": "6.6.97+", "containerRuntimeVersion": "containerd://2.0.6",
+                "kubeletVersion": scenario.kubernetes_version,
+                "kubeProxyVersion": scenario.kubernetes_version,
+                "machineID": n.uid.replace("-", ""), "systemUUID": n.uid,
+                "bootID": n.uid,
+            },
+        },
+    }
+
+
+def _machine_size(machine_type: str) -> tuple[int, int]:
+    """vCPUs and GiB of memory of a GCE machine type."""
+    known = {
+        "a3-highgpu-8g": (208, 1872), "a2-ultragpu-8g": (96, 1360),
+        "a2-ultragpu-4g": (48, 680), "a2-ultragpu-2g": (24, 340), "a2-ultragpu-1g": (12, 170),
+        "a2-megagpu-16g": (96, 1360), "a2-highgpu-8g": (96, 680), "a2-highgpu-4g": (48, 340),
+        "a2-highgpu-2g": (24, 170), "a2-highgpu-1g": (12, 85), "g2-standard-96": (96, 384),
+        "g2-standard-48": (48, 192), "g2-standard-24": (24, 96), "g2-standard-8": (8, 32),
+        "n1-standard-32": (32, 120), "n1-standard-16": (16, 60), "n1-standard-8": (8, 30),
+    }
+    return known[machine_type]
+
+
+def pod(p: Pod, scenario: Scenario) -> Obj:
+    w = p.workload
+    job = p.job
+    labels: dict[str, str] = {"app.kubernetes.io/name": w.name, "workload-kind": w.kind}
+    if p.team:
+        labels["team"] = p.team
+    if job.owner_kind == "Job":
+        labels |= {"batch.kubernetes.io/job-name": job.name, "job-name": job.name,
+                   "batch.kubernetes.io/controller-uid": job.uid}
+        if w.pods > 1:
+            labels["batch.kubernetes.io/job-completion-index"] = str(p.index)
+    elif job.owner_kind == "ReplicaSet":
+        labels["pod-template-hash"] = job.name.rsplit("-", 1)[-1]
+    else:
+        labels["statefulset.kubernetes.io/pod-name"] = p.name
+    if w.queue:
+        labels["kueue.x-k8s.io/queue-name"] = w.queue
+    selector = {"cloud.google.com/gke-accelerator": w.accelerator}
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    if w.spot:
+        selector["cloud.google.com/gke-spot"] = "true"
+        tolerations.append({"key": "cloud.google.com/gke-spot", "operator": "Equal",
+                            "value": "true", "effect": "NoSchedule"})
+    if w.sharing:
+        selector["cloud.google.com/gke-gpu-sharing-strategy"] = w.sharing
+        selector["cloud.google.com/gke-max-shared-clients-per-gpu"] = str(
+            next(pl.sharing.max_shared_clients_per_gpu for pl in scenario.pools
+                 if pl.sharing is not None and pl.accelerator == w.accelerator))
+    if w.mig_partition_size:
+        selector["cloud.google.com/gke-gpu-partition-size"] = w.mig_partition_size
+    gpus = str(p.gpus)
+    container: Obj = {
+        "name": "main" if w.kind != "notebook" else "jupyter",
+        "image": f"us-docker.pkg.dev/{scenario.project}/ml/{w.name}:latest",
+        "resources": {"requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": gpus},
+                      "limits": {"nvidia.com/gpu": gpus}},
+    }
+    spec: Obj = {
+        "containers": [container],
+        "nodeSelector": selector,
+        "tolerations": tolerations,
+        "priority": p.priority,
+        "priorityClassName": w.priority_class,
+        "preemptionPolicy": "Never",
+        "restartPolicy": "Never" if job.owner_kind == "Job" else "Always",
+        "schedulerName": "default-scheduler",
+        "serviceAccountName": "default",
+        "terminationGracePeriodSeconds": 30,
+    }
+    conditions: list[Obj] = []
+    status: Obj = {"phase": p.phase, "qosClass": "Burstable"}
+    if p.node is not None and p.scheduled_at is not None:
+        spec["nodeName"] = p.node.name
+        conditions.append({"type": "PodScheduled", "status": "True",
+                           "lastTransitionTime": rfc3339(p.scheduled_at)})
+        status["hostIP"] = p.node.address
+        status["podIP"] = p.ip
+        status["podIPs"] = [{"ip": p.ip}]
+        status["startTime"] = rfc3339(p.scheduled_at)
+        running = p.phase == "Running"
+        conditions += [
+            {"type": "Initialized", "status": "True",
+             "lastTransitionTime": rfc3339(p.scheduled_at)},
+            {"type": "ContainersReady", "status": "True" if running else "False",
+             "lastTransitionTime": rfc3339(p.finished_at or p.scheduled_at)},
+            {"type": "Ready", "status": "True" if running else "False",
+             "lastTransitionTime": rfc3339(p.finished_at or p.scheduled_at)},
+        ]
+        started = rfc3339(p.started_at or p.scheduled_at)
+        if running:
+            state: Obj = {"running": {"startedAt": started}}
+        else:
+            assert p.finished_at is not None
+            state = {"terminated": {"exitCode": p.exit_code, "reason": p.reason,
+                                    "startedAt": started, "finishedAt": rfc3339(p.finished_at)}}
+            if p.message:
+                state["terminated"]["message"] = p.message
+        status["containerStatuses"] = [{
+            "name": container["name"], "image": container["image"],
+            "imageID": f"{container['image'].rsplit(':', 1)[0]}@sha256:{hex_id(key(w.name), length=64)}",
+            "ready": running,
+            "restartCount": 0, "started": running, "state": state,
+            "containerID": f"containerd://{p.uid.replace('-', '')}{p.uid.replace('-', '')}",
+        }]
+    elif p.unschedulable_since is not None:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "message": p.unschedulable_message,
+                           "lastTransitionTime": rfc3339(p.unschedulable_since)})
+    if p.phase == "Failed":
+        if p.reason in ("Terminated", "NodeLost", "ScaleDown"):
+            status["reason"] = p.reason
+            status["message"] = p.message
+            conditions.append({"type": "DisruptionTarget", "status": "True",
+                               "reason": "TerminationByKubelet",
+                               "message": p.message,
+                               "lastTransitionTime": rfc3339(p.finished_at or 0)})
+    status["conditions"] = conditions
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": p.name, "namespace": p.namespace, "uid": p.uid,
+            "creationTimestamp": rfc3339(p.created_at), "labels": labels,
+            "ownerReferences": [{"apiVersion": "batch/v1" if job.owner_kind == "Job"
+                                 else "apps/v1", "kind": job.owner_kind, "name": job.name,
+                                 "uid": job.uid, "controller": True,
+                                 "blockOwnerDeletion": True}],
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def dcgm_exporter_pod(n: Node, scenario: Scenario, port: int = DCGM_PORT) -> Obj:
+    """GKE's managed dcgm-exporter DaemonSet pod on node ``n`` (host network)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": n.dcgm_pod_name, "namespace": DCGM_NAMESPACE,
+            "uid": uuid_str(scenario.seed, key("dcgm/" + n.name)),
+            "creationTimestamp": rfc3339(n.created_at), "labels": dict(DCGM_LABELS),
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                 "name": "dcgm-exporter", "controller": True,
+                                 "uid": uuid_str(scenario.seed, key("dcgm-exporter"))}],
+        },
+        "spec": {
+            "nodeName": n.name, "hostNetwork": True, "priority": 2000001000,
+            "priorityClassName": "system-node-critical",
+            "containers": [{"name": "dcgm-exporter",
+                            "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04",
+                            "ports": [{"name": "metrics", "containerPort": port,
+                                       "protocol": "TCP"}]}],
+        },
+        "status": {
+            "phase": "Running", "hostIP": n.address, "podIP": n.address,
+            "podIPs": [{"ip": n.address}], "startTime": rfc3339(n.created_at),
+            "conditions": [{"type": "PodScheduled", "status": "True",
+                            "lastTransitionTime": rfc3339(n.created_at)},
+                           {"type": "Ready", "status": "True",
+                            "lastTransitionTime": rfc3339(n.created_at)}],
+        },
+    }

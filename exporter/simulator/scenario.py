@@ -1,0 +1,428 @@
+"""Scenario files: the simulated cluster, its job stream and its faults, validated once.
+
+A scenario is YAML. Every field is checked before anything is built, and a bad file gets
+one error naming the field and what it may be (``ScenarioError``); the simulator never
+serves a half-built cluster. The embedded default lives in ``scenarios/default.yaml``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from exporter.catalog import GPU_MODELS
+
+Accelerator = Literal[
+    "nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-tesla-a100", "nvidia-l4", "nvidia-tesla-t4"
+]
+Profile = Literal[
+    "healthy", "input_bound", "small_batch", "comm_bound", "memory_bound", "idle", "throttled"
+]
+WorkloadKind = Literal["pretraining", "finetuning", "batch_inference", "serving", "notebook"]
+FATAL_XIDS = frozenset({48, 64, 74, 79, 95})
+"""XIDs after which the GPU needs a reset: the GPU is unavailable until the fault ends."""
+KNOWN_XIDS = FATAL_XIDS | {63, 94}
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
+                       r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the field."""
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or a string such as ``90s``, ``30m``, ``1d6h``."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like '1d6h30m'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)) and any(m.groups()):
+        d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+        seconds = d * 86400 + h * 3600 + mi * 60 + s
+    else:
+        raise ValueError(f"{value!r} is not a duration: use seconds or a string like '1d6h30m'")
+    if seconds < 0 or not math.isfinite(seconds):
+        raise ValueError("a duration must be a finite number of seconds >= 0")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+DnsName = Annotated[str, Field(min_length=1, max_length=40, pattern=_DNS_LABEL.pattern)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Namespace(_Model):
+    name: DnsName
+    team: DnsName | None = None
+    """Value of the ``team`` label on the namespace and its pods; absent when None."""
+
+
+class Sharing(_Model):
+    strategy: Literal["time-sharing"] = "time-sharing"
+    max_shared_clients_per_gpu: int = Field(ge=2, le=48)
+
+
+class Autoscaling(_Model):
+    min_nodes: int = Field(ge=0)
+    max_nodes: int = Field(ge=1)
+    provisioning_delay: Duration = 300.0
+    scale_down_delay: Duration = 600.0
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.max_nodes < self.min_nodes:
+            raise ValueError("max_nodes must be >= min_nodes")
+        return self
+
+
+class Pool(_Model):
+    name: DnsName
+    accelerator: Accelerator
+    gpus_per_node: int = Field(ge=1, le=16)
+    nodes: int = Field(ge=0)
+    zone: str = "us-central1-a"
+    spot: bool = False
+    sharing: Sharing | None = None
+    mig_partition_size: str | None = None
+    autoscaling: Autoscaling | None = None
+    recreate_delay: Duration = 300.0
+    """How long a preempted spot node takes to come back (managed instance group refill)."""
+
+    @model_validator(mode="after")
+    def _gpu_options(self) -> Self:
+        model = GPU_MODELS[self.accelerator]
+        if self.gpus_per_node not in model.machine_types:
+            allowed = ", ".join(str(n) for n in sorted(model.machine_types))
+            raise ValueError(
+                f"gpus_per_node {self.gpus_per_node} is not offered for {self.accelerator}; "
+                f"allowed: {allowed}"
+            )
+        if self.mig_partition_size is not None:
+            if not model.mig_profiles:
+                raise ValueError(f"mig_partition_size: {self.accelerator} does not support MIG")
+            if self.mig_partition_size not in model.mig_profiles:
+                allowed = ", ".join(model.mig_profiles)
+                raise ValueError(
+                    f"mig_partition_size {self.mig_partition_size!r} is not a profile of "
+                    f"{self.accelerator}; allowed: {allowed}"
+                )
+            if self.sharing is not None:
+                raise ValueError("a pool uses either sharing or mig_partition_size, not both")
+        return self
+
+    @property
+    def units_per_gpu(self) -> int:
+        """How many ``nvidia.com/gpu`` units one physical GPU advertises."""
+        if self.sharing is not None:
+            return self.sharing.max_shared_clients_per_gpu
+        if self.mig_partition_size is not None:
+            profile = GPU_MODELS[self.accelerator].mig_profiles[self.mig_partition_size]
+            return 7 // profile.compute_slices
+        return 1
+
+    @property
+    def machine_type(self) -> str:
+        return GPU_MODELS[self.accelerator].machine_types[self.gpus_per_node]
+
+
+class Workload(_Model):
+    name: DnsName
+    kind: WorkloadKind
+    namespace: DnsName
+    accelerator: Accelerator
+    spot: bool = False
+    sharing: Literal["time-sharing"] | None = None
+    mig_partition_size: str | None = None
+    gpus_per_pod: int = Field(default=1, ge=1, le=16)
+    pods: int = Field(default=1, ge=1, le=64)
+    """Pods per job (a multi-node pre-training job has several)."""
+    arrivals_per_day: float | None = Field(default=None, gt=0)
+    replicas: int | None = Field(default=None, ge=1)
+    """Always-on pods (serving, notebooks) instead of arriving jobs."""
+    duration: tuple[Duration, Duration] = (3600.0, 3600.0)
+    """Run time of a job's pods, drawn uniformly between the two bounds."""
+    startup: Duration = 0.0
+    """Time from start to the first kernel (image pull, data loading); the GPU sits idle."""
+    priority_class: str = "default"
+    profiles: dict[Profile, float] = Field(default_factory=lambda: {"healthy": 1.0})
+    """Workload profile mix: each job draws one profile with these weights."""
+    queue: str | None = None
+    """Kueue LocalQueue name, carried as the ``kueue.x-k8s.io/queue-name`` label."""
+    max_retries: int = Field(default=6, ge=0)
+
+    @model_validator(mode="after")
+    def _shape(self) -> Self:
+        if (self.arrivals_per_day is None) == (self.replicas is None):
+            raise ValueError("set exactly one of arrivals_per_day (jobs) or replicas (always on)")
+        if self.duration[0] <= 0 or self.duration[1] < self.duration[0]:
+            raise ValueError("duration must be [min, max] with 0 < min <= max")
+        if not self.profiles or any(w < 0 for w in self.profiles.values()) or sum(
+            self.profiles.values()
+        ) <= 0:
+            raise ValueError("profiles must give positive weights to at least one profile")
+        if self.sharing is not None and self.gpus_per_pod != 1:
+            raise ValueError("pods on time-shared GPUs request exactly 1 nvidia.com/gpu")
+        if self.mig_partition_size is not None and self.gpus_per_pod != 1:
+            raise ValueError("pods on MIG instances request exactly 1 nvidia.com/gpu")
+        return self
+
+
+class Fault(_Model):
+    at: Duration
+    """Offset from the scenario start."""
+    kind: Literal["xid", "node_not_ready", "spot_preemption", "endpoint"]
+    node: str | None = None
+    """``POOL/INDEX``: the INDEX-th node of the pool alive at that moment (0-based)."""
+    pool: str | None = None
+    gpu: int = Field(default=0, ge=0)
+    code: int | None = None
+    duration: Duration = 3600.0
+    mode: Literal["refuse", "error", "hang"] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Self:
+        if self.kind == "spot_preemption":
+            if self.pool is None and self.node is None:
+                raise ValueError("spot_preemption needs pool (or node)")
+        elif self.node is None:
+            raise ValueError(f"{self.kind} needs node: 'POOL/INDEX'")
+        if self.node is not None and not re.match(r"^[a-z0-9-]+/\d+$", self.node):
+            raise ValueError(f"node {self.node!r} must look like 'POOL/INDEX', e.g. 'h100/0'")
+        if self.kind == "xid":
+            if self.code not in KNOWN_XIDS:
+                allowed = ", ".join(str(c) for c in sorted(KNOWN_XIDS))
+                raise ValueError(f"code {self.code!r} is not a simulated XID; allowed: {allowed}")
+        elif self.code is not None:
+            raise ValueError("code is only for kind xid")
+        if self.kind == "endpoint" and self.mode is None:
+            raise ValueError("endpoint faults need mode: refuse, error or hang")
+        if self.kind != "endpoint" and self.mode is not None:
+            raise ValueError("mode is only for kind endpoint")
+        return self
+
+    @property
+    def pool_name(self) -> str:
+        if self.node is not None:
+            return self.node.split("/")[0]
+        assert self.pool is not None
+        return self.pool
+
+    @property
+    def node_index(self) -> int:
+        return int(self.node.split("/")[1]) if self.node is not None else 0
+
+
+class Profiling(_Model):
+    """Which optional DCGM fields the simulated dcgm-exporters emit.
+
+    A default dcgm-exporter install has SM_ACTIVE, SM_OCCUPANCY, NVLink bytes and the
+    clock event reasons switched off; GKE's managed DCGM and most tuned installs enable them.
+    """
+
+    sm_fields: bool = True
+    nvlink: bool = True
+    clock_events: bool = True
+    dcp: bool = True
+    """All DCGM_FI_PROF_* fields; off models GPUs or drivers without DCP support."""
+
+
+class Scenario(_Model):
+    cluster: DnsName = "demo"
+    project: str = "demo-project"
+    region: str = "us-central1"
+    kubernetes_version: str = "v1.33.5-gke.1201000"
+    seed: int = 1
+    start: datetime = datetime(2026, 11, 16, tzinfo=UTC)
+    step: Duration = 30.0
+    """The DCGM sampling period and the simulator's time step."""
+    completed_pod_ttl: Duration = 600.0
+    not_ready_eviction: Duration = 300.0
+    """Pods on a NotReady node are evicted after this long (the default toleration)."""
+    system_reserved_gpus: int = Field(default=0, ge=0)
+    profiling: Profiling = Profiling()
+    priority_classes: dict[str, int] = Field(
+        default_factory=lambda: {"default": 0}
+    )
+    namespaces: list[Namespace]
+    pools: list[Pool] = Field(min_length=1)
+    workloads: list[Workload] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list)
+
+    @field_validator("start")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    @field_validator("step")
+    @classmethod
+    def _step(cls, value: float) -> float:
+        if value < 1 or value != int(value):
+            raise ValueError("step must be a whole number of seconds >= 1")
+        return value
+
+    @model_validator(mode="after")
+    def _references(self) -> Self:
+        _unique("namespaces", [n.name for n in self.namespaces])
+        _unique("pools", [p.name for p in self.pools])
+        _unique("workloads", [w.name for w in self.workloads])
+        namespaces = {n.name for n in self.namespaces}
+        pools = {p.name: p for p in self.pools}
+        self.priority_classes.setdefault("default", 0)
+        for i, w in enumerate(self.workloads):
+            where = f"workloads[{i}] ({w.name})"
+            if w.namespace not in namespaces:
+                raise ValueError(f"{where}: namespace {w.namespace!r} is not one of "
+                                 f"{', '.join(sorted(namespaces))}")
+            if w.priority_class not in self.priority_classes:
+                raise ValueError(f"{where}: priority_class {w.priority_class!r} is not one of "
+                                 f"{', '.join(sorted(self.priority_classes))}")
+            if not any(_pool_matches(p, w) for p in self.pools):
+                raise ValueError(f"{where}: no pool offers {_describe_selector(w)}")
+            fits = [p for p in self.pools if _pool_matches(p, w)]
+            biggest = max(_pool_units_per_node(p) for p in fits)
+            if w.gpus_per_pod > biggest:
+                raise ValueError(f"{where}: gpus_per_pod {w.gpus_per_pod} exceeds the largest "
+                                 f"matching node ({biggest} nvidia.com/gpu)")
+        for i, f in enumerate(self.faults):
+            if f.pool_name not in pools:
+                raise ValueError(f"faults[{i}]: pool {f.pool_name!r} is not one of "
+                                 f"{', '.join(sorted(pools))}")
+            pool = pools[f.pool_name]
+            if f.kind == "xid" and f.gpu >= pool.gpus_per_node:
+                raise ValueError(f"faults[{i}]: gpu {f.gpu} does not exist on {pool.name} "
+                                 f"(gpus 0..{pool.gpus_per_node - 1})")
+            if f.kind == "spot_preemption" and not pool.spot:
+                raise ValueError(f"faults[{i}]: spot_preemption needs a spot pool; "
+                                 f"{pool.name} is on-demand")
+        return self
+
+    def scaled(self, nodes: int) -> Scenario:
+        """The same cluster grown or shrunk to about ``nodes`` nodes, load scaled alike."""
+        current = sum(p.nodes for p in self.pools)
+        if current == 0:
+            raise ScenarioError("--nodes: the scenario has no nodes to scale")
+        factor = nodes / current
+        counts = _apportion([p.nodes for p in self.pools], nodes)
+        pools = []
+        for pool, count in zip(self.pools, counts, strict=True):
+            update: dict[str, Any] = {"nodes": count}
+            if pool.autoscaling is not None:
+                lo = round(pool.autoscaling.min_nodes * factor)
+                hi = max(lo, count, round(pool.autoscaling.max_nodes * factor), 1)
+                update["autoscaling"] = pool.autoscaling.model_copy(
+                    update={"min_nodes": min(lo, count), "max_nodes": hi})
+            pools.append(pool.model_copy(update=update))
+        workloads = []
+        for w in self.workloads:
+            if w.arrivals_per_day is not None:
+                workloads.append(w.model_copy(update={"arrivals_per_day":
+                                                      w.arrivals_per_day * factor}))
+            else:
+                assert w.replicas is not None
+                workloads.append(w.model_copy(update={"replicas":
+                                                      max(1, round(w.replicas * factor))}))
+        return self.model_copy(update={"pools": pools, "workloads": workloads})
+
+
+def _pool_units_per_node(pool: Pool) -> int:
+    return pool.gpus_per_node * pool.units_per_gpu
+
+
+def _pool_matches(pool: Pool, w: Workload) -> bool:
+    return (pool.accelerator == w.accelerator and pool.spot == w.spot
+            and (pool.sharing.strategy if pool.sharing else None) == w.sharing
+            and pool.mig_partition_size == w.mig_partition_size)
+
+
+def _describe_selector(w: Workload) -> str:
+    parts = [w.accelerator, "spot" if w.spot else "on-demand"]
+    if w.sharing:
+        parts.append(w.sharing)
+    if w.mig_partition_size:
+        parts.append(f"MIG {w.mig_partition_size}")
+    return " ".join(parts)
+
+
+def _unique(what: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{what}: name {name!r} is used twice")
+        seen.add(name)
+
+
+def _apportion(weights: list[int], total: int) -> list[int]:
+    """Split ``total`` in proportion to ``weights`` (largest remainder, deterministic)."""
+    s = sum(weights)
+    exact = [w * total / s for w in weights]
+    out = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - out[i]), i))
+    for i in order[: total - sum(out)]:
+        out[i] += 1
+    return out
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in err["loc"])
+        loc = loc.replace(".[", "[")
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "literal_error":
+            expected = err.get("ctx", {}).get("expected", "")
+            msg = f"{err['input']!r} is not allowed; allowed values: {expected}"
+        lines.append(f"{source}: {loc or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Scenario:
+    """Validate a scenario mapping; raises ``ScenarioError`` naming the field at fault."""
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_error(source, exc)) from None
+
+
+def load_scenario(path: str | Path | None = None) -> Scenario:
+    """Load a scenario file, or the embedded default when ``path`` is None."""
+    if path is None:
+        text = resources.files("exporter.simulator").joinpath("scenarios/default.yaml").read_text()
+        source = "default.yaml"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
+        source = str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a YAML mapping of fields")
+    return parse_scenario(data, source)

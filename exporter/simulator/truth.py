@@ -1,0 +1,320 @@
+"""Ground truth: what really happened in the simulated cluster, from its own state.
+
+The cluster writes a *segment* whenever what a DCGM device does changes (a pod binds or
+leaves, the GPU goes down or comes back), plus pod lifecycle records, GPU incidents and
+spot interruptions. ``TruthLog.report`` turns them into the figures the exporter must
+reproduce over a window ``[start, end)``:
+
+- GPU-seconds by state (``allocated``, ``unallocated``, ``unavailable``), attributed to
+  pod, namespace, team, node pool, GPU model and provisioning. A time-shared GPU's seconds
+  are split evenly among the pods sharing it in that step; a MIG instance counts as its
+  fraction of the parent GPU (compute slices / 7). A GPU that is down is ``unavailable``
+  even while a pod still holds it.
+- Utilisation: mean ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` per device over the steps it was up;
+  per pod, the GPU-time-weighted mean over the devices it held.
+- Queue wait per pod: creation to ``PodScheduled=True`` (still pending: until ``end``).
+- Downtime incidents per GPU with their reason, clipped to the window.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from exporter.catalog import GPU_MODELS
+from exporter.simulator.profiles import UNALLOCATED, Activity, activity, combine
+from exporter.simulator.rng import key, mix
+from exporter.simulator.scenario import Pool, Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    node: str
+    pool: str
+    accelerator: str
+    provisioning: str  # "spot" or "on-demand"
+    zone: str
+    gpu_uuid: str
+    gpu_index: int
+    mig_profile: str | None
+    instance_id: int | None
+    fraction: float
+    memory_mib: int
+    clients: int
+    key: int
+    has_nvlink: bool
+
+    @property
+    def device_id(self) -> str:
+        """The GPU UUID, with ``/<GPU_I_ID>`` for a MIG instance."""
+        return self.gpu_uuid if self.instance_id is None else f"{self.gpu_uuid}/{self.instance_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    uid: str
+    name: str
+    namespace: str
+    team: str | None
+    workload: str
+    profile: str
+    key: int
+    running_at: float
+    multi_gpu: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    device: DeviceInfo
+    start: float
+    end: float
+    down: str | None
+    occupants: tuple[PodRef, ...]
+
+
+@dataclass(slots=True)
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    team: str | None
+    workload: str
+    profile: str
+    accelerator: str
+    created_at: float
+    scheduled_at: float | None = None
+    finished_at: float | None = None
+    node: str | None = None
+    phase: str = "Pending"
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class Incident:
+    node: str
+    gpu_uuid: str
+    reason: str  # node_not_ready, gpu_missing, xid
+    start: float
+    end: float | None = None
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Interruption:
+    node: str
+    pool: str
+    at: float
+    pod_uids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSeconds:
+    """GPU-seconds of one device in one state, attributed to one pod (or none)."""
+
+    state: str
+    pod_uid: str | None
+    pod: str | None
+    namespace: str | None
+    team: str | None
+    workload: str | None
+    node: str
+    pool: str
+    accelerator: str
+    provisioning: str
+    device_id: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroundTruth:
+    start: float
+    end: float
+    gpu_seconds: list[GpuSeconds]
+    device_utilization: dict[str, float]
+    pod_utilization: dict[str, float]
+    pods: dict[str, PodRecord]
+    incidents: list[Incident]
+    interruptions: list[Interruption]
+    profiles: dict[str, str] = field(default_factory=dict)
+    """Workload name -> its workload profile (the label a bottleneck diagnosis should find)."""
+
+    def seconds_by(self, *fields: str, state: str | None = None) -> dict[tuple[Any, ...], float]:
+        """Sum GPU-seconds grouped by the named ``GpuSeconds`` fields."""
+        out: dict[tuple[Any, ...], float] = defaultdict(float)
+        for row in self.gpu_seconds:
+            if state is None or row.state == state:
+                out[tuple(getattr(row, f) for f in fields)] += row.seconds
+        return dict(out)
+
+    def queue_wait(self, uid: str) -> float | None:
+        """Seconds from creation to scheduling (pending pods: until the window's end)."""
+        rec = self.pods.get(uid)
+        if rec is None:
+            return None
+        until = rec.scheduled_at if rec.scheduled_at is not None else self.end
+        return max(0.0, until - rec.created_at)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "gpu_seconds": [asdict(r) for r in self.gpu_seconds],
+            "device_utilization": self.device_utilization,
+            "pod_utilization": self.pod_utilization,
+            "pods": {uid: {**asdict(p), "queue_wait_seconds": self.queue_wait(uid)}
+                     for uid, p in self.pods.items()},
+            "incidents": [asdict(i) for i in self.incidents],
+            "interruptions": [asdict(i) for i in self.interruptions],
+            "profiles": self.profiles,
+        }
+
+
+class TruthLog:
+    """Append-only record of what the cluster did; ``report`` answers for a window."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self._seed = scenario.seed
+        self._start = scenario.start.timestamp()
+        self._step = int(scenario.step)
+        self.segments: list[Segment] = []
+        self.pods: dict[str, PodRecord] = {}
+        self.incidents: list[Incident] = []
+        self.interruptions: list[Interruption] = []
+        self._open: dict[tuple[str, str], Incident] = {}
+
+    # ------------------------------------------------------------------ recording
+
+    def device(self, node: str, pool: Pool, gpu_uuid: str, gpu_index: int,
+               mig_profile: str | None, instance_id: int | None, fraction: float,
+               memory_mib: int) -> DeviceInfo:
+        model = GPU_MODELS[pool.accelerator]
+        return DeviceInfo(
+            node=node, pool=pool.name, accelerator=pool.accelerator,
+            provisioning="spot" if pool.spot else "on-demand", zone=pool.zone,
+            gpu_uuid=gpu_uuid, gpu_index=gpu_index, mig_profile=mig_profile,
+            instance_id=instance_id, fraction=fraction, memory_mib=memory_mib,
+            clients=pool.units_per_gpu if pool.sharing is not None else 1,
+            key=mix(self._seed, key(gpu_uuid), instance_id or 0), has_nvlink=model.has_nvlink,
+        )
+
+    def segment(self, device: DeviceInfo, start: float, end: float, down: str | None,
+                occupants: tuple[PodRef, ...]) -> None:
+        self.segments.append(Segment(device, start, end, down, occupants))
+
+    def pod_created(self, uid: str, namespace: str, name: str, team: str | None,
+                    workload: str, profile: str, accelerator: str, t: float) -> None:
+        self.pods[uid] = PodRecord(uid, namespace, name, team, workload, profile, accelerator, t)
+
+    def pod_ref(self, uid: str, name: str, namespace: str, team: str | None, workload: str,
+                profile: str, pod_key: int, running_at: float, multi_gpu: bool) -> PodRef:
+        return PodRef(uid, name, namespace, team, workload, profile, pod_key, running_at,
+                      multi_gpu)
+
+    def pod_scheduled(self, uid: str, t: float, node: str) -> None:
+        rec = self.pods[uid]
+        rec.scheduled_at = t
+        rec.node = node
+        rec.phase = "Running"
+
+    def pod_finished(self, uid: str, t: float, phase: str, reason: str) -> None:
+        rec = self.pods[uid]
+        rec.finished_at = t
+        rec.phase = phase
+        rec.reason = reason
+
+    def down_start(self, node: str, gpu_uuids: list[str], reason: str, t: float,
+                   xid: int | None = None) -> None:
+        for uuid in gpu_uuids:
+            if (uuid, reason) not in self._open:
+                inc = Incident(node, uuid, reason, t, None, xid)
+                self._open[(uuid, reason)] = inc
+                self.incidents.append(inc)
+
+    def down_end(self, node: str, gpu_uuids: list[str], reason: str, t: float) -> None:
+        for uuid in gpu_uuids:
+            inc = self._open.pop((uuid, reason), None)
+            if inc is not None:
+                inc.end = t
+
+    def interruption(self, node: str, pool: str, t: float, pod_uids: list[str]) -> None:
+        self.interruptions.append(Interruption(node, pool, t, tuple(pod_uids)))
+
+    # ------------------------------------------------------------------ values
+
+    def device_activity(self, device: DeviceInfo, occupants: list[PodRef], t: float,
+                        step: int) -> Activity:
+        """What DCGM shows for ``device`` during ``step`` (starting at ``t``)."""
+        if not occupants:
+            return UNALLOCATED
+        shares = [activity(p.profile, p.key, device.key, step, t >= p.running_at, p.multi_gpu,
+                           device.has_nvlink) for p in occupants]
+        return combine(shares, device.clients)
+
+    # ------------------------------------------------------------------ queries
+
+    def report(self, start: float, end: float) -> GroundTruth:
+        """The truth for ``[start, end)``; segments must be closed up to ``end``."""
+        seconds: dict[tuple[Any, ...], float] = defaultdict(float)
+        dev_sum: dict[str, float] = defaultdict(float)
+        dev_n: dict[str, int] = defaultdict(int)
+        pod_sum: dict[str, float] = defaultdict(float)
+        pod_w: dict[str, float] = defaultdict(float)
+        step = self._step
+        for seg in self.segments:
+            lo, hi = max(start, seg.start), min(end, seg.end)
+            if hi <= lo:
+                continue
+            d = seg.device
+            base = (d.node, d.pool, d.accelerator, d.provisioning, d.device_id)
+            span = (hi - lo) * d.fraction
+            if seg.down is not None:
+                seconds[("unavailable", None, *base)] += span
+                continue
+            if not seg.occupants:
+                seconds[("unallocated", None, *base)] += span
+            else:
+                for p in seg.occupants:
+                    seconds[("allocated", p, *base)] += span / len(seg.occupants)
+            first = -(-(lo - self._start) // step)
+            last = -(-(hi - self._start) // step)
+            if not seg.occupants:  # an idle GPU: GR engine active is 0 in every step
+                dev_n[d.device_id] += int(last - first)
+                continue
+            occupants = list(seg.occupants)
+            weight = step * d.fraction / max(1, len(occupants))
+            for k in range(int(first), int(last)):
+                t = self._start + k * step
+                gr = self.device_activity(d, occupants, t, k).gr_engine_active
+                dev_sum[d.device_id] += gr
+                dev_n[d.device_id] += 1
+                for p in occupants:
+                    pod_sum[p.uid] += gr * weight
+                    pod_w[p.uid] += weight
+        rows = []
+        for (state, ref, node, pool, accel, prov, device_id), secs in sorted(
+                seconds.items(), key=lambda kv: _sort_key(kv[0])):
+            rows.append(GpuSeconds(
+                state=state, pod_uid=ref.uid if ref else None, pod=ref.name if ref else None,
+                namespace=ref.namespace if ref else None, team=ref.team if ref else None,
+                workload=ref.workload if ref else None, node=node, pool=pool,
+                accelerator=accel, provisioning=prov, device_id=device_id, seconds=secs))
+        pods = {uid: rec for uid, rec in self.pods.items()
+                if rec.created_at < end and (rec.finished_at is None or rec.finished_at > start)}
+        incidents = [Incident(i.node, i.gpu_uuid, i.reason, max(i.start, start),
+                              min(i.end, end) if i.end is not None else end, i.xid)
+                     for i in self.incidents
+                     if i.start < end and (i.end is None or i.end > start)]
+        return GroundTruth(
+            start=start, end=end, gpu_seconds=rows,
+            device_utilization={k: dev_sum[k] / dev_n[k] for k in sorted(dev_n)},
+            pod_utilization={k: pod_sum[k] / pod_w[k] for k in sorted(pod_w) if pod_w[k] > 0},
+            pods=pods, incidents=incidents,
+            interruptions=[i for i in self.interruptions if start <= i.at < end],
+            profiles={rec.workload: rec.profile for rec in pods.values()},
+        )
+
+
+def _sort_key(k: tuple[Any, ...]) -> tuple[Any, ...]:
+    state, ref, *rest = k
+    return (state, ref.uid if ref else "", *rest)
