@@ -116,7 +116,7 @@ _MODELS = (
     GpuModel(
         accelerator="nvidia-l4",
         dcgm_model_name="NVIDIA L4",
-        memory_mib=23034,
+        memory_mib=23033,
         reserved_mib=470,
         power_limit_watts=72.0,
         idle_power_watts=16.0,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
 from pathlib import Path
 
+from exporter.lifecycle import wait_for_shutdown
 from exporter.simulator.scenario import Scenario, ScenarioError, load_scenario, parse_duration
 
 
@@ -136,12 +135,7 @@ async def _simulate(scenario: Scenario, args: argparse.Namespace) -> int:
           "GET /sim/truth")
     print("  clock            " + ("manual" if speed == 0 else f"{speed:g}x"))
     print("Ctrl-C to stop.", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await wait_for_shutdown()
     await server.stop()
     return 0
 

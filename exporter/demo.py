@@ -20,6 +20,7 @@ import aiohttp
 from kubernetes_asyncio import client, config
 from tqdm import tqdm
 
+from exporter.lifecycle import wait_for_shutdown
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
 from exporter.simulator.truth import GroundTruth
@@ -61,10 +62,7 @@ async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve: boo
             server.start_ticking()
             print(f"Serving at {server.api_url} (kubectl --kubeconfig {outputs.kubeconfig} "
                   "get pods -A); Ctrl-C to stop.", flush=True)
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                pass
+            await wait_for_shutdown()
     return 0
 
 

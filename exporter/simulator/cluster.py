@@ -24,7 +24,7 @@ from typing import Literal
 
 from exporter.catalog import GPU_MODELS, GpuModel
 from exporter.simulator import objects
-from exporter.simulator.profiles import PROFILES, Activity, activity, combine
+from exporter.simulator.profiles import PROFILES, Activity
 from exporter.simulator.rng import key, mix, uuid_str
 from exporter.simulator.scenario import FATAL_XIDS, Fault, Pool, Scenario, Workload
 from exporter.simulator.store import ApiStore
@@ -216,6 +216,20 @@ class Cluster:
                                                         if p.ref is not None],
                                           self.start + step * self.step, step)
 
+    def submit(self, workload: str, *, profile: str | None = None,
+               run_seconds: float | None = None) -> list[Pod]:
+        """Create one job of ``workload`` now and run a scheduling pass; returns its pods."""
+        w = next(w for w in self.scenario.workloads if w.name == workload)
+        job = self._new_job(w, "Job", self._pod_counter)
+        if profile is not None:
+            job.profile = profile
+        if run_seconds is not None:
+            job.run_seconds = float(math.ceil(run_seconds / self.step) * self.step)
+        self._create_pods(job)
+        self._schedule()
+        self._flush()
+        return [p for p in self.pods.values() if p.job is job]
+
     def inject(self, fault: Fault) -> None:
         """Apply a fault now (on-demand injection); ``fault.at`` is ignored."""
         self._apply_fault(fault)
@@ -255,8 +269,7 @@ class Cluster:
             if w.replicas is not None:
                 owner = "ReplicaSet" if w.kind == "serving" else "StatefulSet"
                 self._create_pods(self._new_job(w, owner, 0))
-            else:
-                assert w.arrivals_per_day is not None
+            elif w.arrivals_per_day:
                 rng = random.Random(mix(self.seed, key(w.name)))
                 self._arrivals[w.name] = (rng, self.start + self._interarrival(rng, w))
         self._schedule()

@@ -25,7 +25,7 @@ ValueFn = Callable[[Activity, "Device", float], str]
 
 
 def _i(x: float) -> str:
-    return str(int(round(x)))
+    return str(round(x))
 
 
 def _f(x: float) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -193,7 +194,7 @@ class KubeApi:
 
     def _list(self, request: web.Request, kind: str,
               matches: Callable[[Obj], bool]) -> web.Response:
-        items = [o for o in self.store.list(kind) if matches(o)]
+        items = [o for o in self.store.list_objects(kind) if matches(o)]
         rv = str(self.store.resource_version)
         meta: Obj = {"resourceVersion": rv}
         limit = int(request.query.get("limit") or 0)
@@ -229,7 +230,7 @@ class KubeApi:
         queue: asyncio.Queue[Event] = asyncio.Queue()
         try:
             if start_rv in ("", "0"):
-                backlog = [Event(0, kind, "ADDED", o) for o in self.store.list(kind)]
+                backlog = [Event(0, kind, "ADDED", o) for o in self.store.list_objects(kind)]
             else:
                 backlog = self.store.events_since(kind, int(start_rv))
         except Expired as exc:
@@ -273,8 +274,9 @@ class KubeApi:
                             "metadata": {"resourceVersion": str(self.store.resource_version)}})
                     next_bookmark = time.monotonic() + self.bookmark_interval
                     continue
-                while time.monotonic() < self.hang_until and not ended.is_set():
-                    await asyncio.sleep(0.05)
+                if (hung := self.hang_until - time.monotonic()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(ended.wait(), timeout=hung)
                 if ended.is_set():
                     break
                 if matches(event.obj):

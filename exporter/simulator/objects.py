@@ -101,7 +101,8 @@ def node(n: Node, scenario: Scenario, now: float) -> Obj:
                             "pods": "110", "ephemeral-storage": "47060071478",
                             "nvidia.com/gpu": str(n.allocatable)},
             "conditions": [
-                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                {"type": "MemoryPressure", "status": "False",
+                 "reason": "KubeletHasSufficientMemory",
                  "message": "kubelet has sufficient memory available",
                  "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(n.created_at)},
                 ready,
@@ -151,7 +152,7 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
         labels["statefulset.kubernetes.io/pod-name"] = p.name
     if w.queue:
         labels["kueue.x-k8s.io/queue-name"] = w.queue
-    selector = {"cloud.google.com/gke-accelerator": w.accelerator}
+    selector: dict[str, str] = {"cloud.google.com/gke-accelerator": w.accelerator}
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     if w.spot:
         selector["cloud.google.com/gke-spot"] = "true"
@@ -213,7 +214,8 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
                 state["terminated"]["message"] = p.message
         status["containerStatuses"] = [{
             "name": container["name"], "image": container["image"],
-            "imageID": f"{container['image'].rsplit(':', 1)[0]}@sha256:{hex_id(key(w.name), length=64)}",
+            "imageID": f"{container['image'].rsplit(':', 1)[0]}@sha256:"
+                       f"{hex_id(key(w.name), length=64)}",
             "ready": running,
             "restartCount": 0, "started": running, "state": state,
             "containerID": f"containerd://{p.uid.replace('-', '')}{p.uid.replace('-', '')}",
@@ -222,14 +224,12 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
         conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                            "message": p.unschedulable_message,
                            "lastTransitionTime": rfc3339(p.unschedulable_since)})
-    if p.phase == "Failed":
-        if p.reason in ("Terminated", "NodeLost", "ScaleDown"):
-            status["reason"] = p.reason
-            status["message"] = p.message
-            conditions.append({"type": "DisruptionTarget", "status": "True",
-                               "reason": "TerminationByKubelet",
-                               "message": p.message,
-                               "lastTransitionTime": rfc3339(p.finished_at or 0)})
+    if p.phase == "Failed" and p.reason in ("Terminated", "NodeLost", "ScaleDown"):
+        status["reason"] = p.reason
+        status["message"] = p.message
+        conditions.append({"type": "DisruptionTarget", "status": "True",
+                           "reason": "TerminationByKubelet", "message": p.message,
+                           "lastTransitionTime": rfc3339(p.finished_at or 0)})
     status["conditions"] = conditions
     return {
         "apiVersion": "v1", "kind": "Pod",
@@ -269,6 +269,12 @@ def dcgm_exporter_pod(n: Node, scenario: Scenario, port: int = DCGM_PORT) -> Obj
         "status": {
             "phase": "Running", "hostIP": n.address, "podIP": n.address,
             "podIPs": [{"ip": n.address}], "startTime": rfc3339(n.created_at),
+            "containerStatuses": [{
+                "name": "dcgm-exporter", "ready": True, "restartCount": 0, "started": True,
+                "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.4.1-4.6.0-ubuntu22.04",
+                "imageID": "nvcr.io/nvidia/k8s/dcgm-exporter@sha256:"
+                           + hex_id(key("dcgm-exporter"), length=64),
+                "state": {"running": {"startedAt": rfc3339(n.created_at)}}}],
             "conditions": [{"type": "PodScheduled", "status": "True",
                             "lastTransitionTime": rfc3339(n.created_at)},
                            {"type": "Ready", "status": "True",

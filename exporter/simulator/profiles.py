@@ -128,7 +128,7 @@ def activity(profile: str, pod_key: int, device_key: int, step: int, started: bo
         link = 0.03 if multi_gpu else 0.0
         util, power, temp = 94.0 + 4 * n3, 0.35 + 0.05 * n0, 54.0 + 2 * n1
     elif profile == "comm_bound":
-        gr, sm, occ, tensor, dram = 0.82 + 0.05 * n0, 0.27 + 0.05 * n1, 0.20 + 0.04 * n2, \
+        gr, sm, occ, tensor, dram = 0.82 + 0.05 * n0, 0.27 + 0.05 * n1, 0.26 + 0.04 * n2, \
             0.11 + 0.04 * n3, 0.22 + 0.04 * n0
         link = 0.58 + 0.10 * n1
         pcie_tx, pcie_rx = 0.02, 0.03

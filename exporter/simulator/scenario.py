@@ -157,7 +157,8 @@ class Workload(_Model):
     gpus_per_pod: int = Field(default=1, ge=1, le=16)
     pods: int = Field(default=1, ge=1, le=64)
     """Pods per job (a multi-node pre-training job has several)."""
-    arrivals_per_day: float | None = Field(default=None, gt=0)
+    arrivals_per_day: float | None = Field(default=None, ge=0)
+    """Mean job arrivals per day (Poisson); 0 means jobs come only from ``Cluster.submit``."""
     replicas: int | None = Field(default=None, ge=1)
     """Always-on pods (serving, notebooks) instead of arriving jobs."""
     duration: tuple[Duration, Duration] = (3600.0, 3600.0)
@@ -165,7 +166,7 @@ class Workload(_Model):
     startup: Duration = 0.0
     """Time from start to the first kernel (image pull, data loading); the GPU sits idle."""
     priority_class: str = "default"
-    profiles: dict[Profile, float] = Field(default_factory=lambda: {"healthy": 1.0})
+    profiles: dict[Profile, float] = Field(default_factory=lambda: {"healthy": 1.0})  # type: ignore[arg-type]
     """Workload profile mix: each job draws one profile with these weights."""
     queue: str | None = None
     """Kueue LocalQueue name, carried as the ``kueue.x-k8s.io/queue-name`` label."""

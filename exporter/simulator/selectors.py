@@ -28,7 +28,9 @@ class SelectorError(ValueError):
 
 def _split(selector: str) -> list[str]:
     """Split on commas that are not inside parentheses."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in selector:
         if ch == "(":
             depth += 1
@@ -50,19 +52,13 @@ def label_selector(selector: str | None) -> Predicate:
     for term in _split(selector):
         if m := _SET.match(term):
             k, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
-            if op == "in":
-                tests.append(lambda o, k=k, v=values: _labels(o).get(k) in v)
-            else:
-                tests.append(lambda o, k=k, v=values: _labels(o).get(k) not in v)
+            tests.append(_label_in(k, values, negate=op == "notin"))
         elif m := _EQ.match(term):
             k, op, value = m.group(1), m.group(2), m.group(3)
-            if op == "!=":
-                tests.append(lambda o, k=k, v=value: _labels(o).get(k) != v)
-            else:
-                tests.append(lambda o, k=k, v=value: _labels(o).get(k) == v)
+            tests.append(_label_in(k, {value}, negate=op == "!="))
         elif m := _EXISTS.match(term):
             neg, k = m.group(1) == "!", m.group(2)
-            tests.append(lambda o, k=k, neg=neg: (k in _labels(o)) != neg)
+            tests.append(_label_exists(k, negate=neg))
         else:
             raise SelectorError(f"unable to parse requirement: {term.strip()!r}")
     return lambda o: all(t(o) for t in tests)
@@ -79,11 +75,29 @@ def field_selector(selector: str | None) -> Predicate:
         path, op, value = m.group(1), m.group(2), m.group(3)
         if path not in FIELDS:
             raise SelectorError(f'field label not supported: "{path}"')
-        if op == "!=":
-            tests.append(lambda o, p=path, v=value: _field(o, p) != v)
-        else:
-            tests.append(lambda o, p=path, v=value: _field(o, p) == v)
+        tests.append(_field_is(path, value, negate=op == "!="))
     return lambda o: all(t(o) for t in tests)
+
+
+def _label_in(k: str, values: set[str], negate: bool) -> Predicate:
+    def test(obj: Obj) -> bool:
+        return (_labels(obj).get(k) in values) != negate
+
+    return test
+
+
+def _label_exists(k: str, negate: bool) -> Predicate:
+    def test(obj: Obj) -> bool:
+        return (k in _labels(obj)) != negate
+
+    return test
+
+
+def _field_is(path: str, value: str, negate: bool) -> Predicate:
+    def test(obj: Obj) -> bool:
+        return (_field(obj, path) == value) != negate
+
+    return test
 
 
 def _labels(obj: Obj) -> dict[str, str]:

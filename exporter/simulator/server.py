@@ -76,6 +76,7 @@ class SimulatorServer:
         self._version = 0
         self._ticker: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
         self.api_port = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -131,14 +132,19 @@ class SimulatorServer:
                 self.cluster.advance(self.cluster.step)
                 if i % 20 == 19:
                     await asyncio.sleep(0)
-            self._version += 1
-            await self._sync_endpoints()
+            await self._bump()
+
+    async def _bump(self) -> None:
+        """Publish a state change: new exposition, listeners opened or closed."""
+        self._version += 1
+        await self._sync_endpoints()
+        async with self._changed:
+            self._changed.notify_all()
 
     async def inject(self, fault: Fault) -> None:
         async with self._lock:
             self.cluster.inject(fault)
-            self._version += 1
-            await self._sync_endpoints()
+            await self._bump()
 
     async def _tick_forever(self) -> None:
         interval = self.cluster.step / self.speed
@@ -182,9 +188,11 @@ class SimulatorServer:
         if node is None:
             raise web.HTTPNotFound()
         if node.endpoint_mode == "hang":
-            deadline = time.monotonic() + HANG_LIMIT_SECONDS
-            while node.endpoint_mode == "hang" and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
+            async with self._changed:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._changed.wait_for(lambda: node.endpoint_mode != "hang"),
+                        timeout=HANG_LIMIT_SECONDS)
         if node.endpoint_mode == "error":
             return web.Response(status=500, text="failed to collect metrics: DCGM error\n")
         cached = self._cache.get(node.name)

@@ -85,7 +85,7 @@ class ApiStore:
     def get(self, kind: str, key: str) -> Obj | None:
         return self._objects.get(kind, {}).get(key)
 
-    def list(self, kind: str) -> list[Obj]:
+    def list_objects(self, kind: str) -> list[Obj]:
         """Current objects of ``kind``, ordered by key (namespace, then name)."""
         objects = self._objects.get(kind, {})
         return [objects[k] for k in sorted(objects)]

@@ -59,7 +59,8 @@ def column_definitions(kind: str) -> list[Obj]:
 def _cells(kind: str, obj: Obj, now: float) -> list[Any]:
     meta, status = obj["metadata"], obj.get("status", {})
     if kind == "Node":
-        ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+        ready: Obj = next((c for c in status.get("conditions", []) if c["type"] == "Ready"),
+                          {})
         state = "Ready" if ready.get("status") == "True" else "NotReady"
         if obj.get("spec", {}).get("unschedulable"):
             state += ",SchedulingDisabled"
@@ -71,7 +72,7 @@ def _cells(kind: str, obj: Obj, now: float) -> list[Any]:
                 info.get("containerRuntimeVersion", "")]
     if kind == "Pod":
         statuses = status.get("containerStatuses", [])
-        ready = sum(1 for c in statuses if c.get("ready"))
+        n_ready = sum(1 for c in statuses if c.get("ready"))
         total = len(obj["spec"]["containers"])
         shown = status.get("phase", "Unknown")
         for c in statuses:
@@ -80,7 +81,7 @@ def _cells(kind: str, obj: Obj, now: float) -> list[Any]:
                 shown = term["reason"]
         if status.get("reason"):
             shown = status["reason"]
-        return [meta["name"], f"{ready}/{total}", shown,
+        return [meta["name"], f"{n_ready}/{total}", shown,
                 sum(c.get("restartCount", 0) for c in statuses), _age(obj, now),
                 status.get("podIP", "<none>"), obj["spec"].get("nodeName", "<none>"),
                 "<none>", "<none>"]

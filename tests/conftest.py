@@ -1,0 +1,84 @@
+"""Shared fixtures: small scenarios built from a base, and the simulator served on loopback."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.simulator.scenario import Scenario, parse_scenario
+from exporter.simulator.server import SimulatorServer
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+BASE: dict[str, Any] = {
+    "cluster": "test",
+    "seed": 3,
+    "start": "2026-11-16T00:00:00Z",
+    "step": 30,
+    "priority_classes": {"high": 1000, "low": 10},
+    "namespaces": [{"name": "team-a", "team": "alpha"}, {"name": "team-b"}],
+    "pools": [
+        {"name": "h100", "accelerator": "nvidia-h100-80gb", "gpus_per_node": 8, "nodes": 1},
+        {"name": "l4", "accelerator": "nvidia-l4", "gpus_per_node": 4, "nodes": 1,
+         "sharing": {"max_shared_clients_per_gpu": 2}},
+        {"name": "mig", "accelerator": "nvidia-tesla-a100", "gpus_per_node": 1, "nodes": 1,
+         "mig_partition_size": "1g.5gb"},
+        {"name": "t4-spot", "accelerator": "nvidia-tesla-t4", "gpus_per_node": 4, "nodes": 1,
+         "spot": True, "recreate_delay": "5m"},
+    ],
+    "workloads": [
+        {"name": "train", "kind": "pretraining", "namespace": "team-a",
+         "accelerator": "nvidia-h100-80gb", "gpus_per_pod": 8, "arrivals_per_day": 0,
+         "priority_class": "low"},
+        {"name": "urgent", "kind": "finetuning", "namespace": "team-b",
+         "accelerator": "nvidia-h100-80gb", "gpus_per_pod": 8, "arrivals_per_day": 0,
+         "priority_class": "high"},
+        {"name": "half", "kind": "finetuning", "namespace": "team-b",
+         "accelerator": "nvidia-h100-80gb", "gpus_per_pod": 4, "arrivals_per_day": 0,
+         "priority_class": "low"},
+        {"name": "shared", "kind": "batch_inference", "namespace": "team-a",
+         "accelerator": "nvidia-l4", "sharing": "time-sharing", "arrivals_per_day": 0},
+        {"name": "slice", "kind": "batch_inference", "namespace": "team-a",
+         "accelerator": "nvidia-tesla-a100", "mig_partition_size": "1g.5gb",
+         "arrivals_per_day": 0},
+        {"name": "spotjob", "kind": "finetuning", "namespace": "team-b",
+         "accelerator": "nvidia-tesla-t4", "spot": True, "gpus_per_pod": 2,
+         "arrivals_per_day": 0},
+    ],
+}
+
+
+def scenario_data(**overrides: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    data.update(copy.deepcopy(overrides))
+    return data
+
+
+@pytest.fixture
+def make_scenario() -> Callable[..., Scenario]:
+    """Factory: the small test cluster, with top-level fields overridden."""
+
+    def make(**overrides: Any) -> Scenario:
+        return parse_scenario(scenario_data(**overrides), "test")
+
+    return make
+
+
+@pytest.fixture
+async def make_server() -> AsyncIterator[Callable[..., Any]]:
+    """Factory: a started SimulatorServer (manual clock) for a scenario; stopped afterwards."""
+    servers: list[SimulatorServer] = []
+
+    async def make(scenario: Scenario, **kwargs: Any) -> SimulatorServer:
+        server = SimulatorServer(scenario, **kwargs)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        await server.stop()
