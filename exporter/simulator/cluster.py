@@ -16,6 +16,8 @@ no preemption of running pods. A GPU unit is never handed to two pods.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import random
 from collections.abc import Iterable
@@ -160,6 +162,12 @@ class Pod:
     def workload(self) -> Workload:
         return self.job.workload
 
+    @property
+    def workload_name(self) -> str:
+        """The controller a person would name: Job, StatefulSet, or the ReplicaSet's
+        Deployment (the ReplicaSet name less its pod-template-hash)."""
+        return self.job.workload.name if self.job.owner_kind == "ReplicaSet" else self.job.name
+
 
 class Cluster:
     """The whole simulated cluster at virtual time ``now``."""
@@ -189,6 +197,9 @@ class Cluster:
         self._dirty_pods: dict[str, Pod] = {}
         self._dirty_nodes: dict[str, Node] = {}
         self._to_delete: list[tuple[float, Pod]] = []
+        self._ends: list[tuple[float, int, Pod]] = []  # (completion time, tiebreak, pod)
+        self._end_seq = itertools.count()
+        self._faulty: dict[str, Node] = {}  # nodes with a fault in progress
         self._bootstrap()
 
     # ----------------------------------------------------------------- public API
@@ -245,9 +256,9 @@ class Cluster:
             self._apply_fault(self._faults[self._fault_cursor][1])
             self._fault_cursor += 1
         self._end_faults(t)
-        for pod in [p for p in self.pods.values() if p.phase == "Running"]:
-            if pod.remaining_seconds is not None and pod.running_at is not None and \
-                    pod.running_at + pod.remaining_seconds <= t + 1e-9:
+        while self._ends and self._ends[0][0] <= t + 1e-9:
+            _, _, pod = heapq.heappop(self._ends)
+            if pod.phase == "Running":
                 self._finish(pod, "Succeeded", "Completed", 0, None)
         self._delete_due(t)
         self._evict_not_ready(t)
@@ -409,7 +420,7 @@ class Cluster:
             self.pods[f"{pod.namespace}/{pod.name}"] = pod
             self.pending.append(pod)
             self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
-            self.truth.pod_created(pod.uid, pod.namespace, pod.name, pod.team, job.name,
+            self.truth.pod_created(pod.uid, pod.namespace, pod.name, pod.team, pod.workload_name,
                                    job.profile, w.accelerator, self.now)
 
     def _arrive(self, t: float) -> None:
@@ -493,36 +504,41 @@ class Cluster:
         if not self.pending:
             return
         self.pending.sort(key=lambda p: (-p.priority, p.created_at, p.name))
-        nodes = sorted((n for n in self.nodes.values() if n.schedulable), key=lambda n: n.name)
+        by_pool: dict[str, list[Node]] = {}
+        for node in sorted(self.nodes.values(), key=lambda n: n.name):
+            if node.schedulable:
+                by_pool.setdefault(node.pool.name, []).append(node)
+        schedulable = sum(len(v) for v in by_pool.values())
+        not_ready = sum(1 for n in self.nodes.values() if not n.deleted and not n.ready)
+        free: dict[str, list[int]] = {}
+        refused: dict[tuple[str, int], str] = {}  # nothing frees up during a pass
         still: list[Pod] = []
         for pod in self.pending:
-            best: tuple[int, str, Node, list[int]] | None = None
-            mismatched = insufficient = 0
-            for node in nodes:
-                if not _selects(pod.workload, node.pool):
-                    mismatched += 1
-                    continue
-                free = node.free_units()
-                if len(free) < pod.gpus:
-                    insufficient += 1
-                    continue
-                cand = (len(free) - pod.gpus, node.name, node, free[: pod.gpus])
-                if best is None or cand[:2] < best[:2]:
-                    best = cand
-            not_ready = sum(1 for n in self.nodes.values() if not n.deleted and not n.ready)
+            shape = (pod.workload.name, pod.gpus)
+            message = refused.get(shape)
+            best: tuple[int, str, Node] | None = None
+            if message is None:
+                considered = insufficient = 0
+                for pool in self.scenario.pools:
+                    if not _selects(pod.workload, pool):
+                        continue
+                    for node in by_pool.get(pool.name, ()):
+                        considered += 1
+                        units = free.get(node.name)
+                        if units is None:
+                            units = free[node.name] = node.free_units()
+                        if len(units) < pod.gpus:
+                            insufficient += 1
+                            continue
+                        cand = (len(units) - pod.gpus, node.name, node)
+                        if best is None or cand[:2] < best[:2]:
+                            best = cand
+                if best is None:
+                    message = _unschedulable_message(insufficient, not_ready,
+                                                     schedulable - considered)
+                    refused[shape] = message
             if best is None:
-                total = mismatched + insufficient + not_ready
-                parts = []
-                if insufficient:
-                    parts.append(f"{insufficient} Insufficient nvidia.com/gpu")
-                if not_ready:
-                    parts.append(f"{not_ready} node(s) had untolerated taint "
-                                 "{node.kubernetes.io/not-ready: }")
-                if mismatched:
-                    parts.append(f"{mismatched} node(s) didn't match Pod's node "
-                                 "affinity/selector")
-                message = (f"0/{total} nodes are available: {', '.join(parts)}. "
-                           "preemption: not eligible due to preemptionPolicy=Never.")
+                assert message is not None
                 if pod.unschedulable_since is None or message != pod.unschedulable_message:
                     if pod.unschedulable_since is None:
                         pod.unschedulable_since = self.now
@@ -530,7 +546,10 @@ class Cluster:
                     self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
                 still.append(pod)
                 continue
-            self._bind(pod, best[2], best[3])
+            node = best[2]
+            units = free[node.name]
+            self._bind(pod, node, units[: pod.gpus])
+            free[node.name] = units[pod.gpus:]
         self.pending = still
 
     def _bind(self, pod: Pod, node: Node, units: list[int]) -> None:
@@ -549,9 +568,12 @@ class Cluster:
         pod.started_at = self.now
         pod.running_at = self.now + pod.workload.startup
         pod.phase = "Running"
+        if pod.remaining_seconds is not None:
+            heapq.heappush(self._ends, (pod.running_at + pod.remaining_seconds,
+                                        next(self._end_seq), pod))
         multi = pod.gpus > 1 or pod.workload.pods > 1
         pod.ref = self.truth.pod_ref(pod.uid, pod.name, pod.namespace, pod.team,
-                                     pod.job.name, pod.job.profile, pod.key, pod.running_at,
+                                     pod.workload_name, pod.job.profile, pod.key, pod.running_at,
                                      multi)
         for d in touched.values():
             d.occupants.append(pod)
@@ -608,6 +630,7 @@ class Cluster:
         node = self._node_in_pool(pool.name, fault.node_index)
         if node is None:
             return
+        self._faulty[node.name] = node
         if fault.kind == "endpoint":
             assert fault.mode is not None
             node.endpoint_mode = fault.mode
@@ -639,7 +662,10 @@ class Cluster:
                 self._dirty_nodes[node.name] = node
 
     def _end_faults(self, t: float) -> None:
-        for node in self.live_nodes():
+        for node in [self._faulty[k] for k in sorted(self._faulty)]:
+            if node.deleted:
+                del self._faulty[node.name]
+                continue
             if node.endpoint_mode != "ok" and node.endpoint_until <= t + 1e-9:
                 node.endpoint_mode = "ok"
             if not node.ready and node.not_ready_until <= t + 1e-9:
@@ -657,9 +683,11 @@ class Cluster:
                     gpu.down_reason = None
                     gpu.xid = 0
                     self._dirty_nodes[node.name] = node
+            if node.ready and node.endpoint_mode == "ok" and not any(g.xid for g in node.gpus):
+                del self._faulty[node.name]
 
     def _evict_not_ready(self, t: float) -> None:
-        for node in self.live_nodes():
+        for node in [self._faulty[k] for k in sorted(self._faulty)]:
             if node.ready or t - node.ready_since < self.scenario.not_ready_eviction - 1e-9:
                 continue
             for pod in sorted({p for p in node.units if p is not None}, key=lambda p: p.name):
@@ -701,6 +729,21 @@ class Cluster:
 
 _BUS_IDS = ("04", "05", "0A", "0B", "84", "85", "8A", "8B", "C4", "C5", "CA", "CB",
             "44", "45", "4A", "4B")
+
+
+def _unschedulable_message(insufficient: int, not_ready: int, mismatched: int) -> str:
+    """kube-scheduler's FailedScheduling summary for a GPU pod that fits nowhere."""
+    parts = []
+    if insufficient:
+        parts.append(f"{insufficient} Insufficient nvidia.com/gpu")
+    if not_ready:
+        parts.append(f"{not_ready} node(s) had untolerated taint "
+                     "{node.kubernetes.io/unreachable: }")
+    if mismatched:
+        parts.append(f"{mismatched} node(s) didn't match Pod's node affinity/selector")
+    total = insufficient + not_ready + mismatched
+    return (f"0/{total} nodes are available: {', '.join(parts)}. "
+            "preemption: not eligible due to preemptionPolicy=Never.")
 
 
 def _selects(w: Workload, pool: Pool) -> bool:

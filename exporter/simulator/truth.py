@@ -253,8 +253,11 @@ class TruthLog:
 
     # ------------------------------------------------------------------ queries
 
-    def report(self, start: float, end: float) -> GroundTruth:
-        """The truth for ``[start, end)``; segments must be closed up to ``end``."""
+    def report(self, start: float, end: float, utilization: bool = True) -> GroundTruth:
+        """The truth for ``[start, end)``; segments must be closed up to ``end``.
+
+        ``utilization=False`` skips the per-step utilisation figures (the costly part).
+        """
         seconds: dict[tuple[Any, ...], float] = defaultdict(float)
         dev_sum: dict[str, float] = defaultdict(float)
         dev_n: dict[str, int] = defaultdict(int)
@@ -278,6 +281,8 @@ class TruthLog:
                     seconds[("allocated", p, *base)] += span / len(seg.occupants)
             first = -(-(lo - self._start) // step)
             last = -(-(hi - self._start) // step)
+            if not utilization:
+                continue
             if not seg.occupants:  # an idle GPU: GR engine active is 0 in every step
                 dev_n[d.device_id] += int(last - first)
                 continue

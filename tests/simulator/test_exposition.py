@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -68,7 +69,7 @@ def test_value_formats_match_dcgm_exporter(make_scenario: Callable[..., Scenario
         if line.startswith("#"):
             continue
         name, value = re.match(r"^(\w+)\{.*\} (\S+)$", line).groups()  # type: ignore[union-attr]
-        if name.startswith("DCGM_FI_PROF_") and not name.endswith("_BYTES") or \
+        if (name.startswith("DCGM_FI_PROF_") and not name.endswith("_BYTES")) or \
                 name == "DCGM_FI_DEV_POWER_USAGE":
             assert re.fullmatch(r"\d+\.\d{6}", value), line
         else:
@@ -134,7 +135,7 @@ def test_energy_counter_is_monotonic(make_scenario: Callable[..., Scenario]) -> 
         c.advance(600)
         seen.append([v["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
                      for v in by_gpu(render_node(c, node)).values()])
-    for before, after in zip(seen, seen[1:], strict=False):
+    for before, after in itertools.pairwise(seen):
         assert all(b < a for b, a in zip(before, after, strict=True))
 
 

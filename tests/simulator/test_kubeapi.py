@@ -1,0 +1,182 @@
+"""The real kubernetes_asyncio client lists and watches the simulated API server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from exporter.simulator.scenario import Scenario
+from exporter.simulator.server import SimulatorServer
+
+
+@pytest.fixture
+async def sim(make_server: Callable[..., Any],
+              make_scenario: Callable[..., Scenario]) -> SimulatorServer:
+    server: SimulatorServer = await make_server(make_scenario(), bookmark_interval=0.2)
+    return server
+
+
+@pytest.fixture
+async def v1(sim: SimulatorServer, tmp_path: Path) -> AsyncIterator[client.CoreV1Api]:
+    outputs = sim.write_outputs(tmp_path)
+    api = await config.new_client_from_config(config_file=str(outputs.kubeconfig))
+    async with api:
+        yield client.CoreV1Api(api)
+
+
+async def test_list_nodes_with_gke_labels(sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    nodes = await v1.list_node()
+    assert len(nodes.items) == 4
+    h100 = next(n for n in nodes.items
+                if n.metadata.labels["cloud.google.com/gke-nodepool"] == "h100")
+    labels = h100.metadata.labels
+    assert labels["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
+    assert labels["node.kubernetes.io/instance-type"] == "a3-highgpu-8g"
+    assert labels["topology.kubernetes.io/zone"] == "us-central1-a"
+    assert h100.status.allocatable["nvidia.com/gpu"] == "8"
+    spot = await v1.list_node(label_selector="cloud.google.com/gke-spot=true")
+    assert [n.metadata.labels["cloud.google.com/gke-nodepool"] for n in spot.items] == ["t4-spot"]
+    mig = await v1.list_node(label_selector="cloud.google.com/gke-gpu-partition-size")
+    assert mig.items[0].status.allocatable["nvidia.com/gpu"] == "7"
+
+
+async def test_list_pods_and_selectors(sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    pod = sim.cluster.submit("train", run_seconds=3600)[0]
+    sim.cluster.submit("train")
+    pods = await v1.list_pod_for_all_namespaces(label_selector="team=alpha")
+    assert {p.metadata.name for p in pods.items} == \
+        {p.name for p in sim.cluster.pods.values() if p.team == "alpha"}
+    running = await v1.list_namespaced_pod("team-a", field_selector="status.phase=Running")
+    assert [p.metadata.name for p in running.items] == [pod.name]
+    got = running.items[0]
+    assert got.spec.containers[0].resources.requests["nvidia.com/gpu"] == "8"
+    assert got.metadata.owner_references[0].kind == "Job"
+    assert got.spec.node_selector["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
+    sched = next(c for c in got.status.conditions if c.type == "PodScheduled")
+    assert sched.status == "True"
+    on_node = await v1.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={got.spec.node_name}")
+    assert {p.metadata.namespace for p in on_node.items} == {"team-a", "gke-managed-system"}
+    dcgm = await v1.list_namespaced_pod(
+        "gke-managed-system",
+        label_selector="app.kubernetes.io/name in (gke-managed-dcgm-exporter)")
+    assert len(dcgm.items) == 4
+    assert {p.status.pod_ip for p in dcgm.items} == \
+        {n.address for n in sim.cluster.live_nodes()}
+    assert dcgm.items[0].spec.containers[0].ports[0].container_port == sim.dcgm_port
+
+
+async def test_pagination(sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    for _ in range(5):
+        sim.cluster.submit("shared")
+    names: list[str] = []
+    token = None
+    while True:
+        page = await v1.list_pod_for_all_namespaces(limit=3, _continue=token)
+        names += [p.metadata.name for p in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    everything = await v1.list_pod_for_all_namespaces()
+    assert names == [p.metadata.name for p in everything.items]
+
+
+async def test_errors_are_kubernetes_status(sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as err:
+        await v1.read_node("no-such-node")
+    assert err.value.status == 404
+    with pytest.raises(ApiException) as err:
+        await v1.list_pod_for_all_namespaces(label_selector="a in b")
+    assert err.value.status == 400
+    async with aiohttp.ClientSession() as s:
+        async with s.get(sim.api_url + "/apis/apps/v1/deployments") as resp:
+            body = await resp.json()
+            assert resp.status == 404 and body["kind"] == "Status" and body["code"] == 404
+        async with s.delete(sim.api_url + "/api/v1/nodes/x") as resp:
+            assert resp.status == 405 and (await resp.json())["reason"] == "MethodNotAllowed"
+
+
+async def test_watch_streams_changes(sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    listed = await v1.list_namespaced_pod("team-a")
+    rv = listed.metadata.resource_version
+    pod = sim.cluster.submit("train", run_seconds=60)[0]
+    await sim.advance(60 + sim.scenario.completed_pod_ttl)
+    events = []
+    w = watch.Watch()
+    async with w:
+        async for e in w.stream(v1.list_namespaced_pod, "team-a", resource_version=rv,
+                                timeout_seconds=1):
+            events.append((e["type"], e["object"].metadata.name, e["object"].status.phase))
+    assert events[0] == ("ADDED", pod.name, "Running")
+    assert ("MODIFIED", pod.name, "Succeeded") in events
+    assert events[-1][:2] == ("DELETED", pod.name)
+
+
+async def test_watch_bookmarks(sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    listed = await v1.list_node()
+    types = []
+    w = watch.Watch()
+    async with w:
+        async for e in w.stream(v1.list_node, resource_version=listed.metadata.resource_version,
+                                allow_watch_bookmarks=True, timeout_seconds=1):
+            types.append(e["type"])
+    assert types and set(types) == {"BOOKMARK"}
+
+
+async def test_watch_from_compacted_version_is_410_then_relist_converges(
+        sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    """An informer's loop: list, watch; on 410 relist. It ends equal to the server."""
+    listed = await v1.list_pod_for_all_namespaces()
+    store = {(p.metadata.namespace, p.metadata.name): p.metadata.uid for p in listed.items}
+    rv = listed.metadata.resource_version
+    for w_name in ("train", "shared", "slice"):
+        sim.cluster.submit(w_name, run_seconds=60)
+    await sim.advance(60 + sim.scenario.completed_pod_ttl)  # created, finished, deleted
+    sim.api.compact()
+    w = watch.Watch()
+    stream = w.stream(v1.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=1)
+    async with w:
+        with pytest.raises(ApiException) as err:
+            await stream.next()
+    assert err.value.status == 410
+    relisted = await v1.list_pod_for_all_namespaces()
+    store = {(p.metadata.namespace, p.metadata.name): p.metadata.uid for p in relisted.items}
+    sim.cluster.submit("half", run_seconds=3600)
+    w = watch.Watch()
+    async with w:
+        async for e in w.stream(v1.list_pod_for_all_namespaces,
+                                resource_version=relisted.metadata.resource_version,
+                                timeout_seconds=1):
+            key = (e["object"].metadata.namespace, e["object"].metadata.name)
+            if e["type"] == "DELETED":
+                store.pop(key, None)
+            else:
+                store[key] = e["object"].metadata.uid
+    truth = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"]["uid"]
+             for o in sim.store.list_objects("Pod")}
+    assert store == truth
+
+
+async def test_watch_without_version_starts_with_the_current_state(
+        sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    w = watch.Watch()
+    seen = []
+    async with w:
+        async for e in w.stream(v1.list_namespace, timeout_seconds=1):
+            seen.append((e["type"], e["object"].metadata.name))
+    assert seen == [("ADDED", "team-a"), ("ADDED", "team-b")]
+
+
+async def test_api_down_answers_503(sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    sim.api.set_down(30)
+    with pytest.raises(ApiException) as err:
+        await v1.list_node()
+    assert err.value.status == 503
+    sim.api.set_down(0)
+    assert len((await v1.list_node()).items) == 4
