@@ -3,7 +3,7 @@ VENV   ?= .venv
 PYTHON ?= $(shell command -v python3.13 2>/dev/null || echo python3)
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint simulate bench clean
+.PHONY: demo test lint tools simulate bench clean
 
 $(BIN)/gke-gpu-exporter: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,8 +14,12 @@ $(BIN)/gke-gpu-exporter: pyproject.toml
 demo: $(BIN)/gke-gpu-exporter
 	$(BIN)/gke-gpu-exporter demo
 
-test: lint
+test: lint tools
 	$(BIN)/pytest
+
+tools:
+	@command -v promtool >/dev/null || { echo "promtool is missing: apt-get install prometheus"; exit 1; }
+	@command -v kubectl >/dev/null || { echo "kubectl is missing: apt-get install kubernetes-client (or kubectl)"; exit 1; }
 
 lint: $(BIN)/gke-gpu-exporter
 	$(BIN)/ruff check .

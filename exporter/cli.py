@@ -19,8 +19,9 @@ def _duration(text: str) -> float:
 
 
 def _scenario_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", type=Path, metavar="FILE",
-                   help="scenario YAML (default: the embedded demo cluster)")
+    p.add_argument("--scenario", metavar="FILE|NAME",
+                   help="scenario YAML, or an embedded one: default (the demo cluster) or "
+                        "fleet (8-GPU training fleet, for scale)")
     p.add_argument("--seed", type=int, help="override the scenario's random seed")
     p.add_argument("--nodes", type=int, metavar="N",
                    help="scale the cluster to about N nodes (load scales alike)")

@@ -409,17 +409,22 @@ def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Scenari
         raise ScenarioError(_format_error(source, exc)) from None
 
 
+EMBEDDED = ("default", "fleet")
+"""Scenarios shipped in the package, loadable by name."""
+
+
 def load_scenario(path: str | Path | None = None) -> Scenario:
-    """Load a scenario file, or the embedded default when ``path`` is None."""
-    if path is None:
-        text = resources.files("exporter.simulator").joinpath("scenarios/default.yaml").read_text()
-        source = "default.yaml"
+    """Load a scenario file, or an embedded one by name (``default`` when ``path`` is None)."""
+    name = "default" if path is None else str(path)
+    if name in EMBEDDED:
+        text = resources.files("exporter.simulator").joinpath(f"scenarios/{name}.yaml").read_text()
+        source = f"{name}.yaml"
     else:
         try:
-            text = Path(path).read_text()
+            text = Path(name).read_text()
         except OSError as exc:
-            raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from None
-        source = str(path)
+            raise ScenarioError(f"{name}: cannot read scenario: {exc.strerror}") from None
+        source = name
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

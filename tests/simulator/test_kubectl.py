@@ -14,12 +14,10 @@ from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
 
 KUBECTL = shutil.which("kubectl")
-pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
-                                "(.ci/run installs it)")
 
 
 async def kubectl(kubeconfig: Path, *args: str) -> str:
-    assert KUBECTL is not None
+    assert KUBECTL is not None, "kubectl is required (apt-get install kubernetes-client)"
     proc = await asyncio.create_subprocess_exec(
         KUBECTL, "--kubeconfig", str(kubeconfig), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
