@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from exporter.lifecycle import wait_for_shutdown
@@ -52,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="simulated seconds per real second (default 1)")
     clock.add_argument("--manual", action="store_true",
                        help="time moves only through POST /sim/advance?seconds=N")
+    clock.add_argument("--wall-clock", action="store_true",
+                       help="start at the current time and follow the wall clock")
     sim.add_argument("--warmup", type=_duration, default=0.0, metavar="DURATION",
                      help="simulate this long (e.g. 6h) before serving")
     sim.add_argument("--api-port", type=int, default=0, help="Kubernetes API port (default: free)")
@@ -81,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: invalid scenario\n{exc}", file=sys.stderr)
         return 2
     if args.command == "simulate":
+        if args.wall_clock:
+            now = time.time()
+            scenario = scenario.model_copy(update={
+                "start": datetime.fromtimestamp(now - now % scenario.step, UTC)})
         if args.check:
             print(describe(scenario))
             return 0
@@ -111,7 +119,7 @@ def describe(scenario: Scenario) -> str:
 async def _simulate(scenario: Scenario, args: argparse.Namespace) -> int:
     from exporter.simulator.server import SimulatorServer
 
-    speed = 0.0 if args.manual else args.speed
+    speed = 0.0 if args.manual else 1.0 if args.wall_clock else args.speed
     server = SimulatorServer(scenario, api_port=args.api_port, dcgm_port=args.dcgm_port,
                              speed=0.0)
     try:
