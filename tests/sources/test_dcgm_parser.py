@@ -1,0 +1,113 @@
+"""parse_dcgm_text reads what real dcgm-exporters print, and rejects the rest by count."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.sources.dcgm import PodOnDevice, parse_dcgm_text
+from tests.conftest import FIXTURES
+
+REAL_L4 = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
+U = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
+
+
+def test_real_l4_scrape() -> None:
+    r = parse_dcgm_text(REAL_L4)
+    (d,) = r.devices
+    assert (d.uuid, d.gpu_index, d.hostname, d.model_name) == (
+        U, "0", "i-030791dc5a37cd257", "NVIDIA L4")
+    assert d.pods == [] and d.mig_profile is None
+    assert d.fields["DCGM_FI_DEV_FB_FREE"] == 22563
+    assert d.fields["DCGM_FI_DEV_POWER_USAGE"] == 16.365
+    assert d.fields["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == 4742776  # counter, no _total
+    assert "DCGM_FI_DEV_XID_ERRORS" not in d.fields  # absent stays absent
+    assert r.samples == 23 and r.rejected == {}
+
+
+def line(name: str, labels: str, value: str) -> str:
+    return f"{name}{{{labels}}} {value}\n"
+
+
+BASE = f'gpu="0",UUID="{U}",device="nvidia0",modelName="NVIDIA L4",Hostname="node-a"'
+
+CASES = [
+    # (case, text, device id -> expected fields, expected pods, rejected)
+    ("lower-case hostname and uuid",
+     line("DCGM_FI_DEV_GPU_UTIL", f'gpu="0",uuid="{U}",hostname="node-b"', "42"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 42.0}}, [], {}),
+    ("pod labels",
+     line("DCGM_FI_DEV_GPU_UTIL", BASE + ',container="c",namespace="ns",pod="p"', "1"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 1.0}}, [PodOnDevice("ns", "p", "c")], {}),
+    ("old namespace labels",
+     line("DCGM_FI_DEV_GPU_UTIL",
+          BASE + ',container_name="c",pod_namespace="ns",pod_name="p"', "1"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 1.0}}, [PodOnDevice("ns", "p", "c")], {}),
+    ("exported_ labels",
+     line("DCGM_FI_DEV_GPU_UTIL", BASE + ',exported_container="c",exported_namespace="ns",'
+          'exported_pod="p",namespace="gke-managed-system",pod="dcgm-exporter-x"', "1"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 1.0}}, [PodOnDevice("ns", "p", "c")], {}),
+    ("blank sentinel is missing, not a value",
+     line("DCGM_FI_PROF_SM_ACTIVE", BASE, "9223372036854775794")
+     + line("DCGM_FI_DEV_GPU_UTIL", BASE, "3"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 3.0}}, [], {"blank": 1}),
+    ("NaN and Inf are dropped",
+     line("DCGM_FI_DEV_GPU_UTIL", BASE, "NaN") + line("DCGM_FI_DEV_FB_USED", BASE, "+Inf")
+     + line("DCGM_FI_DEV_FB_FREE", BASE, "7"),
+     {U: {"DCGM_FI_DEV_FB_FREE": 7.0}}, [], {"not_finite": 2}),
+    ("duplicate series keeps the first",
+     line("DCGM_FI_DEV_GPU_UTIL", BASE, "5") + line("DCGM_FI_DEV_GPU_UTIL", BASE, "6"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 5.0}}, [], {"duplicate": 1}),
+    ("garbage lines are rejected, the rest kept",
+     "\x00\xff garbage\n{}\nNAME{UUID=\"x 1\n" + line("DCGM_FI_DEV_GPU_UTIL", BASE, "9")
+     + line("DCGM_FI_DEV_FB_USED", BASE, "twelve"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 9.0}}, [], {"malformed": 4}),
+    ("series without a GPU UUID",
+     line("DCGM_FI_DEV_GPU_UTIL", 'gpu="0"', "1") + line("DCGM_FI_DEV_GPU_UTIL", BASE, "2"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 2.0}}, [], {"no_gpu_uuid": 1}),
+    ("escaped label values and a timestamp",
+     line("DCGM_FI_DEV_GPU_UTIL", BASE + r',pod="we\"ird\\name",namespace="n",container="c"',
+          "4 1700000000000"),
+     {U: {"DCGM_FI_DEV_GPU_UTIL": 4.0}}, [PodOnDevice("n", 'we"ird\\name', "c")], {}),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "fields", "pods", "rejected"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_cases(case: str, text: str, fields: dict[str, dict[str, float]],
+               pods: list[PodOnDevice], rejected: dict[str, int]) -> None:
+    r = parse_dcgm_text(text)
+    assert {d.device_id: d.fields for d in r.devices} == fields
+    assert r.devices[0].pods == pods
+    assert r.rejected == rejected
+
+
+def test_mig_instances_are_separate_devices_of_one_gpu() -> None:
+    text = "".join(
+        line("DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+             f'gpu="0",UUID="{U}",device="nvidia0",modelName="NVIDIA A100-SXM4-40GB",'
+             f'GPU_I_PROFILE="1g.5gb",GPU_I_ID="{i}",Hostname="n"', f"0.{i}")
+        for i in (7, 8))
+    r = parse_dcgm_text(text)
+    assert [(d.uuid, d.mig_profile, d.mig_instance) for d in r.devices] == [
+        (U, "1g.5gb", "7"), (U, "1g.5gb", "8")]
+    assert [d.device_id for d in r.devices] == [f"{U}/7", f"{U}/8"]
+
+
+def test_time_shared_gpu_lists_every_pod_once() -> None:
+    text = (line("DCGM_FI_DEV_GPU_UTIL", BASE + ',container="c",namespace="n",pod="a"', "50")
+            + line("DCGM_FI_DEV_GPU_UTIL", BASE + ',container="c",namespace="n",pod="b"', "50"))
+    (d,) = parse_dcgm_text(text).devices
+    assert [p.pod for p in d.pods] == ["a", "b"] and d.fields == {"DCGM_FI_DEV_GPU_UTIL": 50.0}
+
+
+def test_series_cap_bounds_memory() -> None:
+    text = "".join(line("DCGM_FI_DEV_GPU_UTIL", f'UUID="GPU-{i}"', "1") for i in range(5000))
+    r = parse_dcgm_text(text, max_devices=100)
+    assert len(r.devices) == 100 and r.rejected == {"too_many_series": 4900}
+
+
+def test_huge_line_is_rejected() -> None:
+    text = line("DCGM_FI_DEV_GPU_UTIL", BASE + ',pod="' + "x" * 1_000_000 + '"', "1") + \
+        line("DCGM_FI_DEV_FB_USED", BASE, "2")
+    r = parse_dcgm_text(text)
+    assert r.rejected == {"too_long": 1} and r.devices[0].fields == {"DCGM_FI_DEV_FB_USED": 2.0}
