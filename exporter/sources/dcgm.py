@@ -15,7 +15,7 @@ A missing series stays missing (unknown is absent, never zero); DCGM's blank sen
 series, oversized lines and series beyond the per-target cap are rejected and counted,
 never fatal: the valid rest is kept.
 
-The parser is the hot path (8,000 GPUs × ~30 fields every interval), so it does plain
+The parser is the hot path (8,000 GPUs x ~30 fields every interval), so it does plain
 string slicing and parses each distinct label set once.
 """
 
