@@ -9,8 +9,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from exporter.durations import parse_duration
 from exporter.lifecycle import wait_for_shutdown
-from exporter.simulator.scenario import Scenario, ScenarioError, load_scenario, parse_duration
+from exporter.simulator.scenario import Scenario, ScenarioError, load_scenario
 
 
 def _duration(text: str) -> float:

@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -27,6 +26,7 @@ from pydantic import (
 )
 
 from exporter.catalog import GPU_MODELS
+from exporter.durations import Duration
 
 Accelerator = Literal[
     "nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-tesla-a100", "nvidia-l4", "nvidia-tesla-t4"
@@ -39,8 +39,6 @@ FATAL_XIDS = frozenset({48, 64, 74, 79, 95})
 """XIDs after which the GPU needs a reset: the GPU is unavailable until the fault ends."""
 KNOWN_XIDS = FATAL_XIDS | {63, 94}
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
-                       r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -48,23 +46,6 @@ class ScenarioError(ValueError):
     """A scenario file that cannot be used; the message names the field."""
 
 
-def parse_duration(value: object) -> float:
-    """Seconds from a number or a string such as ``90s``, ``30m``, ``1d6h``."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a string like '1d6h30m'")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)) and any(m.groups()):
-        d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-        seconds = d * 86400 + h * 3600 + mi * 60 + s
-    else:
-        raise ValueError(f"{value!r} is not a duration: use seconds or a string like '1d6h30m'")
-    if seconds < 0 or not math.isfinite(seconds):
-        raise ValueError("a duration must be a finite number of seconds >= 0")
-    return seconds
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
 DnsName = Annotated[str, Field(min_length=1, max_length=40, pattern=_DNS_LABEL.pattern)]
 
 

@@ -10,12 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.simulator.scenario import (
-    ScenarioError,
-    load_scenario,
-    parse_duration,
-    parse_scenario,
-)
+from exporter.durations import parse_duration
+from exporter.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.conftest import scenario_data
 
 

@@ -1,0 +1,153 @@
+"""Exporter configuration: a YAML file, every field overridable from the environment.
+
+Environment variables are ``GKE_GPU_EXPORTER_<FIELD>``, nested with ``__``: for example
+``GKE_GPU_EXPORTER_INTERVAL=15s`` or ``GKE_GPU_EXPORTER_DCGM__TIMEOUT=5s``. The environment
+wins over the file. Everything is validated once at start-up (``--check-config``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from exporter.durations import Duration
+from exporter.errors import ConfigError
+
+ENV_PREFIX = "GKE_GPU_EXPORTER_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DcgmDiscovery(_Section):
+    """Find dcgm-exporter pods through the Kubernetes API (GKE's managed one by default)."""
+
+    namespace: str = "gke-managed-system"
+    label_selector: str = "app.kubernetes.io/name=gke-managed-dcgm-exporter"
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Port to scrape; default: the pod's container port named ``metrics``, else 9400."""
+    path: str = "/metrics"
+
+
+class Dcgm(_Section):
+    targets: list[str] = Field(default_factory=list)
+    """Static dcgm-exporter URLs; leave empty to use discovery."""
+    discovery: DcgmDiscovery = DcgmDiscovery()
+    timeout: Duration = 10.0
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    max_devices_per_target: int = Field(default=1024, ge=1)
+
+    @model_validator(mode="after")
+    def _urls(self) -> Self:
+        for url in self.targets:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"target {url!r} is not an http(s) URL")
+        return self
+
+
+class Kubernetes(_Section):
+    kubeconfig: Path | None = None
+    """A kubeconfig file; default: in-cluster credentials when running in a pod, else
+    ``$KUBECONFIG`` or ``~/.kube/config``."""
+    in_cluster: bool = False
+    watch_timeout: Duration = 300.0
+    """Server-side timeout asked for on each watch; the watch is then resumed."""
+    watchdog: Duration = 120.0
+    """A watch silent (no event, no bookmark) for this long is dropped and relisted."""
+    request_timeout: Duration = 30.0
+
+
+class Prices(_Section):
+    book: Path | None = None
+    """A price book YAML; default: the one shipped with the exporter."""
+    region: str = "us-central1"
+    discounts: dict[str, float] = Field(default_factory=dict)
+    """Per node pool: committed-use or negotiated discount, a fraction (0.3 = 30 % off)."""
+    default_discount: float = Field(default=0.0, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _fractions(self) -> Self:
+        for pool, d in self.discounts.items():
+            if not 0.0 <= d < 1.0:
+                raise ValueError(f"discount for pool {pool!r} must be in [0, 1), got {d}")
+        return self
+
+
+class Sla(_Section):
+    target: float = Field(default=0.995, gt=0.0, lt=1.0)
+    window: Duration = 30 * 86400.0
+
+
+class Warehouse(_Section):
+    enabled: bool = True
+    path: Path = Path("gke-gpu-exporter.duckdb")
+    interval: Duration = 60.0
+
+
+class Config(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
+                                      extra="forbid", frozen=True)
+
+    listen_address: str = "0.0.0.0"
+    port: int = Field(default=9808, ge=0, le=65535)
+    interval: Duration = 30.0
+    cluster: str = "default"
+    team_label: str = "team"
+    """Pod label, then namespace label, naming the team; else the namespace."""
+    system_reserved_gpus: int = Field(default=0, ge=0)
+    bottleneck_window: Duration = 600.0
+    shutdown_timeout: Duration = 20.0
+    dcgm: Dcgm = Dcgm()
+    kubernetes: Kubernetes = Kubernetes()
+    prices: Prices = Prices()
+    sla: Sla = Sla()
+    warehouse: Warehouse = Warehouse()
+
+    @model_validator(mode="after")
+    def _intervals(self) -> Self:
+        if self.interval < 1:
+            raise ValueError("interval must be at least 1 s")
+        if self.warehouse.interval < self.interval:
+            raise ValueError("warehouse.interval must be >= interval")
+        if self.dcgm.timeout >= self.interval:
+            raise ValueError("dcgm.timeout must be shorter than interval")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (env_settings, init_settings)  # the environment overrides the file
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read and validate a config file (None: defaults and environment only)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: a config is a YAML mapping of settings")
+        data = loaded or {}
+    data |= overrides or {}
+    try:
+        return Config(**data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = "unknown setting" if err["type"] == "extra_forbidden" else \
+                err["msg"].removeprefix("Value error, ")
+            lines.append(f"{path or 'config'}: {loc}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
