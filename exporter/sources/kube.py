@@ -1,0 +1,353 @@
+"""Kubernetes state: nodes, GPU pods and namespaces, kept current by list + watch.
+
+Each kind runs one loop: list (raw JSON), then watch from the list's resourceVersion with
+bookmarks and a server-side timeout, resuming from the last version seen. It relists on
+410 Gone, and when a watch stays silent longer than the watchdog (no event, no bookmark:
+a hung watch is a known GKE failure). Errors back off exponentially with full jitter,
+capped. Pods deleted from the cluster are remembered until the next snapshot takes them,
+so queue wait and cost keep their creation and scheduling times.
+
+``node_info`` and ``pod_info`` are pure: Kubernetes JSON in, frozen records out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+GPU = "nvidia.com/gpu"
+
+
+def _ts(value: str | None) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    pool: str
+    accelerator: str | None
+    provisioning: str  # "spot" or "on-demand"
+    zone: str
+    instance_type: str
+    ready: bool
+    capacity_gpus: int
+    allocatable_gpus: int
+    clients_per_gpu: int
+    """``max-shared-clients-per-gpu`` on time-shared nodes, else 1."""
+    mig_profile: str | None
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    phase: str
+    gpus: int
+    created: float
+    scheduled: float | None
+    finished: float | None
+    labels: dict[str, str]
+    workload: str
+    owner_kind: str
+    priority: int
+    priority_class: str
+    queue: str | None
+    accelerator: str | None
+    reason: str | None
+    """Why it ended: container termination reason, or the pod's (e.g. ``Terminated`` for a
+    spot preemption, ``NodeLost``)."""
+    container_ports: dict[str, int] = field(default_factory=dict)
+    ip: str | None = None
+
+
+def node_info(obj: Obj) -> NodeInfo:
+    meta, status = obj["metadata"], obj.get("status", {})
+    labels = meta.get("labels") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    addresses = {a["type"]: a["address"] for a in status.get("addresses") or []}
+    clients = labels.get("cloud.google.com/gke-max-shared-clients-per-gpu")
+    return NodeInfo(
+        name=meta["name"],
+        pool=labels.get("cloud.google.com/gke-nodepool", ""),
+        accelerator=labels.get("cloud.google.com/gke-accelerator"),
+        provisioning="spot" if labels.get("cloud.google.com/gke-spot") == "true" or
+        labels.get("cloud.google.com/gke-provisioning") == "spot" else "on-demand",
+        zone=labels.get("topology.kubernetes.io/zone", ""),
+        instance_type=labels.get("node.kubernetes.io/instance-type", ""),
+        ready=ready.get("status") == "True",
+        capacity_gpus=int((status.get("capacity") or {}).get(GPU, 0)),
+        allocatable_gpus=int((status.get("allocatable") or {}).get(GPU, 0)),
+        clients_per_gpu=int(clients) if clients and clients.isdigit() else 1,
+        mig_profile=labels.get("cloud.google.com/gke-gpu-partition-size"),
+        address=addresses.get("InternalIP", ""),
+    )
+
+
+def _workload(meta: Obj, labels: dict[str, str]) -> tuple[str, str]:
+    owners = meta.get("ownerReferences") or []
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    if owner is None:
+        return meta["name"], "Pod"
+    name, kind = owner["name"], owner["kind"]
+    template_hash = labels.get("pod-template-hash")
+    if kind == "ReplicaSet" and template_hash and name.endswith("-" + template_hash):
+        return name[: -len(template_hash) - 1], "Deployment"
+    return name, kind
+
+
+def pod_info(obj: Obj) -> PodInfo:
+    meta, spec, status = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
+    labels = meta.get("labels") or {}
+    gpus = 0
+    ports: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        want = (res.get("limits") or {}).get(GPU) or (res.get("requests") or {}).get(GPU)
+        gpus += int(want or 0)
+        for p in c.get("ports") or []:
+            if p.get("name") and p.get("containerPort"):
+                ports[p["name"]] = int(p["containerPort"])
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    sched = conditions.get("PodScheduled", {})
+    finished = None
+    reason = status.get("reason")
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            t = _ts(term.get("finishedAt"))
+            finished = max(finished or 0.0, t or 0.0) or None
+            reason = reason or term.get("reason")
+    workload, owner_kind = _workload(meta, labels)
+    return PodInfo(
+        uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta["name"],
+        node=spec.get("nodeName"), phase=status.get("phase", "Unknown"), gpus=gpus,
+        created=_ts(meta.get("creationTimestamp")) or 0.0,
+        scheduled=_ts(sched.get("lastTransitionTime")) if sched.get("status") == "True"
+        else None,
+        finished=finished, labels=dict(labels), workload=workload, owner_kind=owner_kind,
+        priority=int(spec.get("priority") or 0),
+        priority_class=spec.get("priorityClassName") or "",
+        queue=labels.get("kueue.x-k8s.io/queue-name"),
+        accelerator=(spec.get("nodeSelector") or {}).get("cloud.google.com/gke-accelerator"),
+        reason=reason, container_ports=ports, ip=status.get("podIP"),
+    )
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Exponential backoff with full jitter: 0..min(cap, base * 2**n) seconds."""
+
+    base: float = 0.5
+    cap: float = 30.0
+    attempts: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def next(self) -> float:
+        delay = self.rng.uniform(0, min(self.cap, self.base * 2 ** self.attempts))
+        self.attempts += 1
+        return delay
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+@dataclass(slots=True)
+class WatchStats:
+    lists: int = 0
+    watch_restarts: int = 0
+    expired: int = 0
+    watchdog_relists: int = 0
+    errors: int = 0
+    last_error: str | None = None
+
+
+class KubeSource:
+    """Nodes, pods and namespaces of one cluster, current within a watch's latency."""
+
+    name = "kubernetes"
+
+    def __init__(self, api: client.ApiClient, *, watch_timeout: float = 300.0,
+                 watchdog: float = 120.0, request_timeout: float = 30.0,
+                 backoff: Callable[[], Backoff] = Backoff) -> None:
+        self._v1 = client.CoreV1Api(api)
+        self._watch_timeout = watch_timeout
+        self._watchdog = watchdog
+        self._request_timeout = request_timeout
+        self._backoff = backoff
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self.deleted_pods: dict[str, PodInfo] = {}
+        self.stats: dict[str, WatchStats] = {k: WatchStats() for k in ("nodes", "pods",
+                                                                       "namespaces")}
+        self.synced: dict[str, asyncio.Event] = {k: asyncio.Event() for k in self.stats}
+        self.up: dict[str, bool] = dict.fromkeys(self.stats, False)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._run("nodes", self._v1.list_node, self._apply_node)),
+            asyncio.create_task(self._run("pods", self._v1.list_pod_for_all_namespaces,
+                                          self._apply_pod)),
+            asyncio.create_task(self._run("namespaces", self._v1.list_namespace,
+                                          self._apply_namespace)),
+        ]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+
+    async def wait_synced(self, timeout: float) -> bool:
+        """True once every kind has been listed at least once."""
+        try:
+            async with asyncio.timeout(timeout):
+                for ev in self.synced.values():
+                    await ev.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def take_deleted_pods(self) -> list[PodInfo]:
+        """Pods deleted since the last call, in their last known state."""
+        out = list(self.deleted_pods.values())
+        self.deleted_pods.clear()
+        return out
+
+    # ------------------------------------------------------------------ applying events
+
+    def _apply_node(self, etype: str, obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        if etype == "DELETED":
+            self.nodes.pop(name, None)
+        else:
+            self.nodes[name] = node_info(obj)
+
+    def _apply_pod(self, etype: str, obj: Obj) -> None:
+        info = pod_info(obj)
+        if etype == "DELETED":
+            self.pods.pop(info.uid, None)
+            self.deleted_pods[info.uid] = info
+        else:
+            self.pods[info.uid] = info
+
+    def _apply_namespace(self, etype: str, obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        if etype == "DELETED":
+            self.namespace_labels.pop(name, None)
+        else:
+            self.namespace_labels[name] = dict(obj["metadata"].get("labels") or {})
+
+    def _replace(self, kind: str, items: list[Obj]) -> None:
+        """A fresh list replaces the store; objects gone from it count as deleted."""
+        if kind == "pods":
+            fresh = {}
+            for obj in items:
+                info = pod_info(obj)
+                fresh[info.uid] = info
+            for uid, old in self.pods.items():
+                if uid not in fresh:
+                    self.deleted_pods[uid] = old
+            self.pods = fresh
+        elif kind == "nodes":
+            self.nodes = {n.name: n for n in map(node_info, items)}
+        else:
+            self.namespace_labels = {o["metadata"]["name"]: dict(o["metadata"].get("labels")
+                                                                 or {}) for o in items}
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self, kind: str, list_fn: Callable[..., Awaitable[Any]],
+                   apply: Callable[[str, Obj], None]) -> None:
+        stats = self.stats[kind]
+        backoff = self._backoff()
+        while True:
+            try:
+                rv = await self._list(kind, list_fn)
+                backoff.reset()
+                await self._watch(kind, list_fn, apply, rv)
+            except asyncio.CancelledError:
+                raise
+            except _Relist as exc:
+                log.info("relisting %s: %s", kind, exc)
+                continue
+            except Exception as exc:  # one failing watch never stops the others
+                stats.errors += 1
+                stats.last_error = f"{type(exc).__name__}: {exc}"
+                self.up[kind] = False
+                delay = backoff.next()
+                log.warning("kubernetes %s failed, retrying in %.1f s: %s", kind, delay,
+                            stats.last_error)
+                await asyncio.sleep(delay)
+
+    async def _list(self, kind: str, list_fn: Callable[..., Awaitable[Any]]) -> str:
+        resp = await list_fn(_preload_content=False, _request_timeout=self._request_timeout)
+        try:
+            body = json.loads(await resp.read())
+        finally:
+            resp.release()
+        self._replace(kind, body.get("items") or [])
+        self.stats[kind].lists += 1
+        self.up[kind] = True
+        self.synced[kind].set()
+        return str(body["metadata"]["resourceVersion"])
+
+    async def _watch(self, kind: str, list_fn: Callable[..., Awaitable[Any]],
+                     apply: Callable[[str, Obj], None], rv: str) -> None:
+        stats = self.stats[kind]
+        while True:
+            w = watch.Watch()
+            stream = w.stream(list_fn, resource_version=rv, allow_watch_bookmarks=True,
+                              timeout_seconds=int(self._watch_timeout),
+                              _request_timeout=self._watch_timeout + 30)
+            w.return_type = None  # we read raw_object; skip building client models
+            try:
+                while True:
+                    try:
+                        async with asyncio.timeout(self._watchdog):
+                            event = await stream.next()
+                    except StopAsyncIteration:
+                        stats.watch_restarts += 1
+                        break
+                    except TimeoutError:
+                        stats.watchdog_relists += 1
+                        raise _Relist(f"watch silent for {self._watchdog:g} s") from None
+                    except ApiException as exc:
+                        if exc.status == 410:
+                            stats.expired += 1
+                            raise _Relist("resource version expired (410)") from None
+                        raise
+                    obj = event["raw_object"]
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        apply(event["type"], obj)
+            finally:
+                await w.close()
+
+
+class _Relist(Exception):
+    """Drop the watch and list again."""
