@@ -222,15 +222,10 @@ class KubeSource:
                 await t
         self._tasks = []
 
-    async def wait_synced(self, timeout: float) -> bool:
-        """True once every kind has been listed at least once."""
-        try:
-            async with asyncio.timeout(timeout):
-                for ev in self.synced.values():
-                    await ev.wait()
-        except TimeoutError:
-            return False
-        return True
+    async def wait_synced(self) -> None:
+        """Return once every kind has been listed at least once."""
+        for ev in self.synced.values():
+            await ev.wait()
 
     def take_deleted_pods(self) -> list[PodInfo]:
         """Pods deleted since the last call, in their last known state."""

@@ -29,7 +29,8 @@ async def source(sim: SimulatorServer, tmp_path: Path) -> AsyncIterator[KubeSour
     src = KubeSource(api, watch_timeout=5, watchdog=1.0, request_timeout=5,
                      backoff=lambda: Backoff(base=0.05, cap=0.2))
     src.start()
-    assert await src.wait_synced(10)
+    async with asyncio.timeout(10):
+        await src.wait_synced()
     yield src
     await src.stop()
     await api.close()
@@ -44,7 +45,7 @@ async def converge(source: KubeSource, sim: SimulatorServer, limit: float = 10) 
         while {u: p.phase for u, p in source.pods.items()} != server_pods(sim) or \
                 set(source.nodes) != {o["metadata"]["name"]
                                       for o in sim.store.list_objects("Node")}:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # noqa: ASYNC110 - polling another party's state
 
 
 async def test_initial_list(sim: SimulatorServer, source: KubeSource) -> None:
