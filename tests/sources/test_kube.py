@@ -41,11 +41,14 @@ def server_pods(sim: SimulatorServer) -> dict[str, str]:
 
 
 async def converge(source: KubeSource, sim: SimulatorServer, limit: float = 10) -> None:
+    def converged() -> bool:
+        nodes = {o["metadata"]["name"] for o in sim.store.list_objects("Node")}
+        return {u: p.phase for u, p in source.pods.items()} == server_pods(sim) and \
+            set(source.nodes) == nodes
+
     async with asyncio.timeout(limit):
-        while {u: p.phase for u, p in source.pods.items()} != server_pods(sim) or \
-                set(source.nodes) != {o["metadata"]["name"]
-                                      for o in sim.store.list_objects("Node")}:
-            await asyncio.sleep(0.05)  # noqa: ASYNC110 - polling another party's state
+        while not converged():  # noqa: ASYNC110 - polling the state of another party
+            await asyncio.sleep(0.05)
 
 
 async def test_initial_list(sim: SimulatorServer, source: KubeSource) -> None:
