@@ -1,0 +1,107 @@
+"""Why a pod's GPUs are not doing more: one class per pod over a sliding window.
+
+Rules, first match wins, over the samples of the pod's GPUs in the window (ratios 0-1;
+link rates as a share of the GPU model's bandwidth):
+
+=====================  ===================================================================
+class                  evidence
+=====================  ===================================================================
+insufficient_signal    no ``DCGM_FI_PROF_*`` fields: enable DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+                       DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY,
+                       DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, DCGM_FI_PROF_DRAM_ACTIVE and the
+                       NVLink/PCIe bytes in dcgm-exporter's counters file
+idle                   mean GR engine active < 0.05
+throttled              thermal or power clock-event reasons in >= 50 % of samples, or mean
+                       GPU temperature >= 85 C
+comm_bound             NVLink traffic >= 30 % of link bandwidth and SM active < 0.45
+input_bound            >= 15 % of samples stalled (GR < 0.2) while others run (GR >= 0.6)
+small_batch            GPU_UTIL >= 80 % while SM active < 0.35 (GR < 0.5 without SM fields)
+memory_bound           DRAM active >= 0.7 and tensor pipe < 0.2
+healthy                none of the above
+=====================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from exporter.catalog import GPU_MODELS
+
+CLASSES = ("insufficient_signal", "idle", "throttled", "comm_bound", "input_bound",
+           "small_batch", "memory_bound", "healthy")
+THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, thermal, brake
+
+IDLE_GR = 0.05
+THROTTLED_SHARE = 0.5
+THROTTLED_TEMP_C = 85.0
+COMM_LINK_SHARE = 0.3
+COMM_SM_MAX = 0.45
+STALL_GR = 0.2
+STALL_SHARE = 0.15
+RUNNING_GR = 0.6
+SMALL_BATCH_GPU_UTIL = 80.0
+SMALL_BATCH_SM_MAX = 0.35
+MEMORY_DRAM_MIN = 0.7
+MEMORY_TENSOR_MAX = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    bottleneck: str
+    evidence: dict[str, float]
+
+
+def _mean(samples: Sequence[Mapping[str, float]], name: str) -> float | None:
+    values = [s[name] for s in samples if name in s]
+    return statistics.fmean(values) if values else None
+
+
+def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None) -> Diagnosis:
+    """The bottleneck class of one pod from its GPUs' DCGM samples in the window."""
+    gr_values = [s["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] for s in samples
+                 if "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in s]
+    if not gr_values:
+        util = _mean(samples, "DCGM_FI_DEV_GPU_UTIL")
+        evidence = {} if util is None else {"gpu_util_percent": util}
+        return Diagnosis("insufficient_signal", evidence)
+    gr = statistics.fmean(gr_values)
+    sm = _mean(samples, "DCGM_FI_PROF_SM_ACTIVE")
+    tensor = _mean(samples, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    dram = _mean(samples, "DCGM_FI_PROF_DRAM_ACTIVE")
+    util = _mean(samples, "DCGM_FI_DEV_GPU_UTIL")
+    temp = _mean(samples, "DCGM_FI_DEV_GPU_TEMP")
+    evidence = {k: v for k, v in (("gr_engine_active", gr), ("sm_active", sm),
+                                  ("tensor_active", tensor), ("dram_active", dram),
+                                  ("gpu_util_percent", util), ("gpu_temp_celsius", temp))
+                if v is not None}
+    if gr < IDLE_GR:
+        return Diagnosis("idle", evidence)
+    reasons = [int(s["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]) for s in samples
+               if "DCGM_FI_DEV_CLOCKS_EVENT_REASONS" in s]
+    throttled = sum(1 for r in reasons if r & THROTTLE_BITS) / len(reasons) if reasons else 0.0
+    if reasons:
+        evidence["throttled_share"] = throttled
+    if throttled >= THROTTLED_SHARE or (temp is not None and temp >= THROTTLED_TEMP_C):
+        return Diagnosis("throttled", evidence)
+    model = GPU_MODELS.get(accelerator or "")
+    tx = _mean(samples, "DCGM_FI_PROF_NVLINK_TX_BYTES")
+    rx = _mean(samples, "DCGM_FI_PROF_NVLINK_RX_BYTES")
+    if model is not None and model.has_nvlink and tx is not None and rx is not None:
+        link = max(tx, rx) / model.nvlink_bytes_per_second
+        evidence["nvlink_share"] = link
+        sm_or_tensor = sm if sm is not None else (tensor or 0.0)
+        if link >= COMM_LINK_SHARE and sm_or_tensor < COMM_SM_MAX:
+            return Diagnosis("comm_bound", evidence)
+    stalled = sum(1 for v in gr_values if v < STALL_GR) / len(gr_values)
+    evidence["stalled_share"] = stalled
+    if stalled >= STALL_SHARE and max(gr_values) >= RUNNING_GR:
+        return Diagnosis("input_bound", evidence)
+    if util is not None and util >= SMALL_BATCH_GPU_UTIL and (
+            (sm is not None and sm < SMALL_BATCH_SM_MAX) or (sm is None and gr < 0.5)):
+        return Diagnosis("small_batch", evidence)
+    if dram is not None and tensor is not None and dram >= MEMORY_DRAM_MIN and \
+            tensor < MEMORY_TENSOR_MAX:
+        return Diagnosis("memory_bound", evidence)
+    return Diagnosis("healthy", evidence)

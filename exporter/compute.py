@@ -1,0 +1,259 @@
+"""The product's definitions, as pure functions: no I/O, no clock, no logging.
+
+==================  =====================================================================
+figure              definition
+==================  =====================================================================
+utilisation         ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (0-1); without profiling,
+                    ``DCGM_FI_DEV_GPU_UTIL / 100`` (which overstates work: it only says a
+                    kernel ran). The source used is recorded.
+allocation state    ``unavailable`` (node not Ready; GPU gone from DCGM on a Ready node;
+                    fatal XID) before ``allocated`` (a pod holds it) before
+                    ``unallocated``. A node whose dcgm-exporter did not answer is
+                    *unknown*: no state, no cost, no downtime.
+available GPUs      Σ allocatable GPUs of Ready nodes − system-reserved, in physical GPUs
+                    (a time-shared GPU counts once, a MIG slice as its fraction).
+queue wait          creation to ``PodScheduled=True``; a pending pod's wait so far.
+cost                hourly price(model, region, provisioning) × (1 − discount) × hours ×
+                    fraction of the GPU; a time-shared GPU's cost split evenly among the
+                    pods on it; unallocated and unavailable GPU time to the pool.
+effective cost      cost / utilised GPU-hours = price × (1 − discount) / utilisation;
+                    only where utilised GPU-seconds > 0.
+availability        (total − down) / total over the window; downtime by reason.
+team                the pod's team label, else its namespace's, else the namespace.
+==================  =====================================================================
+
+A device's state observed at one snapshot holds until the next one: ``usage_rows``
+integrates the earlier snapshot's states over the time between the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from exporter.sources.dcgm import DeviceReading
+from exporter.sources.kube import NodeInfo, PodInfo
+
+FATAL_XIDS = frozenset({48, 64, 74, 79, 95})
+"""XIDs after which the GPU needs a reset to be usable again."""
+
+GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+XID = "DCGM_FI_DEV_XID_ERRORS"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A pod as cost and utilisation are attributed to it."""
+
+    uid: str
+    namespace: str
+    name: str
+    team: str
+    workload: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    """One GPU (or MIG instance) at one snapshot."""
+
+    node: str
+    pool: str
+    accelerator: str
+    provisioning: str
+    zone: str
+    gpu_uuid: str
+    device_id: str
+    gpu_index: str
+    mig_profile: str | None
+    fraction: float
+    state: str  # allocated | unallocated | unavailable
+    reason: str | None  # node_not_ready | gpu_missing | xid
+    owners: tuple[Owner, ...]
+    utilization: float | None
+    utilization_source: str | None  # gr_engine_active | gpu_util
+    price_usd_per_hour: float | None
+    """List price × (1 − discount) × fraction; None when the book has no price."""
+    fields: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceIdentity:
+    """What the exporter remembers of a device after it has seen it once."""
+
+    gpu_uuid: str
+    device_id: str
+    gpu_index: str
+    mig_profile: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """GPU time of one device over one interval, attributed to one owner (or none)."""
+
+    start: float
+    seconds: float
+    """GPU-seconds (wall seconds × fraction of the GPU ÷ pods sharing it)."""
+    utilized_seconds: float | None
+    cost_usd: float | None
+    device: DeviceState
+    owner: Owner | None
+
+
+# ---------------------------------------------------------------------------- definitions
+
+
+def utilization(fields: Mapping[str, float]) -> tuple[float | None, str | None]:
+    """A device's utilisation (0-1) and which field it came from; (None, None) if unknown."""
+    gr = fields.get(GR_ENGINE)
+    if gr is not None:
+        return min(1.0, max(0.0, gr)), "gr_engine_active"
+    util = fields.get(GPU_UTIL)
+    if util is not None:
+        return min(1.0, max(0.0, util / 100.0)), "gpu_util"
+    return None, None
+
+
+def mig_fraction(profile: str | None) -> float:
+    """Share of the parent GPU a MIG instance is: compute slices / 7 (``3g.20gb`` → 3/7)."""
+    if not profile:
+        return 1.0
+    head = profile.split("g.", 1)[0]
+    return int(head) / 7 if head.isdigit() and 0 < int(head) <= 7 else 1.0
+
+
+def team_of(pod_labels: Mapping[str, str], namespace: str,
+            namespace_labels: Mapping[str, Mapping[str, str]], team_label: str) -> str:
+    return (pod_labels.get(team_label) or namespace_labels.get(namespace, {}).get(team_label)
+            or namespace)
+
+
+def queue_wait_seconds(pod: PodInfo, now: float) -> float:
+    """Creation to scheduling; for a pod still pending, its age at ``now``."""
+    end = pod.scheduled if pod.scheduled is not None else now
+    return max(0.0, end - pod.created)
+
+
+def effective_cost(cost_usd: float, utilized_gpu_seconds: float) -> float | None:
+    """Cost of one utilised GPU-hour; None where nothing was utilised."""
+    if utilized_gpu_seconds <= 0:
+        return None
+    return cost_usd / (utilized_gpu_seconds / 3600.0)
+
+
+def availability(up_seconds: float, down_seconds: float) -> float | None:
+    total = up_seconds + down_seconds
+    return None if total <= 0 else up_seconds / total
+
+
+def available_gpus(nodes: Iterable[NodeInfo], reserved: int) -> float:
+    """Σ allocatable physical GPUs of Ready nodes − system-reserved (never below 0)."""
+    total = 0.0
+    for n in nodes:
+        if n.ready and n.accelerator:
+            total += n.allocatable_gpus / n.clients_per_gpu * mig_fraction(n.mig_profile)
+    return max(0.0, total - reserved)
+
+
+# ---------------------------------------------------------------------------- states
+
+
+def device_states(
+    nodes: Mapping[str, NodeInfo],
+    readings: Mapping[str, Sequence[DeviceReading]],
+    unknown_nodes: frozenset[str],
+    inventory: Mapping[str, Mapping[str, DeviceIdentity]],
+    owners: Mapping[tuple[str, str], Owner],
+    price: Mapping[tuple[str, str], float],
+    discounts: Mapping[str, float],
+    default_discount: float = 0.0,
+) -> list[DeviceState]:
+    """Every known device's state at one snapshot.
+
+    ``readings`` maps node name to the devices its dcgm-exporter reported; nodes in
+    ``unknown_nodes`` did not answer. ``inventory`` is every device seen before, by node.
+    ``owners`` resolves (namespace, pod) from DCGM's pod labels; ``price`` maps
+    (accelerator, provisioning) to USD per GPU-hour.
+    """
+    out: list[DeviceState] = []
+    for name in sorted(nodes):
+        node = nodes[name]
+        if not node.accelerator:
+            continue
+        list_price = price.get((node.accelerator, node.provisioning))
+        discount = discounts.get(node.pool, default_discount)
+
+        def make(ident: DeviceIdentity, state: str, reason: str | None,
+                 devs_owners: tuple[Owner, ...], fields: Mapping[str, float],
+                 node: NodeInfo = node, list_price: float | None = list_price,
+                 discount: float = discount) -> DeviceState:
+            frac = mig_fraction(ident.mig_profile)
+            util, source = utilization(fields) if state != "unavailable" else (None, None)
+            return DeviceState(
+                node=node.name, pool=node.pool, accelerator=node.accelerator or "",
+                provisioning=node.provisioning, zone=node.zone, gpu_uuid=ident.gpu_uuid,
+                device_id=ident.device_id, gpu_index=ident.gpu_index,
+                mig_profile=ident.mig_profile, fraction=frac, state=state, reason=reason,
+                owners=devs_owners, utilization=util, utilization_source=source,
+                price_usd_per_hour=None if list_price is None else
+                list_price * (1.0 - discount) * frac,
+                fields=fields)
+
+        known = inventory.get(name, {})
+        if not node.ready:
+            for ident in known.values():
+                out.append(make(ident, "unavailable", "node_not_ready", (), {}))
+            continue
+        if name in unknown_nodes or name not in readings:
+            continue  # unknown: absent, never zero
+        seen: set[str] = set()
+        for dev in readings[name]:
+            ident = DeviceIdentity(dev.uuid, dev.device_id, dev.gpu_index, dev.mig_profile)
+            seen.add(ident.device_id)
+            xid = int(dev.fields.get(XID, 0))
+            devs_owners = tuple(owners.get((p.namespace, p.pod)) or
+                                Owner("", p.namespace, p.pod, p.namespace, p.pod)
+                                for p in dev.pods)
+            if xid in FATAL_XIDS:
+                out.append(make(ident, "unavailable", "xid", (), dev.fields))
+            elif devs_owners:
+                out.append(make(ident, "allocated", None, devs_owners, dev.fields))
+            else:
+                out.append(make(ident, "unallocated", None, (), dev.fields))
+        for device_id, ident in known.items():
+            if device_id not in seen:
+                out.append(make(ident, "unavailable", "gpu_missing", (), {}))
+    return out
+
+
+def remember(inventory: Mapping[str, Mapping[str, DeviceIdentity]],
+             readings: Mapping[str, Sequence[DeviceReading]],
+             nodes: Mapping[str, NodeInfo]) -> dict[str, dict[str, DeviceIdentity]]:
+    """The device inventory after this snapshot: new devices added, deleted nodes dropped."""
+    out = {n: dict(devs) for n, devs in inventory.items() if n in nodes}
+    for node, devs in readings.items():
+        if node not in nodes:
+            continue
+        known = out.setdefault(node, {})
+        for d in devs:
+            known.setdefault(d.device_id, DeviceIdentity(d.uuid, d.device_id, d.gpu_index,
+                                                         d.mig_profile))
+    return out
+
+
+def usage_rows(states: Sequence[DeviceState], start: float, seconds: float) -> list[UsageRow]:
+    """GPU time, utilised time and cost of each device over ``[start, start + seconds)``."""
+    rows: list[UsageRow] = []
+    for d in states:
+        gpu_seconds = seconds * d.fraction
+        cost = None if d.price_usd_per_hour is None else d.price_usd_per_hour * seconds / 3600
+        if d.state != "allocated" or not d.owners:
+            used = d.utilization * gpu_seconds if d.utilization is not None else None
+            rows.append(UsageRow(start, gpu_seconds, used, cost, d, None))
+            continue
+        n = len(d.owners)
+        share_used = d.utilization * gpu_seconds / n if d.utilization is not None else None
+        share_cost = None if cost is None else cost / n
+        for owner in d.owners:
+            rows.append(UsageRow(start, gpu_seconds / n, share_used, share_cost, d, owner))
+    return rows
