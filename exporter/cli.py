@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 import time
 from datetime import UTC, datetime
@@ -67,10 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--check", action="store_true",
                      help="validate the scenario, print a summary and exit")
 
+    run = sub.add_parser("run", help="the exporter service: scrape, compute, serve /metrics, "
+                         "write the warehouse")
+    run.add_argument("--config", metavar="FILE", help="YAML config (settings may also come "
+                     "from GKE_GPU_EXPORTER_* environment variables)")
+    run.add_argument("--check-config", action="store_true",
+                     help="validate the config and price book, then exit 0 or 1")
+
     demo = sub.add_parser("demo", help="the product on a simulated cluster, no cloud needed")
     _scenario_args(demo)
     demo.add_argument("--duration", type=_duration, default=7 * 86400.0, metavar="DURATION",
                       help="how much simulated time to run (default 7d)")
+    demo.add_argument("--step", type=_duration, default=300.0, metavar="DURATION",
+                      help="simulated time between exporter cycles (default 5m; the "
+                           "scenario's DCGM sample period is set to it)")
     demo.add_argument("--out", type=Path, default=Path("demo-out"),
                       help="where to write outputs (default ./demo-out)")
     demo.add_argument("--serve", action="store_true",
@@ -80,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.command == "run":
+        return _run(args)
     try:
         scenario = _load(args)
     except ScenarioError as exc:
@@ -96,8 +111,34 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_simulate(scenario, args))
     from exporter.demo import run_demo
 
+    if args.step < 1:
+        print("error: --step must be at least 1s", file=sys.stderr)
+        return 2
+    scenario = scenario.model_copy(update={"step": float(round(args.step))})
     return asyncio.run(run_demo(scenario, duration=args.duration, out=args.out,
-                                serve=args.serve))
+                                serve_after=args.serve))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from exporter.app import run
+    from exporter.config import load_config
+    from exporter.errors import ConfigError
+    from exporter.prices import load_price_book
+
+    try:
+        cfg = load_config(args.config)
+        book = load_price_book(cfg.prices.book, cfg.prices.region)
+    except ConfigError as exc:
+        print(f"error: invalid configuration\n{exc}", file=sys.stderr)
+        return 1
+    if args.check_config:
+        targets = f"{len(cfg.dcgm.targets)} static targets" if cfg.dcgm.targets else \
+            f"discovery in {cfg.dcgm.discovery.namespace} ({cfg.dcgm.discovery.label_selector})"
+        print(f"config ok: cluster {cfg.cluster}, every {cfg.interval:g} s, dcgm {targets}, "
+              f"prices {book.region} as of {book.as_of}, warehouse "
+              f"{cfg.warehouse.path if cfg.warehouse.enabled else 'off'}")
+        return 0
+    return asyncio.run(run(cfg))
 
 
 def describe(scenario: Scenario) -> str:

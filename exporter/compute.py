@@ -10,15 +10,15 @@ allocation state    ``unavailable`` (node not Ready; GPU gone from DCGM on a Rea
                     fatal XID) before ``allocated`` (a pod holds it) before
                     ``unallocated``. A node whose dcgm-exporter did not answer is
                     *unknown*: no state, no cost, no downtime.
-available GPUs      Σ allocatable GPUs of Ready nodes − system-reserved, in physical GPUs
+available GPUs      sum of allocatable GPUs of Ready nodes - system-reserved, in physical GPUs
                     (a time-shared GPU counts once, a MIG slice as its fraction).
 queue wait          creation to ``PodScheduled=True``; a pending pod's wait so far.
-cost                hourly price(model, region, provisioning) × (1 − discount) × hours ×
+cost                hourly price(model, region, provisioning) x (1 - discount) x hours x
                     fraction of the GPU; a time-shared GPU's cost split evenly among the
                     pods on it; unallocated and unavailable GPU time to the pool.
-effective cost      cost / utilised GPU-hours = price × (1 − discount) / utilisation;
+effective cost      cost / utilised GPU-hours = price x (1 - discount) / utilisation;
                     only where utilised GPU-seconds > 0.
-availability        (total − down) / total over the window; downtime by reason.
+availability        (total - down) / total over the window; downtime by reason.
 team                the pod's team label, else its namespace's, else the namespace.
 ==================  =====================================================================
 
@@ -73,7 +73,7 @@ class DeviceState:
     utilization: float | None
     utilization_source: str | None  # gr_engine_active | gpu_util
     price_usd_per_hour: float | None
-    """List price × (1 − discount) × fraction; None when the book has no price."""
+    """List price x (1 - discount) x fraction; None when the book has no price."""
     fields: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -93,7 +93,7 @@ class UsageRow:
 
     start: float
     seconds: float
-    """GPU-seconds (wall seconds × fraction of the GPU ÷ pods sharing it)."""
+    """GPU-seconds (wall seconds x fraction of the GPU / pods sharing it)."""
     utilized_seconds: float | None
     cost_usd: float | None
     device: DeviceState
@@ -147,7 +147,7 @@ def availability(up_seconds: float, down_seconds: float) -> float | None:
 
 
 def available_gpus(nodes: Iterable[NodeInfo], reserved: int) -> float:
-    """Σ allocatable physical GPUs of Ready nodes − system-reserved (never below 0)."""
+    """sum of allocatable physical GPUs of Ready nodes - system-reserved (never below 0)."""
     total = 0.0
     for n in nodes:
         if n.ready and n.accelerator:

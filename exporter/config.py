@@ -87,6 +87,9 @@ class Warehouse(_Section):
     enabled: bool = True
     path: Path = Path("gke-gpu-exporter.duckdb")
     interval: Duration = 60.0
+    """Length of one ``gpu_usage`` row's interval."""
+    flush_interval: Duration = 60.0
+    """How often complete intervals are written (one transaction each time)."""
 
 
 class Config(BaseSettings):

@@ -1,133 +1,157 @@
-"""``gke-gpu-exporter demo``: the simulated cluster, run for a week, seen over real HTTP.
+"""``gke-gpu-exporter demo``: the whole product on a simulated cluster, no cloud needed.
 
-Starts the simulator on loopback, runs the scenario in virtual time with a progress bar,
-then reads the cluster the way the exporter does (every dcgm-exporter endpoint, the
-Kubernetes API through ``kubernetes_asyncio``) and prints the simulator's ground truth
-per team: GPU-hours, utilisation, queue wait and GPU downtime.
+The simulator serves a GKE GPU cluster on loopback; the exporter watches its Kubernetes
+API and scrapes its dcgm-exporters over real HTTP, one cycle per simulated step, in
+virtual time, writing the local DuckDB warehouse. At the end it prints a per-team summary
+and where everything is; ``--serve`` keeps ``/metrics`` (and the cluster) up.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import aiohttp
-from kubernetes_asyncio import client, config
 from tqdm import tqdm
 
+from exporter import compute
+from exporter.app import open_exporter, serve
+from exporter.config import Config, load_config
 from exporter.lifecycle import wait_for_shutdown
+from exporter.service import Exporter
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
-from exporter.simulator.truth import GroundTruth
 
-CHUNK_SECONDS = 3600.0
+KINDS = {"nodes": "Node", "pods": "Pod", "namespaces": "Namespace"}
 
 
-async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve: bool) -> int:
-    async with SimulatorServer(scenario) as server:
-        began = time.monotonic()
-        steps = max(1, round(duration / CHUNK_SECONDS))
-        with tqdm(total=steps, unit="h", desc="simulating", disable=not sys.stderr.isatty(),
-                  leave=False) as bar:
-            left = duration
-            while left > 0:
-                chunk = min(CHUNK_SECONDS, left)
-                await server.advance(chunk)
-                left -= chunk
-                bar.update(1)
-        outputs = server.write_outputs(out)
-        samples, failed = await _scrape_all(server.targets)
-        pods, nodes = await _list_cluster(str(outputs.kubeconfig))
-        server.cluster.close()
-        truth = server.cluster.truth.report(server.cluster.start, server.cluster.now)
-        (out / "truth.json").write_text(json.dumps(truth.to_json(), indent=1))
-        st = server.status()
-        print(f"Simulated {duration / 86400:g} days of cluster '{scenario.cluster}' in "
-              f"{time.monotonic() - began:.1f} s: {st['nodes']} nodes, {st['gpus']} GPUs, "
-              f"{len(truth.pods)} pods.")
-        print(f"Read back over HTTP: {len(server.targets) - failed}/{len(server.targets)} "
-              f"dcgm-exporter endpoints ({samples} samples), {len(nodes)} nodes and "
-              f"{len(pods)} pods from the Kubernetes API.")
-        print()
-        print(summary_table(truth))
-        print()
-        print(f"Outputs in {out}/: kubeconfig, targets.txt, truth.json")
-        if serve:
-            server.speed = 1.0
-            server.start_ticking()
-            print(f"Serving at {server.api_url} (kubectl --kubeconfig {outputs.kubeconfig} "
-                  "get pods -A); Ctrl-C to stop.", flush=True)
-            await wait_for_shutdown()
+def demo_config(scenario: Scenario, kubeconfig: Path, out: Path) -> Config:
+    step = scenario.step
+    return load_config(None, overrides={
+        "cluster": scenario.cluster, "listen_address": "127.0.0.1", "port": 0,
+        "interval": step, "bottleneck_window": max(600.0, 20 * step),
+        "dcgm": {"timeout": min(1.0, step / 2)},
+        "kubernetes": {"kubeconfig": str(kubeconfig), "watchdog": 3600.0},
+        "prices": {"region": scenario.region},
+        "warehouse": {"path": str(out / "warehouse.duckdb"), "interval": max(60.0, step),
+                      "flush_interval": 3600.0},
+    })
+
+
+async def caught_up(sim: SimulatorServer, exporter: Exporter) -> None:
+    """Wait until the exporter's watches have applied every change the simulator made."""
+    store, kube = sim.store, exporter.kube
+    while any(kube.resource_versions[k] < store.last_version(kind)  # noqa: ASYNC110
+              for k, kind in KINDS.items()):
+        await asyncio.sleep(0.001)
+
+
+async def step_both(sim: SimulatorServer, exporter: Exporter, steps: int) -> None:
+    """Advance the simulator step by step, running one exporter cycle after each."""
+    for _ in range(steps):
+        await sim.advance(sim.cluster.step)
+        await caught_up(sim, exporter)
+        await exporter.cycle(sim.cluster.now)
+
+
+async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_after: bool) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "warehouse.duckdb").unlink(missing_ok=True)
+    async with SimulatorServer(scenario) as sim:
+        outputs = sim.write_outputs(out)
+        cfg = demo_config(scenario, outputs.kubeconfig, out)
+        async with open_exporter(cfg) as exporter:
+            began = time.monotonic()
+            async with asyncio.timeout(30):
+                await exporter.kube.wait_synced()
+            await exporter.cycle(sim.cluster.now)
+            steps = round(duration / sim.cluster.step)
+            hours = max(1, round(duration / 3600))
+            per_hour = max(1, round(3600 / sim.cluster.step))
+            with tqdm(total=hours, unit="h", desc="simulating", leave=False,
+                      disable=not sys.stderr.isatty()) as bar:
+                done = 0
+                while done < steps:
+                    n = min(per_hour, steps - done)
+                    await step_both(sim, exporter, n)
+                    done += n
+                    bar.update(1)
+            elapsed = time.monotonic() - began
+            (out / "metrics.prom").write_bytes(exporter.metrics_text)
+            print(f"Simulated {duration / 86400:g} days of cluster '{scenario.cluster}' in "
+                  f"{elapsed:.0f} s: {exporter.cycles} exporter cycles over HTTP, "
+                  f"{len(exporter.states)} GPUs and MIG slices, "
+                  f"{len(exporter.totals.pod_seconds)} GPU pods.")
+            print()
+            print(summary_table(exporter))
+            print()
+            print(f"Outputs in {out}/: warehouse.duckdb (gpu_usage, gpu_pods, "
+                  "availability_events), metrics.prom, kubeconfig, targets.txt")
+            if serve_after:
+                runner, port = await serve(exporter, "127.0.0.1", 0)
+                sim.speed = 1.0
+                sim.start_ticking()
+                ticker = asyncio.create_task(_follow(sim, exporter))
+                print(f"Serving http://127.0.0.1:{port}/metrics and the cluster at "
+                      f"{sim.api_url} (kubectl --kubeconfig {outputs.kubeconfig} get pods -A); "
+                      "Ctrl-C to stop.", flush=True)
+                await wait_for_shutdown()
+                ticker.cancel()
+                await runner.cleanup()
     return 0
 
 
-async def _scrape_all(targets: list[str]) -> tuple[int, int]:
-    timeout = aiohttp.ClientTimeout(total=5)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-
-        async def one(url: str) -> int | None:
-            try:
-                async with session.get(url) as resp:
-                    if resp.status != 200:
-                        return None
-                    text = await resp.text()
-            except (aiohttp.ClientError, TimeoutError):
-                return None
-            return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-
-        results = await asyncio.gather(*(one(t) for t in targets))
-    return sum(r or 0 for r in results), sum(1 for r in results if r is None)
+async def _follow(sim: SimulatorServer, exporter: Exporter) -> None:
+    while True:
+        await asyncio.sleep(sim.cluster.step)
+        await caught_up(sim, exporter)
+        await exporter.cycle(sim.cluster.now)
 
 
-async def _list_cluster(kubeconfig: str) -> tuple[list[object], list[object]]:
-    await config.load_kube_config(config_file=kubeconfig)
-    async with client.ApiClient() as api:
-        v1 = client.CoreV1Api(api)
-        pods = await v1.list_pod_for_all_namespaces()
-        nodes = await v1.list_node()
-    return list(pods.items), list(nodes.items)
-
-
-def summary_table(truth: GroundTruth) -> str:
-    """Per-team GPU-hours, utilisation, queue wait and downtime, from the ground truth."""
-    hours = truth.seconds_by("team", "namespace", state="allocated")
-    team_hours: dict[str, float] = defaultdict(float)
-    for (team, ns), secs in hours.items():
-        team_hours[team or ns] += secs / 3600
-    util_w: dict[str, float] = defaultdict(float)
-    util_s: dict[str, float] = defaultdict(float)
-    pod_secs = truth.seconds_by("pod_uid", state="allocated")
-    waits: dict[str, list[float]] = defaultdict(list)
-    for uid, rec in truth.pods.items():
-        team = rec.team or rec.namespace
-        w = pod_secs.get((uid,), 0.0)
-        if uid in truth.pod_utilization and w > 0:
-            util_s[team] += truth.pod_utilization[uid] * w
-            util_w[team] += w
-        wait = truth.queue_wait(uid)
-        if wait is not None:
-            waits[team].append(wait)
-    lines = [f"{'team':<12} {'GPU-hours':>10} {'util':>6} {'wait p50':>9} {'wait p90':>9} "
-             f"{'pods':>5}   (simulator ground truth)"]
-    for team in sorted(team_hours, key=lambda t: -team_hours[t]):
-        util = util_s[team] / util_w[team] if util_w[team] else 0.0
-        ws = sorted(waits[team])
-        p50 = statistics.median(ws) if ws else 0.0
-        p90 = ws[min(len(ws) - 1, int(0.9 * len(ws)))] if ws else 0.0
-        lines.append(f"{team:<12} {team_hours[team]:>10.1f} {util:>6.1%} {_mins(p50):>9} "
-                     f"{_mins(p90):>9} {len(ws):>5}")
-    unalloc = truth.seconds_by("state").get(("unallocated",), 0.0) / 3600
-    down = truth.seconds_by("state").get(("unavailable",), 0.0) / 3600
-    lines.append(f"{'(idle pool)':<12} {unalloc:>10.1f}   unallocated GPU-hours; "
-                 f"{down:.1f} GPU-hours unavailable in {len(truth.incidents)} GPU incidents, "
-                 f"{len(truth.interruptions)} spot preemptions")
+def summary_table(exporter: Exporter) -> str:
+    """Per-team GPU-hours, utilisation, cost, effective cost, queue wait, availability."""
+    t = exporter.totals
+    hours: dict[str, float] = defaultdict(float)
+    used: dict[str, float] = defaultdict(float)
+    cost: dict[str, float] = defaultdict(float)
+    for key, secs in t.gpu_seconds.items():
+        state, _, team = key[0], key[1], key[2]
+        if state == "allocated":
+            hours[team] += secs / 3600
+            used[team] += t.utilized_seconds.get(key, 0.0)
+            cost[team] += t.cost_usd.get(key, 0.0)
+    waits = _queue_percentiles(exporter)
+    lines = [f"{'team':<12} {'GPU-hours':>10} {'util':>6} {'cost $':>10} {'$/util-h':>9} "
+             f"{'wait p50':>9} {'wait p90':>9}"]
+    for team in sorted(hours, key=lambda k: -cost[k]):
+        util = used[team] / (hours[team] * 3600) if hours[team] else 0.0
+        eff = compute.effective_cost(cost[team], used[team])
+        p50, p90 = waits.get(team, (0.0, 0.0))
+        lines.append(f"{team:<12} {hours[team]:>10.1f} {util:>6.1%} {cost[team]:>10.2f} "
+                     f"{eff if eff is not None else 0:>9.2f} {p50 / 60:>8.1f}m "
+                     f"{p90 / 60:>8.1f}m")
+    idle = sum(v for k, v in t.cost_usd.items() if k[0] == "unallocated")
+    down = sum(v for k, v in t.cost_usd.items() if k[0] == "unavailable")
+    up = sum(t.up_seconds.values())
+    downs = sum(t.down_seconds.values())
+    avail = compute.availability(up, downs)
+    lines.append(f"unallocated capacity ${idle:,.2f}; unavailable ${down:,.2f}; "
+                 f"GPU availability {avail if avail is not None else 0:.3%} "
+                 f"(target {exporter.config.sla.target:.1%}); "
+                 f"{sum(t.interruptions.values())} spot interruptions")
     return "\n".join(lines)
 
 
-def _mins(seconds: float) -> str:
-    return f"{seconds / 60:.1f}m"
+def _queue_percentiles(exporter: Exporter) -> dict[str, tuple[float, float]]:
+    """Queue wait p50 and p90 per team, from the warehouse's pod table."""
+    wh = exporter.warehouse
+    if wh is None:
+        return {}
+    wh.maybe_flush(exporter.last_cycle_time, force=True)
+    rows = wh.con.execute(
+        "SELECT team, quantile_cont(queue_wait_seconds, 0.5), "
+        "quantile_cont(queue_wait_seconds, 0.9) FROM gpu_pods "
+        "WHERE queue_wait_seconds IS NOT NULL GROUP BY team").fetchall()
+    return {team: (p50, p90) for team, p50, p90 in rows}

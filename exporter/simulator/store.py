@@ -47,6 +47,7 @@ class ApiStore:
         self._events: deque[Event] = deque(maxlen=history)
         self._rv = 0
         self._compacted_at = 0
+        self._last: dict[str, int] = {}
         self._listeners: list[Callable[[Event], None]] = []
 
     @property
@@ -79,8 +80,13 @@ class ApiStore:
 
     def _record(self, event: Event) -> None:
         self._events.append(event)
+        self._last[event.kind] = event.rv
         for listener in list(self._listeners):
             listener(event)
+
+    def last_version(self, kind: str) -> int:
+        """The resourceVersion of the latest event of ``kind`` (0 if none retained)."""
+        return self._last.get(kind, 0)
 
     def get(self, kind: str, key: str) -> Obj | None:
         return self._objects.get(kind, {}).get(key)

@@ -82,7 +82,8 @@ class PodInfo:
 def node_info(obj: Obj) -> NodeInfo:
     meta, status = obj["metadata"], obj.get("status", {})
     labels = meta.get("labels") or {}
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready: Obj = next((c for c in status.get("conditions") or []
+                       if c.get("type") == "Ready"), {})
     addresses = {a["type"]: a["address"] for a in status.get("addresses") or []}
     clients = labels.get("cloud.google.com/gke-max-shared-clients-per-gpu")
     return NodeInfo(
@@ -201,6 +202,8 @@ class KubeSource:
                                                                        "namespaces")}
         self.synced: dict[str, asyncio.Event] = {k: asyncio.Event() for k in self.stats}
         self.up: dict[str, bool] = dict.fromkeys(self.stats, False)
+        self.resource_versions: dict[str, int] = dict.fromkeys(self.stats, 0)
+        """The last resourceVersion each kind has applied."""
         self._tasks: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -309,7 +312,9 @@ class KubeSource:
         self.stats[kind].lists += 1
         self.up[kind] = True
         self.synced[kind].set()
-        return str(body["metadata"]["resourceVersion"])
+        rv = str(body["metadata"]["resourceVersion"])
+        self.resource_versions[kind] = int(rv)
+        return rv
 
     async def _watch(self, kind: str, list_fn: Callable[..., Awaitable[Any]],
                      apply: Callable[[str, Obj], None], rv: str) -> None:
@@ -319,7 +324,7 @@ class KubeSource:
             stream = w.stream(list_fn, resource_version=rv, allow_watch_bookmarks=True,
                               timeout_seconds=int(self._watch_timeout),
                               _request_timeout=self._watch_timeout + 30)
-            w.return_type = None  # we read raw_object; skip building client models
+            w.return_type = None  # type: ignore[assignment]  # raw_object only: no models
             try:
                 while True:
                     try:
@@ -338,6 +343,7 @@ class KubeSource:
                         raise
                     obj = event["raw_object"]
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    self.resource_versions[kind] = int(rv)
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         apply(event["type"], obj)
             finally:

@@ -1,0 +1,117 @@
+"""Wiring: build the exporter from its configuration, serve it, run it.
+
+``open_exporter`` owns every client (HTTP session, Kubernetes API client, DuckDB file) and
+closes them; ``run`` is the service: a cycle every interval, ``/metrics``, ``/healthz``,
+``/readyz`` (503 until the first full cycle), and on SIGTERM/SIGINT the cycle in flight is
+finished, the warehouse flushed, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
+
+from exporter.config import Config
+from exporter.lifecycle import wait_for_shutdown
+from exporter.prices import load_price_book
+from exporter.service import Exporter
+from exporter.sinks.warehouse import Warehouse
+from exporter.sources.dcgm import DcgmSource
+from exporter.sources.kube import KubeSource
+
+log = logging.getLogger(__name__)
+_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def _kube_client(cfg: Config) -> client.ApiClient:
+    k = cfg.kubernetes
+    if k.in_cluster:
+        kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    return await kube_config.new_client_from_config(
+        config_file=str(k.kubeconfig) if k.kubeconfig else None)
+
+
+@contextlib.asynccontextmanager
+async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
+    prices = load_price_book(cfg.prices.book, cfg.prices.region)
+    api = await _kube_client(cfg)
+    connector = aiohttp.TCPConnector(limit=256, ttl_dns_cache=300)
+    session = aiohttp.ClientSession(connector=connector)
+    warehouse = Warehouse(cfg.warehouse.path, cfg.cluster, cfg.warehouse.interval,
+                          cfg.warehouse.flush_interval) if cfg.warehouse.enabled else None
+    kube = KubeSource(api, watch_timeout=cfg.kubernetes.watch_timeout,
+                      watchdog=cfg.kubernetes.watchdog,
+                      request_timeout=cfg.kubernetes.request_timeout)
+    dcgm = DcgmSource(session, cfg.dcgm.timeout, cfg.dcgm.max_body_bytes,
+                      cfg.dcgm.max_devices_per_target)
+    exporter = Exporter(cfg, prices, kube, dcgm, warehouse)
+    kube.start()
+    try:
+        yield exporter
+    finally:
+        await kube.stop()
+        if warehouse is not None:
+            warehouse.maybe_flush(exporter.last_cycle_time, force=True)
+            warehouse.close()
+        await session.close()
+        await api.close()
+
+
+def http_app(exporter: Exporter) -> web.Application:
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=exporter.metrics_text, headers={"Content-Type": _TEXT})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if exporter.ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="waiting for the first full cycle\n")
+
+    app = web.Application()
+    app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz),
+                    web.get("/readyz", readyz)])
+    return app
+
+
+async def serve(exporter: Exporter, host: str, port: int) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(http_app(exporter), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
+async def run(cfg: Config) -> int:
+    """The service, until SIGTERM or SIGINT."""
+    async with open_exporter(cfg) as exporter:
+        runner, port = await serve(exporter, cfg.listen_address, cfg.port)
+        log.info("serving /metrics on %s:%d", cfg.listen_address, port)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(cfg.kubernetes.request_timeout):
+                await exporter.kube.wait_synced()
+        stop = asyncio.create_task(wait_for_shutdown())
+        try:
+            while not stop.done():
+                began = time.monotonic()
+                try:
+                    await exporter.cycle(time.time())
+                except Exception:  # a bug in one cycle must not end the service
+                    log.exception("cycle failed")
+                wait = max(0.0, cfg.interval - (time.monotonic() - began))
+                await asyncio.wait([stop], timeout=wait)
+        finally:
+            stop.cancel()
+            await runner.cleanup()
+    log.info("stopped")
+    return 0

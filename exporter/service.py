@@ -1,0 +1,307 @@
+"""One exporter cycle: sources → snapshot → compute → sinks.
+
+``Exporter.cycle(now)`` scrapes every dcgm-exporter target concurrently, reads the
+Kubernetes state the watches keep current, computes each device's state, integrates the
+previous snapshot's states over the time since it (GPU-seconds, utilised seconds, cost,
+up/down time), and hands the result to the sinks: the Prometheus text is rendered here,
+once per cycle, and rows go to the warehouse. Time is an argument, so the same code runs on
+the wall clock or on the simulator's virtual clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from exporter import compute
+from exporter.bottleneck import Diagnosis, classify
+from exporter.config import Config
+from exporter.errors import SourceError
+from exporter.prices import PriceBook
+from exporter.selectors import label_selector
+from exporter.sinks.prometheus import QUEUE_BUCKETS, MetricsView, render
+from exporter.sinks.warehouse import Warehouse
+from exporter.sources.dcgm import DcgmSource, DeviceReading, TargetScrape
+from exporter.sources.kube import KubeSource, NodeInfo, PodInfo
+
+log = logging.getLogger(__name__)
+
+GroupKey = tuple[str, str, str, str, str, str]
+"""(state, namespace, team, pool, accelerator, provisioning)"""
+
+
+@dataclass(slots=True)
+class WaitHistogram:
+    buckets: list[float] = field(default_factory=lambda: [0.0] * len(QUEUE_BUCKETS))
+    count: float = 0.0
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        for i, bound in enumerate(QUEUE_BUCKETS):
+            if seconds <= bound:
+                self.buckets[i] += 1
+        self.count += 1
+        self.total += seconds
+
+
+@dataclass(slots=True)
+class Totals:
+    """Running sums since start: the counters behind /metrics and the e2e checks."""
+
+    gpu_seconds: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
+    utilized_seconds: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
+    cost_usd: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
+    pod_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    pod_utilized: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    pod_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    up_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    down_seconds: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    interruptions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    queue_hist: dict[tuple[str, str, str], WaitHistogram] = field(default_factory=dict)
+    """Queue waits of scheduled pods by (namespace, team, GPU model), each pod once."""
+    waited: set[str] = field(default_factory=set)
+
+    def observe_wait(self, uid: str, key: tuple[str, str, str], seconds: float) -> None:
+        if uid in self.waited:
+            return
+        self.waited.add(uid)
+        self.queue_hist.setdefault(key, WaitHistogram()).observe(seconds)
+
+    def add(self, rows: Sequence[compute.UsageRow]) -> None:
+        for r in rows:
+            d, o = r.device, r.owner
+            key = (d.state, o.namespace if o else "", o.team if o else "", d.pool,
+                   d.accelerator, d.provisioning)
+            self.gpu_seconds[key] += r.seconds
+            if r.utilized_seconds is not None:
+                self.utilized_seconds[key] += r.utilized_seconds
+            if r.cost_usd is not None:
+                self.cost_usd[key] += r.cost_usd
+            if o is not None and o.uid:
+                self.pod_seconds[o.uid] += r.seconds
+                if r.utilized_seconds is not None:
+                    self.pod_utilized[o.uid] += r.utilized_seconds
+                if r.cost_usd is not None:
+                    self.pod_cost[o.uid] += r.cost_usd
+            # availability per physical GPU: MIG instances add up to their GPU
+            if d.state == "unavailable":
+                self.down_seconds[(d.gpu_uuid, d.reason or "unknown")] += r.seconds
+            else:
+                self.up_seconds[d.gpu_uuid] += r.seconds
+
+
+@dataclass(slots=True)
+class SourceHealth:
+    up: dict[tuple[str, str], bool] = field(default_factory=dict)
+    duration: dict[tuple[str, str], float] = field(default_factory=dict)
+    errors: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class Exporter:
+    """The exporter's state between cycles; ``cycle`` is the only thing that changes it."""
+
+    def __init__(self, config: Config, prices: PriceBook, kube: KubeSource, dcgm: DcgmSource,
+                 warehouse: Warehouse | None = None) -> None:
+        self.config = config
+        self.prices = prices
+        self.kube = kube
+        self.dcgm = dcgm
+        self.warehouse = warehouse
+        self.totals = Totals()
+        self.health = SourceHealth()
+        self.inventory: dict[str, dict[str, compute.DeviceIdentity]] = {}
+        self.states: list[compute.DeviceState] = []
+        self.state_time: float | None = None
+        self.diagnoses: dict[str, tuple[compute.Owner, Diagnosis]] = {}
+        self.open_incidents: dict[tuple[str, str], tuple[float, str, str]] = {}
+        """(GPU UUID, reason) -> (start, node, pool) of each GPU now unavailable."""
+        self.cycles = 0
+        self.cycle_seconds = 0.0
+        self.last_cycle_time = 0.0
+        self._view_now: MetricsView | None = None
+        self._rendered: bytes | None = None
+        self._target_nodes: dict[str, str] = {}
+        self._windows: dict[str, collections.deque[tuple[float, dict[str, float]]]] = {}
+        self._logged: set[tuple[str, str]] = set()
+        self._seen_nodes: set[str] = set()
+        self._price = {k: v for k, v in prices.prices.items()}
+
+    @property
+    def ready(self) -> bool:
+        return self.cycles > 0
+
+    # ------------------------------------------------------------------ targets
+
+    def targets(self) -> dict[str, str | None]:
+        """Target URL -> the node it belongs to (None while unknown)."""
+        cfg = self.config.dcgm
+        if cfg.targets:
+            return {t: self._target_nodes.get(t) for t in cfg.targets}
+        d = cfg.discovery
+        match = label_selector(d.label_selector)
+        out: dict[str, str | None] = {}
+        for pod in self.kube.pods.values():
+            if pod.namespace != d.namespace or pod.phase != "Running" or not pod.ip:
+                continue
+            if not match({"metadata": {"labels": pod.labels}}):
+                continue
+            port = d.port or pod.container_ports.get("metrics", 9400)
+            out[f"http://{pod.ip}:{port}{d.path}"] = pod.node
+        return out
+
+    # ------------------------------------------------------------------ the cycle
+
+    async def cycle(self, now: float) -> None:
+        began = time.perf_counter()
+        targets = self.targets()
+        results = await self.dcgm.fetch(list(targets))
+        readings: dict[str, list[DeviceReading]] = defaultdict(list)
+        unknown: set[str] = set()
+        for url, res in zip(targets, results, strict=True):
+            key = ("dcgm", url)
+            if isinstance(res, TargetScrape):
+                self.health.up[key] = True
+                self.health.duration[key] = res.duration_seconds
+                for reason, n in res.result.rejected.items():
+                    self.health.rejected[reason] += n
+                    self._log_once(url, f"rejected:{reason}", "dcgm samples rejected",
+                                   reason=reason, count=n)
+                for dev in res.result.devices:
+                    node = dev.hostname or targets[url] or ""
+                    readings[node].append(dev)
+                    self._target_nodes[url] = node
+            else:
+                assert isinstance(res, SourceError)
+                self.health.up[key] = False
+                self.health.errors[key] += 1
+                self._log_once(url, type(res).__name__, "dcgm scrape failed",
+                               error=res.reason)
+                lost = targets[url] or self._target_nodes.get(url)
+                if lost:
+                    unknown.add(lost)
+        for gone in [k for k in self.health.up if k[0] == "dcgm" and k[1] not in targets]:
+            del self.health.up[gone]  # targets gone with their nodes
+        nodes = dict(self.kube.nodes)
+        owners = self._owners(self.kube.pods.values())
+        for pod in self.kube.take_deleted_pods():
+            owners.setdefault((pod.namespace, pod.name), self._owner(pod))
+            self._pod_gone(pod, now)
+        states = compute.device_states(
+            nodes, readings, frozenset(unknown), self.inventory, owners, self._price,
+            self.config.prices.discounts, self.config.prices.default_discount)
+        self.inventory = compute.remember(self.inventory, readings, nodes)
+        if self.state_time is not None and now > self.state_time:
+            rows = compute.usage_rows(self.states, self.state_time, now - self.state_time)
+            self.totals.add(rows)
+            if self.warehouse is not None:
+                self.warehouse.add_usage(rows)
+        self.states, self.state_time = states, now
+        self._incidents(states, nodes, frozenset(unknown), now)
+        self._queue(now)
+        self._bottlenecks(now, states)
+        if self.warehouse is not None:
+            self.warehouse.add_pods(self.kube.pods.values(), now, self._team)
+            self.warehouse.maybe_flush(now)
+        self.cycles += 1
+        self.last_cycle_time = now
+        self.cycle_seconds = time.perf_counter() - began
+        self._view_now = self._view(nodes, now)
+        self._rendered = None
+
+    @property
+    def metrics_text(self) -> bytes:
+        """The exposition of the last cycle, rendered at most once per cycle."""
+        if self._rendered is None:
+            self._rendered = render(self._view_now) if self._view_now is not None else b""
+        return self._rendered
+
+    # ------------------------------------------------------------------ pieces
+
+    def _owner(self, pod: PodInfo) -> compute.Owner:
+        team = compute.team_of(pod.labels, pod.namespace, self.kube.namespace_labels,
+                               self.config.team_label)
+        return compute.Owner(pod.uid, pod.namespace, pod.name, team, pod.workload)
+
+    def _team(self, pod: PodInfo) -> str:
+        return self._owner(pod).team
+
+    def _owners(self, pods: object) -> dict[tuple[str, str], compute.Owner]:
+        return {(p.namespace, p.name): self._owner(p) for p in self.kube.pods.values()
+                if p.gpus > 0}
+
+    def _pod_gone(self, pod: PodInfo, now: float) -> None:
+        if pod.reason == "Terminated" and pod.phase == "Failed":
+            node = self.kube.nodes.get(pod.node or "")
+            pool = node.pool if node else ""
+            self.totals.interruptions[pool] += 1
+        if self.warehouse is not None:
+            self.warehouse.add_pods([pod], now, self._team)
+            self.warehouse.forget_pod(pod.uid)
+        self._windows.pop(pod.uid, None)
+        self.diagnoses.pop(pod.uid, None)
+        self.totals.waited.discard(pod.uid)
+
+    def _incidents(self, states: Sequence[compute.DeviceState], nodes: dict[str, NodeInfo],
+                   unknown: frozenset[str], now: float) -> None:
+        """Open an incident when a GPU becomes unavailable; close it when it is back."""
+        down = {(d.gpu_uuid, d.reason or ""): d for d in states if d.state == "unavailable"}
+        for key, d in down.items():
+            self.open_incidents.setdefault(key, (now, d.node, d.pool))
+        for key in [k for k in self.open_incidents if k not in down]:
+            start, node, pool = self.open_incidents[key]
+            if node in unknown:
+                continue  # cannot tell yet
+            del self.open_incidents[key]
+            if self.warehouse is not None:
+                self.warehouse.add_event(node, pool, key[0], key[1], start, now)
+
+    def _queue(self, now: float) -> None:
+        for pod in self.kube.pods.values():
+            if pod.gpus > 0 and pod.scheduled is not None:
+                key = (pod.namespace, self._team(pod), pod.accelerator or "")
+                self.totals.observe_wait(pod.uid, key, compute.queue_wait_seconds(pod, now))
+
+    def _bottlenecks(self, now: float, states: Sequence[compute.DeviceState]) -> None:
+        window = self.config.bottleneck_window
+        live: dict[str, tuple[compute.Owner, str]] = {}
+        for d in states:
+            if d.state != "allocated":
+                continue
+            for o in d.owners:
+                if not o.uid:
+                    continue
+                q = self._windows.setdefault(o.uid, collections.deque())
+                q.append((now, dict(d.fields)))
+                live[o.uid] = (o, d.accelerator)
+        self.diagnoses = {}
+        for uid, (owner, accel) in live.items():
+            q = self._windows[uid]
+            while q and q[0][0] <= now - window:
+                q.popleft()
+            self.diagnoses[uid] = (owner, classify([f for _, f in q], accel))
+        for uid in [u for u in self._windows if u not in live]:
+            del self._windows[uid]
+
+    def _log_once(self, target: str, kind: str, event: str, **ctx: object) -> None:
+        """Log a failure the first time it happens to a target (it is always counted)."""
+        if (target, kind) in self._logged:
+            return
+        self._logged.add((target, kind))
+        log.warning("%s target=%s %s", event, target,
+                    " ".join(f"{k}={v}" for k, v in ctx.items()))
+
+    def _view(self, nodes: dict[str, NodeInfo], now: float) -> MetricsView:
+        return MetricsView(
+            cluster=self.config.cluster, now=now, states=self.states, nodes=nodes,
+            pods=list(self.kube.pods.values()), totals=self.totals, health=self.health,
+            kube=self.kube, diagnoses=self.diagnoses,
+            available_gpus=compute.available_gpus(nodes.values(),
+                                                  self.config.system_reserved_gpus),
+            cycle_seconds=self.cycle_seconds, owner=self._owner,
+            rows_written=self.warehouse.rows_written if self.warehouse else {},
+        )

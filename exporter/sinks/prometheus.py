@@ -1,0 +1,283 @@
+"""The ``/metrics`` catalogue, rendered once per cycle from an immutable view.
+
+Every family is built afresh from the cycle's view, so series of deleted pods and nodes
+vanish by themselves; unknown values are absent, never zero. Base units, ratios 0-1,
+counters end in ``_total``. An explicit registry with one collector; no global state.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from exporter import compute
+from exporter.sources.kube import NodeInfo, PodInfo
+
+if TYPE_CHECKING:
+    from exporter.bottleneck import Diagnosis
+    from exporter.service import SourceHealth, Totals
+    from exporter.sources.kube import KubeSource
+
+P = "gke_gpu_"
+MIB = 1024 * 1024
+QUEUE_BUCKETS = (30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
+                 86400.0)
+DEVICE_LABELS = ["cluster", "node", "pool", "zone", "model", "provisioning", "gpu", "uuid",
+                 "mig_profile", "mig_instance"]
+GROUP_LABELS = ["cluster", "state", "namespace", "team", "pool", "model", "provisioning"]
+COST_GROUP = ["cluster", "namespace", "team", "pool", "model", "provisioning"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsView:
+    cluster: str
+    now: float
+    states: Sequence[compute.DeviceState]
+    nodes: Mapping[str, NodeInfo]
+    pods: Sequence[PodInfo]
+    totals: Totals
+    health: SourceHealth
+    kube: KubeSource
+    diagnoses: Mapping[str, tuple[compute.Owner, Diagnosis]]
+    available_gpus: float
+    cycle_seconds: float
+    owner: Callable[[PodInfo], compute.Owner]
+    rows_written: Mapping[str, int]
+
+
+def _device_labels(cluster: str, d: compute.DeviceState) -> list[str]:
+    instance = d.device_id.rsplit("/", 1)[1] if "/" in d.device_id else ""
+    return [cluster, d.node, d.pool, d.zone, d.accelerator, d.provisioning, d.gpu_index,
+            d.gpu_uuid, d.mig_profile or "", instance]
+
+
+def _families(v: MetricsView) -> Iterator[Metric]:
+    c = v.cluster
+    util = GaugeMetricFamily(P + "utilization_ratio", "GPU utilisation: DCGM GR engine "
+                             "active, else GPU_UTIL/100 (source label says which).",
+                             labels=[*DEVICE_LABELS, "source"])
+    mem_used = GaugeMetricFamily(P + "memory_used_bytes", "GPU framebuffer memory in use.",
+                                 labels=DEVICE_LABELS)
+    mem_total = GaugeMetricFamily(P + "memory_total_bytes", "GPU framebuffer memory size.",
+                                  labels=DEVICE_LABELS)
+    available = GaugeMetricFamily(P + "available", "1 if the GPU is usable, 0 if it is "
+                                  "unavailable (node not Ready, GPU missing, fatal XID).",
+                                  labels=DEVICE_LABELS)
+    state = GaugeMetricFamily(P + "state", "1 for the GPU's allocation state: allocated, "
+                              "unallocated or unavailable (with reason).",
+                              labels=[*DEVICE_LABELS, "state", "reason"])
+    price = GaugeMetricFamily(P + "price_usd_per_hour", "Hourly price of the GPU (or MIG "
+                              "slice) after discount.", labels=DEVICE_LABELS)
+    alloc = GaugeMetricFamily(P + "allocation_info", "Which pod holds which GPU; one series "
+                              "per pod on a time-shared GPU.",
+                              labels=[*DEVICE_LABELS, "namespace", "pod", "team", "workload"])
+    for d in v.states:
+        labels = _device_labels(c, d)
+        if d.utilization is not None:
+            util.add_metric([*labels, d.utilization_source or ""], d.utilization)
+        used = d.fields.get("DCGM_FI_DEV_FB_USED")
+        free = d.fields.get("DCGM_FI_DEV_FB_FREE")
+        if used is not None:
+            mem_used.add_metric(labels, used * MIB)
+            if free is not None:
+                reserved = d.fields.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
+                mem_total.add_metric(labels, (used + free + reserved) * MIB)
+        available.add_metric(labels, 0.0 if d.state == "unavailable" else 1.0)
+        state.add_metric([*labels, d.state, d.reason or ""], 1.0)
+        if d.price_usd_per_hour is not None:
+            price.add_metric(labels, d.price_usd_per_hour)
+        for o in d.owners:
+            alloc.add_metric([*labels, o.namespace, o.name, o.team, o.workload], 1.0)
+    yield from (util, mem_used, mem_total, available, state, price, alloc)
+
+    node_labels = ["cluster", "node", "pool", "model", "provisioning"]
+    cap = GaugeMetricFamily(P + "node_capacity_gpus", "nvidia.com/gpu capacity of the node.",
+                            labels=node_labels)
+    allocatable = GaugeMetricFamily(P + "node_allocatable_gpus",
+                                    "nvidia.com/gpu the node offers to pods.",
+                                    labels=node_labels)
+    allocated = GaugeMetricFamily(P + "node_allocated_gpus",
+                                  "nvidia.com/gpu requested by pods running on the node.",
+                                  labels=node_labels)
+    ready = GaugeMetricFamily(P + "node_ready", "1 if the node is Ready.", labels=node_labels)
+    requested: dict[str, int] = defaultdict(int)
+    for p in v.pods:
+        if p.node and p.phase in ("Running", "Pending") and p.scheduled is not None:
+            requested[p.node] += p.gpus
+    for n in v.nodes.values():
+        if not n.accelerator:
+            continue
+        nl = [c, n.name, n.pool, n.accelerator, n.provisioning]
+        cap.add_metric(nl, n.capacity_gpus)
+        allocatable.add_metric(nl, n.allocatable_gpus)
+        allocated.add_metric(nl, requested.get(n.name, 0))
+        ready.add_metric(nl, 1.0 if n.ready else 0.0)
+    yield from (cap, allocatable, allocated, ready)
+    yield GaugeMetricFamily(P + "cluster_available_gpus", "Allocatable GPUs of Ready nodes "
+                            "minus system-reserved, in physical GPUs.",
+                            value=v.available_gpus, labels=None)
+
+    yield from _queue_families(v)
+    yield from _cost_families(v)
+
+    up = CounterMetricFamily(P + "up_seconds", "Seconds the GPU was available.",
+                             labels=["cluster", "uuid"])
+    for uuid, secs in sorted(v.totals.up_seconds.items()):
+        up.add_metric([c, uuid], secs)
+    down = CounterMetricFamily(P + "down_seconds", "Seconds the GPU was unavailable, by "
+                               "reason: node_not_ready, gpu_missing, xid.",
+                               labels=["cluster", "uuid", "reason"])
+    for (uuid, reason), secs in sorted(v.totals.down_seconds.items()):
+        down.add_metric([c, uuid, reason], secs)
+    spot = CounterMetricFamily(P + "spot_interruptions", "Pods terminated by spot "
+                               "preemption, by node pool.", labels=["cluster", "pool"])
+    for pool, count in sorted(v.totals.interruptions.items()):
+        spot.add_metric([c, pool], count)
+    yield from (up, down, spot)
+
+    bottleneck = GaugeMetricFamily(P + "pod_bottleneck", "1 for the pod's bottleneck class "
+                                   "over the sliding window.",
+                                   labels=["cluster", "namespace", "pod", "team", "workload",
+                                           "class"])
+    for owner, diag in v.diagnoses.values():
+        bottleneck.add_metric([c, owner.namespace, owner.name, owner.team, owner.workload,
+                               diag.bottleneck], 1.0)
+    yield bottleneck
+    yield from _health_families(v)
+
+
+def _queue_families(v: MetricsView) -> Iterator[Metric]:
+    c = v.cluster
+    labels = ["cluster", "namespace", "team", "model"]
+    pending_pods: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    pending_gpus: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    oldest: dict[tuple[str, str, str, str], float] = {}
+    for p in v.pods:
+        if p.gpus <= 0 or p.phase != "Pending" or p.scheduled is not None:
+            continue
+        o = v.owner(p)
+        key = (c, p.namespace, o.team, p.accelerator or "")
+        pending_pods[key] += 1
+        pending_gpus[key] += p.gpus
+        oldest[key] = max(oldest.get(key, 0.0), compute.queue_wait_seconds(p, v.now))
+    fams = [GaugeMetricFamily(P + "pending_pods", "GPU pods waiting to be scheduled.",
+                              labels=labels),
+            GaugeMetricFamily(P + "pending_gpus", "GPUs requested by pending pods.",
+                              labels=labels),
+            GaugeMetricFamily(P + "oldest_pending_seconds", "Age of the oldest pending GPU "
+                              "pod.", labels=labels)]
+    for key in sorted(pending_pods):
+        fams[0].add_metric(list(key), pending_pods[key])
+        fams[1].add_metric(list(key), pending_gpus[key])
+        fams[2].add_metric(list(key), oldest[key])
+    yield from fams
+    hist = HistogramMetricFamily(P + "queue_wait_seconds", "Time from pod creation to "
+                                 "PodScheduled=True, GPU pods scheduled since start.",
+                                 labels=labels)
+    for hkey in sorted(v.totals.queue_hist):
+        h = v.totals.queue_hist[hkey]
+        cum = [(str(b), h.buckets[i]) for i, b in enumerate(QUEUE_BUCKETS)]
+        cum.append(("+Inf", h.count))
+        hist.add_metric([c, *hkey], cum, h.total)
+    yield hist
+
+
+def _cost_families(v: MetricsView) -> Iterator[Metric]:
+    c = v.cluster
+    cost = CounterMetricFamily(P + "cost_usd", "GPU cost by allocation state and owner; "
+                               "unallocated and unavailable time goes to the pool.",
+                               labels=GROUP_LABELS)
+    secs = CounterMetricFamily(P + "gpu_seconds", "GPU time by allocation state and owner "
+                               "(MIG slices as their fraction, shared GPUs split).",
+                               labels=GROUP_LABELS)
+    used = CounterMetricFamily(P + "utilized_gpu_seconds", "GPU time weighted by "
+                               "utilisation.", labels=GROUP_LABELS)
+    effective = GaugeMetricFamily(P + "effective_cost_usd_per_utilized_hour",
+                                  "Cost of one utilised GPU-hour since start: price x "
+                                  "(1 - discount) / utilisation.", labels=COST_GROUP)
+    eff_cost: dict[tuple[str, str, str, str, str, str], float] = defaultdict(float)
+    eff_used: dict[tuple[str, str, str, str, str, str], float] = defaultdict(float)
+    t = v.totals
+    for key in sorted(t.gpu_seconds):
+        labels = [c, *key]
+        secs.add_metric(labels, t.gpu_seconds[key])
+        if key in t.cost_usd:
+            cost.add_metric(labels, t.cost_usd[key])
+        if key in t.utilized_seconds:
+            used.add_metric(labels, t.utilized_seconds[key])
+        if key[0] == "allocated":
+            g = (c, *key[1:])
+            eff_cost[g] += t.cost_usd.get(key, 0.0)
+            eff_used[g] += t.utilized_seconds.get(key, 0.0)
+    for g in sorted(eff_cost):
+        value = compute.effective_cost(eff_cost[g], eff_used[g])
+        if value is not None:
+            effective.add_metric(list(g), value)
+    yield from (cost, secs, used, effective)
+
+
+def _health_families(v: MetricsView) -> Iterator[Metric]:
+    h = v.health
+    up = GaugeMetricFamily(P + "exporter_source_up", "1 if the source answered in the last "
+                           "cycle.", labels=["source", "target"])
+    dur = GaugeMetricFamily(P + "exporter_scrape_duration_seconds", "Duration of the last "
+                            "successful scrape of a target.", labels=["source", "target"])
+    for (source, target), ok in sorted(h.up.items()):
+        up.add_metric([source, target], 1.0 if ok else 0.0)
+        if (source, target) in h.duration:
+            dur.add_metric([source, target], h.duration[(source, target)])
+    for kind, ok in sorted(v.kube.up.items()):
+        up.add_metric(["kubernetes", kind], 1.0 if ok else 0.0)
+    errors = CounterMetricFamily(P + "exporter_errors", "Failed scrapes and watches.",
+                                 labels=["source", "target"])
+    for (source, target), n in sorted(h.errors.items()):
+        errors.add_metric([source, target], n)
+    for kind, st in sorted(v.kube.stats.items()):
+        errors.add_metric(["kubernetes", kind], st.errors)
+    relists = CounterMetricFamily(P + "exporter_kubernetes_relists", "Relists by cause: "
+                                  "expired (410), watchdog (silent watch).",
+                                  labels=["resource", "cause"])
+    for kind, st in sorted(v.kube.stats.items()):
+        relists.add_metric([kind, "expired"], st.expired)
+        relists.add_metric([kind, "watchdog"], st.watchdog_relists)
+    rejected = CounterMetricFamily(P + "exporter_rejected_samples", "DCGM samples dropped, by "
+                                   "reason.", labels=["reason"])
+    for reason, n in sorted(h.rejected.items()):
+        rejected.add_metric([reason], n)
+    rows = CounterMetricFamily(P + "exporter_rows_written", "Rows written to the warehouse.",
+                               labels=["table"])
+    for table, n in sorted(v.rows_written.items()):
+        rows.add_metric([table], n)
+    yield from (up, dur, errors, relists, rejected, rows)
+    yield GaugeMetricFamily(P + "exporter_cycle_duration_seconds", "Wall time of the last "
+                            "cycle.", value=v.cycle_seconds)
+    yield GaugeMetricFamily(P + "exporter_last_cycle_timestamp_seconds", "When the last "
+                            "cycle ran (Unix time of its snapshot).", value=v.now)
+
+
+class _ViewCollector:
+    def __init__(self, view: MetricsView) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _families(self._view)
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+def render(view: MetricsView) -> bytes:
+    """The full exposition for one cycle."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ViewCollector(view))
+    return generate_latest(registry)

@@ -1,0 +1,235 @@
+"""The local warehouse: DuckDB tables ``gpu_usage``, ``gpu_pods``, ``availability_events``.
+
+``gpu_usage`` has one row per device, owner and warehouse interval (default 60 s):
+GPU-seconds, cost and time-weighted means of the DCGM readings. Rows are appended in
+Arrow batches when their interval is complete; every row has a deterministic id (a hash
+of cluster, interval, device, pod and state) and the tables' primary keys make a repeated
+write a no-op, so a restart or a retried flush never double-counts. ``gpu_pods`` keeps
+the latest state of each GPU pod; ``availability_events`` one row per incident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from exporter.compute import UsageRow
+from exporter.sources.kube import PodInfo
+
+FIELDS = {
+    "gr_engine_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "sm_active": "DCGM_FI_PROF_SM_ACTIVE",
+    "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
+    "tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE",
+    "pcie_tx_bytes_per_second": "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "pcie_rx_bytes_per_second": "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "nvlink_tx_bytes_per_second": "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "nvlink_rx_bytes_per_second": "DCGM_FI_PROF_NVLINK_RX_BYTES",
+    "gpu_util_percent": "DCGM_FI_DEV_GPU_UTIL",
+    "power_watts": "DCGM_FI_DEV_POWER_USAGE",
+    "temperature_celsius": "DCGM_FI_DEV_GPU_TEMP",
+}
+
+USAGE_SCHEMA = pa.schema([
+    ("id", pa.string()), ("time", pa.timestamp("us", tz="UTC")),
+    ("interval_seconds", pa.float64()), ("cluster", pa.string()), ("node", pa.string()),
+    ("node_pool", pa.string()), ("zone", pa.string()), ("gpu_model", pa.string()),
+    ("provisioning", pa.string()), ("gpu_uuid", pa.string()), ("gpu_index", pa.string()),
+    ("mig_profile", pa.string()), ("device_id", pa.string()), ("namespace", pa.string()),
+    ("pod", pa.string()), ("pod_uid", pa.string()), ("team", pa.string()),
+    ("workload", pa.string()), ("state", pa.string()), ("reason", pa.string()),
+    ("gpu_seconds", pa.float64()), ("utilization", pa.float64()),
+    *[(name, pa.float64()) for name in FIELDS],
+    ("memory_used_bytes", pa.float64()), ("memory_total_bytes", pa.float64()),
+    ("last_xid", pa.int64()), ("price_usd_per_hour", pa.float64()), ("cost_usd", pa.float64()),
+])
+
+
+
+def _duck_type(t: pa.DataType) -> str:
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    return "VARCHAR"
+
+
+_DDL = [
+    "CREATE TABLE IF NOT EXISTS gpu_usage ("
+    + ", ".join(f"{f.name} {_duck_type(f.type)}" + (" PRIMARY KEY" if f.name == "id" else "")
+                for f in USAGE_SCHEMA) + ")",
+    """CREATE TABLE IF NOT EXISTS gpu_pods (
+        id VARCHAR PRIMARY KEY, cluster VARCHAR, namespace VARCHAR, pod VARCHAR,
+        team VARCHAR, workload VARCHAR, owner_kind VARCHAR, gpus BIGINT, gpu_model VARCHAR,
+        node VARCHAR, phase VARCHAR, created TIMESTAMPTZ, scheduled TIMESTAMPTZ,
+        finished TIMESTAMPTZ, queue_wait_seconds DOUBLE, reason VARCHAR, priority BIGINT,
+        priority_class VARCHAR, queue VARCHAR, updated TIMESTAMPTZ)""",
+    """CREATE TABLE IF NOT EXISTS availability_events (
+        id VARCHAR PRIMARY KEY, cluster VARCHAR, node VARCHAR, node_pool VARCHAR,
+        gpu_uuid VARCHAR, reason VARCHAR, start_time TIMESTAMPTZ, end_time TIMESTAMPTZ,
+        seconds DOUBLE)""",
+]
+
+
+def row_id(*parts: object) -> str:
+    return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=16).hexdigest()
+
+
+def _ts(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC)
+
+
+@dataclass(slots=True)
+class _Acc:
+    first: UsageRow
+    seconds: float = 0.0
+    cost: float | None = None
+    utilized: float | None = None
+    weighted: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    weights: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    mem_used: float | None = None
+    mem_total: float | None = None
+    xid: int = 0
+
+
+class Warehouse:
+    """Buffers usage rows per interval and appends complete intervals to DuckDB."""
+
+    def __init__(self, path: Path, cluster: str, interval: float,
+                 flush_interval: float | None = None) -> None:
+        self.path = path
+        self.cluster = cluster
+        self.interval = interval
+        self.flush_interval = max(interval, flush_interval or interval)
+        self.con = duckdb.connect(str(path))
+        for ddl in _DDL:
+            self.con.execute(ddl)
+        self._usage: dict[tuple[float, str, str, str], _Acc] = {}
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._pod_signatures: dict[str, tuple[Any, ...]] = {}
+        self._events: list[dict[str, Any]] = []
+        self.rows_written: dict[str, int] = defaultdict(int)
+        self._next_flush = 0.0
+
+    def add_usage(self, rows: Sequence[UsageRow]) -> None:
+        for r in rows:
+            window = r.start - r.start % self.interval
+            d, o = r.device, r.owner
+            key = (window, d.device_id, o.uid if o else "", d.state)
+            acc = self._usage.get(key)
+            if acc is None:
+                acc = self._usage[key] = _Acc(r)
+            acc.seconds += r.seconds
+            if r.cost_usd is not None:
+                acc.cost = (acc.cost or 0.0) + r.cost_usd
+            if r.utilized_seconds is not None:
+                acc.utilized = (acc.utilized or 0.0) + r.utilized_seconds
+            for col, fname in FIELDS.items():
+                v = d.fields.get(fname)
+                if v is not None:
+                    acc.weighted[col] += v * r.seconds
+                    acc.weights[col] += r.seconds
+            used, free = d.fields.get("DCGM_FI_DEV_FB_USED"), d.fields.get("DCGM_FI_DEV_FB_FREE")
+            if used is not None:
+                acc.mem_used = max(acc.mem_used or 0.0, used * 1048576)
+                if free is not None:
+                    acc.mem_total = (used + free + d.fields.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
+                                     ) * 1048576
+            acc.xid = max(acc.xid, int(d.fields.get("DCGM_FI_DEV_XID_ERRORS", 0)))
+
+    def add_pods(self, pods: Iterable[PodInfo], now: float,
+                 team_of: Callable[[PodInfo], str]) -> None:
+        for p in pods:
+            if p.gpus <= 0:
+                continue
+            signature = (p.phase, p.node, p.scheduled, p.finished, p.reason)
+            if self._pod_signatures.get(p.uid) == signature:
+                continue  # unchanged since it was last written
+            self._pod_signatures[p.uid] = signature
+            wait = None if p.scheduled is None else p.scheduled - p.created
+            self._pods[p.uid] = {
+                "id": p.uid, "cluster": self.cluster, "namespace": p.namespace, "pod": p.name,
+                "team": team_of(p), "workload": p.workload,
+                "owner_kind": p.owner_kind, "gpus": p.gpus, "gpu_model": p.accelerator,
+                "node": p.node, "phase": p.phase, "created": _ts(p.created),
+                "scheduled": _ts(p.scheduled), "finished": _ts(p.finished),
+                "queue_wait_seconds": wait, "reason": p.reason, "priority": p.priority,
+                "priority_class": p.priority_class, "queue": p.queue, "updated": _ts(now)}
+
+    def add_event(self, node: str, pool: str, gpu_uuid: str, reason: str, start: float,
+                  end: float) -> None:
+        self._events.append({
+            "id": row_id(self.cluster, gpu_uuid, reason, start), "cluster": self.cluster,
+            "node": node, "node_pool": pool, "gpu_uuid": gpu_uuid, "reason": reason,
+            "start_time": _ts(start), "end_time": _ts(end), "seconds": end - start})
+
+    def maybe_flush(self, now: float, force: bool = False) -> None:
+        """Write every interval that ended by ``now`` (all of them when ``force``)."""
+        if not force and now < self._next_flush:
+            return
+        self._next_flush = now - now % self.flush_interval + self.flush_interval
+        done = [k for k in self._usage if force or k[0] + self.interval <= now]
+        if done:
+            self._write_usage([(k, self._usage.pop(k)) for k in sorted(done)])
+        if self._pods:
+            table = pa.Table.from_pylist(list(self._pods.values()))
+            self.con.register("_pods", table)
+            self.con.execute("INSERT OR REPLACE INTO gpu_pods SELECT * FROM _pods")
+            self.con.unregister("_pods")
+            self.rows_written["gpu_pods"] += len(self._pods)
+            self._pods.clear()
+        if self._events:
+            table = pa.Table.from_pylist(self._events)
+            self.con.register("_events", table)
+            self.con.execute("INSERT OR IGNORE INTO availability_events SELECT * FROM _events")
+            self.con.unregister("_events")
+            self.rows_written["availability_events"] += len(self._events)
+            self._events.clear()
+
+    def _write_usage(self, items: list[tuple[tuple[float, str, str, str], _Acc]]) -> None:
+        records = []
+        for (window, device_id, uid, state), acc in items:
+            d, o = acc.first.device, acc.first.owner
+            rec: dict[str, Any] = {
+                "id": row_id(self.cluster, window, device_id, uid, state),
+                "time": _ts(window), "interval_seconds": self.interval,
+                "cluster": self.cluster, "node": d.node, "node_pool": d.pool, "zone": d.zone,
+                "gpu_model": d.accelerator, "provisioning": d.provisioning,
+                "gpu_uuid": d.gpu_uuid, "gpu_index": d.gpu_index, "mig_profile": d.mig_profile,
+                "device_id": device_id, "namespace": o.namespace if o else None,
+                "pod": o.name if o else None, "pod_uid": uid or None,
+                "team": o.team if o else None, "workload": o.workload if o else None,
+                "state": state, "reason": d.reason, "gpu_seconds": acc.seconds,
+                "utilization": None if acc.utilized is None or acc.seconds <= 0
+                else acc.utilized / acc.seconds,
+                "memory_used_bytes": acc.mem_used, "memory_total_bytes": acc.mem_total,
+                "last_xid": acc.xid, "price_usd_per_hour": d.price_usd_per_hour,
+                "cost_usd": acc.cost,
+            }
+            for col in FIELDS:
+                w = acc.weights.get(col, 0.0)
+                rec[col] = acc.weighted[col] / w if w > 0 else None
+            records.append(rec)
+        table = pa.Table.from_pylist(records, schema=USAGE_SCHEMA)
+        self.con.register("_usage", table)
+        self.con.execute("INSERT OR IGNORE INTO gpu_usage SELECT * FROM _usage")  # idempotent
+        self.con.unregister("_usage")
+        self.rows_written["gpu_usage"] += len(records)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def forget_pod(self, uid: str) -> None:
+        """Drop the change-tracking of a pod that is gone for good."""
+        self._pod_signatures.pop(uid, None)
