@@ -57,8 +57,7 @@ async def step_both(sim: SimulatorServer, exporter: Exporter, steps: int) -> Non
 
 
 async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_after: bool) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "warehouse.duckdb").unlink(missing_ok=True)
+    await asyncio.to_thread(_fresh_outputs, out)
     async with SimulatorServer(scenario) as sim:
         outputs = sim.write_outputs(out)
         cfg = demo_config(scenario, outputs.kubeconfig, out)
@@ -101,6 +100,11 @@ async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_afte
                 ticker.cancel()
                 await runner.cleanup()
     return 0
+
+
+def _fresh_outputs(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "warehouse.duckdb").unlink(missing_ok=True)
 
 
 async def _follow(sim: SimulatorServer, exporter: Exporter) -> None:

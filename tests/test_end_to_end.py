@@ -1,0 +1,142 @@
+"""The exporter against the simulator over a simulated day with faults: its figures equal
+the simulator's ground truth."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.app import open_exporter
+from exporter.demo import demo_config, step_both
+from exporter.prices import load_price_book
+from exporter.service import Totals
+from exporter.simulator.scenario import Scenario, parse_scenario
+from exporter.simulator.server import SimulatorServer
+from exporter.simulator.truth import GroundTruth
+from tests.conftest import scenario_data
+
+STEP = 60.0
+DAY = 86400.0
+
+
+def day_scenario() -> Scenario:
+    data = scenario_data(step=STEP, faults=[
+        {"at": "3h", "kind": "xid", "node": "h100/0", "gpu": 2, "code": 79, "duration": "2h"},
+        {"at": "9h", "kind": "xid", "node": "l4/0", "gpu": 1, "code": 48, "duration": "1h"},
+        {"at": "14h", "kind": "node_not_ready", "node": "mig/0", "duration": "40m"},
+        {"at": "18h", "kind": "spot_preemption", "pool": "t4-spot"},
+    ])
+    rates = {"train": 2, "urgent": 1, "half": 6, "shared": 30, "slice": 40, "spotjob": 12}
+    for w in data["workloads"]:
+        w["arrivals_per_day"] = rates[w["name"]]
+        w["duration"] = ["30m", "5h"]
+        w["profiles"] = {"healthy": 1, "idle": 1, "input_bound": 1, "small_batch": 1}
+    data["workloads"].append({"name": "web", "kind": "serving", "namespace": "team-b",
+                              "accelerator": "nvidia-l4", "sharing": "time-sharing",
+                              "replicas": 3, "profiles": {"memory_bound": 1}})
+    return parse_scenario(data, "e2e")
+
+
+@dataclass
+class Day:
+    totals: Totals
+    truth: GroundTruth
+    pods: dict[str, dict[str, Any]]
+    events: list[tuple[Any, ...]]
+    prices: dict[tuple[str, str], float]
+
+
+async def run_day(out: Path) -> Day:
+    scenario = day_scenario()
+    async with SimulatorServer(scenario) as sim:
+        outputs = sim.write_outputs(out)
+        cfg = demo_config(scenario, outputs.kubeconfig, out)
+        async with open_exporter(cfg) as exporter:
+            async with asyncio.timeout(30):
+                await exporter.kube.wait_synced()
+            await exporter.cycle(sim.cluster.now)
+            await step_both(sim, exporter, round(DAY / STEP))
+            sim.cluster.close()
+            truth = sim.cluster.truth.report(sim.cluster.start, sim.cluster.now)
+            wh = exporter.warehouse
+            assert wh is not None
+            wh.maybe_flush(sim.cluster.now, force=True)
+            cols = ["id", "queue_wait_seconds", "scheduled", "team"]
+            pods = {r[0]: dict(zip(cols, r, strict=True)) for r in wh.con.execute(
+                f"SELECT {', '.join(cols)} FROM gpu_pods").fetchall()}
+            events = wh.con.execute("SELECT gpu_uuid, reason, seconds FROM "
+                                    "availability_events").fetchall()
+            return Day(exporter.totals, truth, pods, events,
+                       load_price_book(None, scenario.region).prices)
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> Day:
+    return asyncio.run(run_day(tmp_path_factory.mktemp("e2e")))
+
+
+def test_cost_per_team_equals_ground_truth_to_the_cent(day: Day) -> None:
+    truth_cost: dict[str, float] = {}
+    for (team, ns, accel, prov), secs in day.truth.seconds_by(
+            "team", "namespace", "accelerator", "provisioning", state="allocated").items():
+        name = team or ns
+        truth_cost[name] = truth_cost.get(name, 0.0) + secs / 3600 * day.prices[(accel, prov)]
+    ours: dict[str, float] = {}
+    for key, cost in day.totals.cost_usd.items():
+        if key[0] == "allocated":
+            ours[key[2]] = ours.get(key[2], 0.0) + cost
+    assert set(ours) == set(truth_cost) == {"alpha", "team-b"}
+    for team, cost in truth_cost.items():
+        assert ours[team] == pytest.approx(cost, abs=0.01), team
+    assert sum(truth_cost.values()) > 100  # a real day of spend, not a trivial one
+
+
+def test_gpu_seconds_by_state_equal_ground_truth(day: Day) -> None:
+    truth = day.truth.seconds_by("state", "pool")
+    ours: dict[tuple[str, str], float] = {}
+    for key, secs in day.totals.gpu_seconds.items():
+        ours[(key[0], key[3])] = ours.get((key[0], key[3]), 0.0) + secs
+    assert ours.keys() == truth.keys()
+    for key, secs in truth.items():
+        assert ours[key] == pytest.approx(secs, abs=1e-6), key
+
+
+def test_utilisation_per_pod_within_one_hundredth(day: Day) -> None:
+    checked = 0
+    for uid, util in day.truth.pod_utilization.items():
+        secs = day.totals.pod_seconds.get(uid)
+        assert secs, f"pod {uid} has GPU time in the truth but not in the exporter"
+        assert day.totals.pod_utilized[uid] / secs == pytest.approx(util, abs=0.01)
+        checked += 1
+    assert checked > 50
+
+
+def test_queue_wait_per_pod_within_one_interval(day: Day) -> None:
+    checked = 0
+    for uid, rec in day.truth.pods.items():
+        if rec.scheduled_at is None or uid not in day.pods:
+            continue
+        ours = day.pods[uid]["queue_wait_seconds"]
+        assert ours == pytest.approx(rec.scheduled_at - rec.created_at, abs=STEP)
+        checked += 1
+    waited = [r for r in day.truth.pods.values()
+              if r.scheduled_at is not None and r.scheduled_at > r.created_at]
+    assert checked > 50 and waited, "the day had queueing"
+
+
+def test_downtime_per_gpu_within_one_interval_per_incident(day: Day) -> None:
+    truth: dict[tuple[str, str], float] = {}
+    for inc in day.truth.incidents:
+        assert inc.end is not None
+        truth[(inc.gpu_uuid, inc.reason)] = truth.get((inc.gpu_uuid, inc.reason), 0.0) + \
+            inc.end - inc.start
+    assert {r for _, r in truth} == {"gpu_missing", "xid", "node_not_ready"}
+    for (uuid, reason), secs in truth.items():
+        assert day.totals.down_seconds.get((uuid, reason), 0.0) == \
+            pytest.approx(secs, abs=STEP), (uuid, reason)
+    assert {(u, r) for u, r, _ in day.events} == set(truth)
+    assert sum(day.totals.interruptions.values()) == len(day.truth.interruptions) == 1
