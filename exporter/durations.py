@@ -16,6 +16,8 @@ def parse_duration(value: object) -> float:
     """Seconds from a number or a string such as ``90s``, ``30m``, ``1d6h``."""
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '1d6h30m'")
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", value):
+        value = float(value)  # a bare number is seconds (environment variables are text)
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str) and (m := _DURATION.match(value)) and any(m.groups()):

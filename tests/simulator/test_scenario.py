@@ -27,12 +27,13 @@ def test_default_scenario_is_valid() -> None:
 
 @pytest.mark.parametrize(("text", "seconds"), [
     ("90s", 90), ("30m", 1800), ("1d6h", 108000), ("2h30m", 9000), (45, 45), (1.5, 1.5),
+    ("30", 30),
 ])
 def test_durations(text: Any, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["soon", "-5", "1w", "", True])
+@pytest.mark.parametrize("text", ["soon", "-5", "1w", "", True, "5 s"])
 def test_bad_durations(text: Any) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)

@@ -1,0 +1,170 @@
+"""Each definition in exporter.compute, as a table of cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from exporter import compute
+from exporter.compute import DeviceIdentity, Owner
+from exporter.sources.dcgm import DeviceReading, PodOnDevice
+from exporter.sources.kube import NodeInfo, PodInfo
+
+U = "GPU-0000"
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.156, "DCGM_FI_DEV_GPU_UTIL": 91}, (0.156,
+                                                                            "gr_engine_active")),
+    ({"DCGM_FI_DEV_GPU_UTIL": 91}, (0.91, "gpu_util")),
+    ({"DCGM_FI_DEV_FB_USED": 10}, (None, None)),          # unknown stays unknown
+    ({"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 1.2}, (1.0, "gr_engine_active")),
+])
+def test_utilization(fields: dict[str, float], expected: tuple[Any, Any]) -> None:
+    assert compute.utilization(fields) == expected
+
+
+@pytest.mark.parametrize(("profile", "fraction"), [
+    (None, 1.0), ("1g.5gb", 1 / 7), ("2g.10gb", 2 / 7), ("3g.40gb", 3 / 7), ("7g.80gb", 1.0),
+])
+def test_mig_fraction(profile: str | None, fraction: float) -> None:
+    assert compute.mig_fraction(profile) == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize(("pod_labels", "ns_labels", "team"), [
+    ({"team": "a"}, {"team": "b"}, "a"),
+    ({}, {"team": "b"}, "b"),
+    ({}, {}, "ns"),
+])
+def test_team(pod_labels: dict[str, str], ns_labels: dict[str, str], team: str) -> None:
+    assert compute.team_of(pod_labels, "ns", {"ns": ns_labels}, "team") == team
+
+
+@pytest.mark.parametrize(("cost", "utilized", "expected"), [
+    (10.0, 3600.0, 10.0),       # fully used: the list price
+    (10.0, 1800.0, 20.0),       # half used: a useful GPU-hour costs twice as much
+    (10.0, 0.0, None),          # never used: no effective cost, not infinity
+])
+def test_effective_cost(cost: float, utilized: float, expected: float | None) -> None:
+    assert compute.effective_cost(cost, utilized) == expected
+
+
+def node(name: str = "n1", **kw: Any) -> NodeInfo:
+    base: dict[str, Any] = dict(name=name, pool="p", accelerator="nvidia-l4",
+                                provisioning="on-demand", zone="z", instance_type="g2",
+                                ready=True, capacity_gpus=4, allocatable_gpus=4,
+                                clients_per_gpu=1, mig_profile=None, address="127.0.0.1")
+    return NodeInfo(**(base | kw))
+
+
+def pod(**kw: Any) -> PodInfo:
+    base: dict[str, Any] = dict(uid="u", namespace="ns", name="p", node="n1", phase="Running",
+                                gpus=1, created=100.0, scheduled=160.0, finished=None,
+                                labels={}, workload="w", owner_kind="Job", priority=0,
+                                priority_class="", queue=None, accelerator="nvidia-l4",
+                                reason=None)
+    return PodInfo(**(base | kw))
+
+
+@pytest.mark.parametrize(("nodes", "reserved", "gpus"), [
+    ([node()], 0, 4.0),
+    ([node(), node("n2", ready=False)], 0, 4.0),                       # NotReady: none
+    ([node(allocatable_gpus=8, clients_per_gpu=2)], 0, 4.0),           # time-shared x2
+    ([node(allocatable_gpus=7, mig_profile="1g.5gb")], 0, 1.0),        # 7 slices = 1 GPU
+    ([node()], 1, 3.0),
+    ([node()], 9, 0.0),
+])
+def test_available_gpus(nodes: list[NodeInfo], reserved: int, gpus: float) -> None:
+    assert compute.available_gpus(nodes, reserved) == pytest.approx(gpus)
+
+
+@pytest.mark.parametrize(("p", "now", "wait"), [
+    (pod(), 1000.0, 60.0),
+    (pod(scheduled=None, phase="Pending", node=None), 1000.0, 900.0),
+])
+def test_queue_wait(p: PodInfo, now: float, wait: float) -> None:
+    assert compute.queue_wait_seconds(p, now) == wait
+
+
+def reading(uuid: str = U, pods: tuple[str, ...] = (), instance: str | None = None,
+            **fields: float) -> DeviceReading:
+    return DeviceReading(uuid, "0", "n1", "NVIDIA L4", "1g.5gb" if instance else None,
+                         instance, [PodOnDevice("ns", p, "c") for p in pods], dict(fields))
+
+
+OWNERS = {("ns", n): Owner(f"uid-{n}", "ns", n, "t", "w") for n in ("a", "b")}
+PRICE = {("nvidia-l4", "on-demand"): 0.7, ("nvidia-l4", "spot"): 0.28,
+         ("nvidia-tesla-a100", "on-demand"): 2.8}
+
+
+def states(nodes: list[NodeInfo], readings: dict[str, list[DeviceReading]],
+           unknown: frozenset[str] = frozenset(),
+           inventory: dict[str, dict[str, DeviceIdentity]] | None = None,
+           discounts: dict[str, float] | None = None) -> list[compute.DeviceState]:
+    return compute.device_states({n.name: n for n in nodes}, readings, unknown,
+                                 inventory or {}, OWNERS, PRICE, discounts or {})
+
+
+KNOWN = {"n1": {U: DeviceIdentity(U, U, "0", None)}}
+
+
+@pytest.mark.parametrize(("case", "n", "readings", "unknown", "state", "reason"), [
+    ("held", node(), {"n1": [reading(pods=("a",))]}, frozenset(), "allocated", None),
+    ("free", node(), {"n1": [reading()]}, frozenset(), "unallocated", None),
+    ("fatal xid", node(), {"n1": [reading(pods=("a",), DCGM_FI_DEV_XID_ERRORS=79)]},
+     frozenset(), "unavailable", "xid"),
+    ("non-fatal xid", node(), {"n1": [reading(DCGM_FI_DEV_XID_ERRORS=63)]}, frozenset(),
+     "unallocated", None),
+    ("node not ready", node(ready=False), {}, frozenset(), "unavailable", "node_not_ready"),
+    ("gpu gone from dcgm", node(), {"n1": [reading("GPU-other")]}, frozenset(),
+     "unavailable", "gpu_missing"),
+    ("endpoint down: unknown", node(), {}, frozenset({"n1"}), None, None),
+])
+def test_allocation_state(case: str, n: NodeInfo, readings: dict[str, list[DeviceReading]],
+                          unknown: frozenset[str], state: str | None,
+                          reason: str | None) -> None:
+    got = [d for d in states([n], readings, unknown, KNOWN) if d.gpu_uuid == U]
+    if state is None:
+        assert got == []
+    else:
+        assert [(d.state, d.reason) for d in got] == [(state, reason)]
+
+
+@pytest.mark.parametrize(("case", "n", "dev", "discounts", "costs"), [
+    ("one pod, list price", node(), reading(pods=("a",), DCGM_FI_PROF_GR_ENGINE_ACTIVE=0.5),
+     {}, {"uid-a": 0.7}),
+    ("spot price", node(provisioning="spot"), reading(pods=("a",)), {}, {"uid-a": 0.28}),
+    ("pool discount", node(), reading(pods=("a",)), {"p": 0.25}, {"uid-a": 0.525}),
+    ("time-shared: split", node(clients_per_gpu=2), reading(pods=("a", "b")), {},
+     {"uid-a": 0.35, "uid-b": 0.35}),
+    ("MIG slice: its fraction", node(accelerator="nvidia-tesla-a100", mig_profile="1g.5gb"),
+     reading(pods=("a",), instance="7"), {}, {"uid-a": 0.4}),
+    ("unallocated: to the pool", node(), reading(), {}, {None: 0.7}),
+])
+def test_cost_of_one_hour(case: str, n: NodeInfo, dev: DeviceReading,
+                          discounts: dict[str, float], costs: dict[str | None, float]) -> None:
+    rows = compute.usage_rows(states([n], {"n1": [dev]}, discounts=discounts), 0.0, 3600.0)
+    got = {r.owner.uid if r.owner else None: r.cost_usd for r in rows}
+    assert got == pytest.approx(costs)
+
+
+def test_zero_utilisation_costs_but_has_no_effective_cost() -> None:
+    rows = compute.usage_rows(states([node()], {"n1": [reading(
+        pods=("a",), DCGM_FI_PROF_GR_ENGINE_ACTIVE=0.0)]}), 0.0, 3600.0)
+    (r,) = rows
+    assert r.cost_usd == pytest.approx(0.7) and r.utilized_seconds == 0.0
+    assert compute.effective_cost(r.cost_usd or 0, r.utilized_seconds or 0) is None
+
+
+def test_pod_deleted_mid_interval_keeps_its_share() -> None:
+    """A pod seen at the start of an interval owns it, even if gone by the end."""
+    before = states([node()], {"n1": [reading(pods=("a",))]})
+    rows = compute.usage_rows(before, 0.0, 30.0)   # integrated after the pod disappeared
+    assert [(r.owner.uid if r.owner else None, r.seconds) for r in rows] == [("uid-a", 30.0)]
+
+
+def test_inventory_remembers_devices_of_live_nodes_only() -> None:
+    inv = compute.remember({}, {"n1": [reading()]}, {"n1": node()})
+    assert list(inv["n1"]) == [U]
+    assert compute.remember(inv, {}, {}) == {}

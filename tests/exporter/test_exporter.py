@@ -1,0 +1,166 @@
+"""The exporter on the simulator: /metrics contents, failure containment, readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.app import http_app, open_exporter
+from exporter.demo import demo_config, step_both
+from exporter.service import Exporter
+from exporter.simulator.scenario import Fault, Scenario
+from exporter.simulator.server import SimulatorServer
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"
+VOLATILE = {"gke_gpu_exporter_cycle_duration_seconds", "gke_gpu_exporter_scrape_duration_seconds"}
+
+
+@pytest.fixture
+async def running(make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
+                  tmp_path: Path) -> AsyncIterator[tuple[SimulatorServer, Exporter]]:
+    sim: SimulatorServer = await make_server(make_scenario())
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    async with open_exporter(cfg) as exporter:
+        async with asyncio.timeout(10):
+            await exporter.kube.wait_synced()
+        for w in ("train", "shared", "shared", "slice", "spotjob"):
+            sim.cluster.submit(w, profile="healthy", run_seconds=7200)
+        await exporter.cycle(sim.cluster.now)
+        await step_both(sim, exporter, 10)
+        yield sim, exporter
+
+
+def families(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text.decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def normalised(text: bytes) -> list[str]:
+    """Sample lines, volatile families dropped, ports masked, sorted: golden-file form."""
+    lines = []
+    for fam in text_string_to_metric_families(text.decode()):
+        if fam.name in VOLATILE:
+            continue
+        for s in fam.samples:
+            labels = ",".join(f'{k}="{re.sub(r":[0-9]+/", ":PORT/", v)}"'
+                              for k, v in sorted(s.labels.items()))
+            lines.append(f"{s.name}{{{labels}}} {s.value:.6g}")
+    return sorted(lines)
+
+
+async def test_metrics_match_the_golden_file(running: tuple[SimulatorServer, Exporter]) -> None:
+    _, exporter = running
+    got = normalised(exporter.metrics_text)
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text("\n".join(got) + "\n")
+    assert got == GOLDEN.read_text().splitlines()
+
+
+async def test_promtool_check_metrics_is_clean(running: tuple[SimulatorServer, Exporter]
+                                               ) -> None:
+    _, exporter = running
+    proc = subprocess.run(["promtool", "check", "metrics"], input=exporter.metrics_text,
+                          capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
+
+
+async def test_catalogue(running: tuple[SimulatorServer, Exporter]) -> None:
+    sim, exporter = running
+    fams = families(exporter.metrics_text)
+    util = fams["gke_gpu_utilization_ratio"]
+    assert len(util) == sum(len(g.devices) for n in sim.cluster.live_nodes() for g in n.gpus)
+    assert {lbl["source"] for lbl, _ in util} == {"gr_engine_active"}
+    (avail,) = fams["gke_gpu_cluster_available_gpus"]
+    assert avail[1] == 8 + 4 + 1 + 4
+    bottleneck = {lbl["pod"]: lbl["class"] for lbl, _ in fams["gke_gpu_pod_bottleneck"]}
+    assert set(bottleneck.values()) == {"healthy"} and len(bottleneck) == 5
+    assert any(lbl["state"] == "allocated" and v > 0
+               for lbl, v in fams["gke_gpu_cost_usd_total"])
+    assert fams["gke_gpu_effective_cost_usd_per_utilized_hour"]
+
+
+async def test_failing_target_is_absent_not_zero_and_comes_back(
+        running: tuple[SimulatorServer, Exporter]) -> None:
+    sim, exporter = running
+    node = next(n for n in sim.cluster.live_nodes() if n.pool.name == "h100")
+    uuids = {g.uuid for g in node.gpus}
+    await sim.inject(Fault(at=0, kind="endpoint", node="h100/0", mode="error", duration=60))
+    await exporter.cycle(sim.cluster.now)
+    fams = families(exporter.metrics_text)
+    assert not any(lbl["uuid"] in uuids for lbl, _ in fams["gke_gpu_utilization_ratio"])
+    assert not any(lbl["uuid"] in uuids for lbl, _ in fams["gke_gpu_state"])
+    up = {lbl["target"]: v for lbl, v in fams["gke_gpu_exporter_source_up"]
+          if lbl["source"] == "dcgm"}
+    assert up[sim.endpoint_url(node)] == 0 and sum(up.values()) == len(up) - 1
+    other = [lbl for lbl, _ in fams["gke_gpu_utilization_ratio"] if lbl["pool"] == "l4"]
+    assert other, "other targets unaffected"
+    await step_both(sim, exporter, 2)
+    fams = families(exporter.metrics_text)
+    assert uuids <= {lbl["uuid"] for lbl, _ in fams["gke_gpu_utilization_ratio"]}
+
+
+async def test_readyz_waits_for_the_first_cycle(make_server: Callable[..., Any],
+                                               make_scenario: Callable[..., Scenario],
+                                               tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    sim: SimulatorServer = await make_server(make_scenario())
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    async with open_exporter(cfg) as exporter, \
+            TestClient(TestServer(http_app(exporter))) as client:
+        assert (await client.get("/readyz")).status == 503
+        assert (await client.get("/healthz")).status == 200
+        await exporter.kube.wait_synced()
+        await exporter.cycle(sim.cluster.now)
+        assert (await client.get("/readyz")).status == 200
+        body = await (await client.get("/metrics")).text()
+        assert "gke_gpu_cluster_available_gpus" in body
+
+
+async def test_run_serves_and_stops_on_sigterm(make_server: Callable[..., Any],
+                                               make_scenario: Callable[..., Scenario],
+                                               tmp_path: Path) -> None:
+    sim: SimulatorServer = await make_server(make_scenario())
+    kubeconfig = sim.write_outputs(tmp_path).kubeconfig
+    env = os.environ | {"GKE_GPU_EXPORTER_INTERVAL": "2", "GKE_GPU_EXPORTER_PORT": "0",
+                        "GKE_GPU_EXPORTER_LISTEN_ADDRESS": "127.0.0.1",
+                        "GKE_GPU_EXPORTER_DCGM__TIMEOUT": "1",
+                        "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "2",
+                        "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp_path / "w.duckdb"),
+                        "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(kubeconfig)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "exporter", "run", env=env, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    port = None
+    async with asyncio.timeout(30):
+        while port is None:
+            line = (await proc.stderr.readline()).decode()
+            assert line, "the exporter exited before serving"
+            if m := re.search(r"serving /metrics on \S+:(\d+)", line):
+                port = int(m.group(1))
+    async with aiohttp.ClientSession() as s, asyncio.timeout(30):
+        while True:
+            async with s.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                if resp.status == 200:
+                    break
+            await asyncio.sleep(0.2)
+        async with s.get(f"http://127.0.0.1:{port}/metrics") as resp:
+            assert "gke_gpu_utilization_ratio" in await resp.text()
+    proc.terminate()
+    async with asyncio.timeout(30):
+        assert await proc.wait() == 0
+    assert (tmp_path / "w.duckdb").exists()
