@@ -1,0 +1,75 @@
+"""Configuration: file, environment over file, one clear message per bad setting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter.config import load_config
+from exporter.errors import ConfigError
+from exporter.prices import load_price_book
+
+EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "config.yaml"
+
+
+def test_example_config_is_valid() -> None:
+    cfg = load_config(EXAMPLE)
+    assert cfg.interval == 30 and cfg.dcgm.timeout == 10
+    assert cfg.prices.discounts == {"a100-pool": 0.37}
+
+
+def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GKE_GPU_EXPORTER_INTERVAL", "15s")
+    monkeypatch.setenv("GKE_GPU_EXPORTER_DCGM__TIMEOUT", "5")
+    monkeypatch.setenv("GKE_GPU_EXPORTER_SLA__TARGET", "0.999")
+    cfg = load_config(EXAMPLE)
+    assert (cfg.interval, cfg.dcgm.timeout, cfg.sla.target) == (15, 5, 0.999)
+    assert cfg.cluster == "prod-us-central1"  # the rest still from the file
+
+
+@pytest.mark.parametrize(("yaml", "message"), [
+    ("intervall: 30s", "intervall: unknown setting"),
+    ("interval: soon", "interval: 'soon' is not a duration"),
+    ("dcgm: {timeout: 60s}", "dcgm.timeout must be shorter than interval"),
+    ("dcgm: {targets: [ftp://x]}", "target 'ftp://x' is not an http(s) URL"),
+    ("prices: {discounts: {p: 1.5}}", "discount for pool 'p' must be in [0, 1)"),
+    ("sla: {target: 1.5}", "sla.target: Input should be less than 1"),
+    ("[1, 2]", "a config is a YAML mapping"),
+])
+def test_bad_settings_are_named(tmp_path: Path, yaml: str, message: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert message in str(err.value)
+
+
+def test_check_config_exit_codes(tmp_path: Path) -> None:
+    ok = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(EXAMPLE),
+                         "--check-config"], capture_output=True, text=True, timeout=60,
+                        check=False)
+    assert ok.returncode == 0 and ok.stdout.startswith("config ok")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prices: {region: mars-north1}")
+    proc = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(bad),
+                           "--check-config"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 1
+    assert "no prices for region 'mars-north1'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_shipped_price_book_prices_every_known_gpu() -> None:
+    book = load_price_book(None, "us-central1")
+    assert book.hourly("nvidia-l4", "spot") is not None
+    assert book.hourly("nvidia-l4", "spot") < book.hourly("nvidia-l4", "on-demand")  # type: ignore[operator]
+
+
+def test_price_book_missing_a_model_is_a_startup_error(tmp_path: Path) -> None:
+    path = tmp_path / "book.yaml"
+    path.write_text("regions: {us-central1: {nvidia-l4: {on_demand: 0.7, spot: 0.3}}}")
+    with pytest.raises(ConfigError, match=r"does not price nvidia-a100-80gb \(on-demand\)"):
+        load_price_book(path, "us-central1")
