@@ -32,6 +32,12 @@ from exporter.catalog import GPU_MODELS
 CLASSES = ("insufficient_signal", "idle", "throttled", "comm_bound", "input_bound",
            "small_batch", "memory_bound", "healthy")
 THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, thermal, brake
+CLOCK_REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+SIGNAL_FIELDS = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
+                 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+                 "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES",
+                 "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", CLOCK_REASONS)
+"""The fields ``classify`` reads."""
 
 IDLE_GR = 0.05
 THROTTLED_SHARE = 0.5

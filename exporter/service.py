@@ -14,11 +14,11 @@ import collections
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter import compute
-from exporter.bottleneck import Diagnosis, classify
+from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, classify
 from exporter.config import Config
 from exporter.errors import SourceError
 from exporter.prices import PriceBook
@@ -32,6 +32,21 @@ log = logging.getLogger(__name__)
 
 GroupKey = tuple[str, str, str, str, str, str]
 """(state, namespace, team, pool, accelerator, provisioning)"""
+
+
+def _mean_fields(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in SIGNAL_FIELDS:
+        values = [s[name] for s in samples if name in s]
+        if values:
+            if name == CLOCK_REASONS:  # a bitmask: any GPU's reasons count
+                bits = 0
+                for v in values:
+                    bits |= int(v)
+                out[name] = float(bits)
+            else:
+                out[name] = sum(values) / len(values)
+    return out
 
 
 @dataclass(slots=True)
@@ -269,15 +284,18 @@ class Exporter:
     def _bottlenecks(self, now: float, states: Sequence[compute.DeviceState]) -> None:
         window = self.config.bottleneck_window
         live: dict[str, tuple[compute.Owner, str]] = {}
+        per_pod: dict[str, list[Mapping[str, float]]] = defaultdict(list)
         for d in states:
             if d.state != "allocated":
                 continue
             for o in d.owners:
-                if not o.uid:
-                    continue
-                q = self._windows.setdefault(o.uid, collections.deque())
-                q.append((now, dict(d.fields)))
-                live[o.uid] = (o, d.accelerator)
+                if o.uid:
+                    per_pod[o.uid].append(d.fields)
+                    live[o.uid] = (o, d.accelerator)
+        for uid, fields in per_pod.items():
+            # one sample per pod and cycle: the mean over its GPUs of the fields that count
+            q = self._windows.setdefault(uid, collections.deque())
+            q.append((now, _mean_fields(fields)))
         self.diagnoses = {}
         for uid, (owner, accel) in live.items():
             q = self._windows[uid]

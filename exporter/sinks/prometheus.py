@@ -2,7 +2,8 @@
 
 Every family is built afresh from the cycle's view, so series of deleted pods and nodes
 vanish by themselves; unknown values are absent, never zero. Base units, ratios 0-1,
-counters end in ``_total``. An explicit registry with one collector; no global state.
+counters end in ``_total``. The text is Prometheus' exposition format 0.0.4, written
+directly: at 8,000 GPUs a generic client library spends seconds per render.
 """
 
 from __future__ import annotations
@@ -10,15 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from typing import TYPE_CHECKING
 
 from exporter import compute
 from exporter.sources.kube import NodeInfo, PodInfo
@@ -38,6 +31,75 @@ GROUP_LABELS = ["cluster", "state", "namespace", "team", "pool", "model", "provi
 COST_GROUP = ["cluster", "namespace", "team", "pool", "model", "provisioning"]
 
 
+def _escape(value: str) -> str:
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
+def _number(value: float) -> str:
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+class Metric:
+    """One metric family: HELP, TYPE and its samples, as text."""
+
+    kind = "untyped"
+    suffix = ""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str] | None = None,
+                 value: float | None = None) -> None:
+        self.name = name + self.suffix
+        self.documentation = documentation
+        self.labels = list(labels or [])
+        self.lines: list[str] = []
+        if value is not None:
+            self.lines.append(f"{self.name} {_number(value)}\n")
+
+    def _labels(self, values: Sequence[str], extra: str = "") -> str:
+        pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in zip(self.labels, values,
+                                                               strict=True))
+        if extra:
+            pairs = f"{pairs},{extra}" if pairs else extra
+        return "{" + pairs + "}" if pairs else ""
+
+    def add_metric(self, values: Sequence[str], value: float) -> None:
+        self.lines.append(f"{self.name}{self._labels(values)} {_number(value)}\n")
+
+    def add_labelled(self, labels: str, value: float) -> None:
+        """A sample whose label text (``a="x",b="y"``, escaped) is already built."""
+        self.lines.append(f"{self.name}{{{labels}}} {_number(value)}\n")
+
+    def text(self) -> str:
+        help_text = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        return (f"# HELP {self.name} {help_text}\n# TYPE {self.name} {self.kind}\n"
+                + "".join(self.lines))
+
+
+class GaugeMetricFamily(Metric):
+    kind = "gauge"
+
+
+class CounterMetricFamily(Metric):
+    kind = "counter"
+    suffix = "_total"
+
+
+class HistogramMetricFamily(Metric):
+    kind = "histogram"
+
+    def add_metric(self, values: Sequence[str], buckets: Sequence[tuple[str, float]],  # type: ignore[override]
+                   sum_value: float) -> None:
+        for bound, count in buckets:
+            self.lines.append(f"{self.name}_bucket{self._labels(values, f'le=\"{bound}\"')} "
+                              f"{_number(count)}\n")
+        self.lines.append(f"{self.name}_sum{self._labels(values)} {_number(sum_value)}\n")
+        self.lines.append(f"{self.name}_count{self._labels(values)} "
+                          f"{_number(buckets[-1][1])}\n")
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsView:
     cluster: str
@@ -55,10 +117,15 @@ class MetricsView:
     rows_written: Mapping[str, int]
 
 
-def _device_labels(cluster: str, d: compute.DeviceState) -> list[str]:
+def label_text(names: Sequence[str], values: Sequence[str]) -> str:
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in zip(names, values, strict=True))
+
+
+def _device_labels(cluster: str, d: compute.DeviceState) -> str:
     instance = d.device_id.rsplit("/", 1)[1] if "/" in d.device_id else ""
-    return [cluster, d.node, d.pool, d.zone, d.accelerator, d.provisioning, d.gpu_index,
-            d.gpu_uuid, d.mig_profile or "", instance]
+    return label_text(DEVICE_LABELS, [cluster, d.node, d.pool, d.zone, d.accelerator,
+                                      d.provisioning, d.gpu_index, d.gpu_uuid,
+                                      d.mig_profile or "", instance])
 
 
 def _families(v: MetricsView) -> Iterator[Metric]:
@@ -84,20 +151,22 @@ def _families(v: MetricsView) -> Iterator[Metric]:
     for d in v.states:
         labels = _device_labels(c, d)
         if d.utilization is not None:
-            util.add_metric([*labels, d.utilization_source or ""], d.utilization)
+            util.add_labelled(f'{labels},source="{d.utilization_source}"', d.utilization)
         used = d.fields.get("DCGM_FI_DEV_FB_USED")
         free = d.fields.get("DCGM_FI_DEV_FB_FREE")
         if used is not None:
-            mem_used.add_metric(labels, used * MIB)
+            mem_used.add_labelled(labels, used * MIB)
             if free is not None:
                 reserved = d.fields.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
-                mem_total.add_metric(labels, (used + free + reserved) * MIB)
-        available.add_metric(labels, 0.0 if d.state == "unavailable" else 1.0)
-        state.add_metric([*labels, d.state, d.reason or ""], 1.0)
+                mem_total.add_labelled(labels, (used + free + reserved) * MIB)
+        available.add_labelled(labels, 0.0 if d.state == "unavailable" else 1.0)
+        state.add_labelled(f'{labels},state="{d.state}",reason="{d.reason or ""}"', 1.0)
         if d.price_usd_per_hour is not None:
-            price.add_metric(labels, d.price_usd_per_hour)
+            price.add_labelled(labels, d.price_usd_per_hour)
         for o in d.owners:
-            alloc.add_metric([*labels, o.namespace, o.name, o.team, o.workload], 1.0)
+            alloc.add_labelled(labels + "," + label_text(
+                ("namespace", "pod", "team", "workload"),
+                (o.namespace, o.name, o.team, o.workload)), 1.0)
     yield from (util, mem_used, mem_total, available, state, price, alloc)
 
     node_labels = ["cluster", "node", "pool", "model", "provisioning"]
@@ -265,19 +334,6 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
                             "cycle ran (Unix time of its snapshot).", value=v.now)
 
 
-class _ViewCollector:
-    def __init__(self, view: MetricsView) -> None:
-        self._view = view
-
-    def collect(self) -> Iterator[Metric]:
-        yield from _families(self._view)
-
-    def describe(self) -> list[Any]:
-        return []
-
-
 def render(view: MetricsView) -> bytes:
     """The full exposition for one cycle."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ViewCollector(view))
-    return generate_latest(registry)
+    return "".join(f.text() for f in _families(view)).encode()
