@@ -30,6 +30,7 @@ simulate: $(BIN)/gke-gpu-exporter
 
 bench: $(BIN)/gke-gpu-exporter
 	$(BIN)/python benchmarks/simulator_scale.py
+	$(BIN)/python benchmarks/exporter_cycle.py
 
 clean:
 	rm -rf $(VENV) demo-out sim-out .pytest_cache .mypy_cache .ruff_cache

@@ -138,13 +138,19 @@ def summary_table(exporter: Exporter) -> str:
                      f"{p90 / 60:>8.1f}m")
     idle = sum(v for k, v in t.cost_usd.items() if k[0] == "unallocated")
     down = sum(v for k, v in t.cost_usd.items() if k[0] == "unavailable")
-    up = sum(t.up_seconds.values())
-    downs = sum(t.down_seconds.values())
-    avail = compute.availability(up, downs)
-    lines.append(f"unallocated capacity ${idle:,.2f}; unavailable ${down:,.2f}; "
-                 f"GPU availability {avail if avail is not None else 0:.3%} "
-                 f"(target {exporter.config.sla.target:.1%}); "
+    lines.append(f"unallocated capacity ${idle:,.2f}, unavailable GPUs ${down:,.2f}, "
                  f"{sum(t.interruptions.values())} spot interruptions")
+    lines.append("")
+    lines.append(f"{'node pool':<14} {'availability':>12}  (SLA target "
+                 f"{exporter.config.sla.target:.1%})")
+    up: dict[str, float] = defaultdict(float)
+    downs: dict[str, float] = defaultdict(float)
+    for key, secs in t.gpu_seconds.items():
+        (downs if key[0] == "unavailable" else up)[key[3]] += secs
+    for pool in sorted(up.keys() | downs.keys()):
+        avail = compute.availability(up[pool], downs[pool])
+        mark = "" if avail is None or avail >= exporter.config.sla.target else "  below target"
+        lines.append(f"{pool:<14} {avail if avail is not None else 0:>12.3%}{mark}")
     return "\n".join(lines)
 
 
