@@ -143,7 +143,8 @@ class Exporter:
         self._target_nodes: dict[str, str] = {}
         self._windows: dict[str, collections.deque[tuple[float, dict[str, float]]]] = {}
         self._logged: set[tuple[str, str]] = set()
-        self._seen_nodes: set[str] = set()
+        self._pool_of: dict[str, str] = {}
+        """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
 
     @property
@@ -202,7 +203,8 @@ class Exporter:
         for gone in [k for k in self.health.up if k[0] == "dcgm" and k[1] not in targets]:
             del self.health.up[gone]  # targets gone with their nodes
         nodes = dict(self.kube.nodes)
-        owners = self._owners(self.kube.pods.values())
+        owners = self._owners()
+        self._pool_of.update((n.name, n.pool) for n in nodes.values())
         for pod in self.kube.take_deleted_pods():
             owners.setdefault((pod.namespace, pod.name), self._owner(pod))
             self._pod_gone(pod, now)
@@ -245,15 +247,13 @@ class Exporter:
     def _team(self, pod: PodInfo) -> str:
         return self._owner(pod).team
 
-    def _owners(self, pods: object) -> dict[tuple[str, str], compute.Owner]:
+    def _owners(self) -> dict[tuple[str, str], compute.Owner]:
         return {(p.namespace, p.name): self._owner(p) for p in self.kube.pods.values()
                 if p.gpus > 0}
 
     def _pod_gone(self, pod: PodInfo, now: float) -> None:
-        if pod.reason == "Terminated" and pod.phase == "Failed":
-            node = self.kube.nodes.get(pod.node or "")
-            pool = node.pool if node else ""
-            self.totals.interruptions[pool] += 1
+        if pod.reason == "Terminated" and pod.phase == "Failed":  # spot preemption
+            self.totals.interruptions[self._pool_of.get(pod.node or "", "")] += 1
         if self.warehouse is not None:
             self.warehouse.add_pods([pod], now, self._team)
             self.warehouse.forget_pod(pod.uid)

@@ -69,6 +69,14 @@ def make_scenario() -> Callable[..., Scenario]:
 
 
 @pytest.fixture
+async def sim(make_server: Callable[..., Any],
+              make_scenario: Callable[..., Scenario]) -> SimulatorServer:
+    """The small test cluster, served with a manual clock and frequent watch bookmarks."""
+    server: SimulatorServer = await make_server(make_scenario(), bookmark_interval=0.2)
+    return server
+
+
+@pytest.fixture
 async def make_server() -> AsyncIterator[Callable[..., Any]]:
     """Factory: a started SimulatorServer (manual clock) for a scenario; stopped afterwards."""
     servers: list[SimulatorServer] = []

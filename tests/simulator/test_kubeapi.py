@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
-
-
-@pytest.fixture
-async def sim(make_server: Callable[..., Any],
-              make_scenario: Callable[..., Scenario]) -> SimulatorServer:
-    server: SimulatorServer = await make_server(make_scenario(), bookmark_interval=0.2)
-    return server
 
 
 @pytest.fixture

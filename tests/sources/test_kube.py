@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes_asyncio import config
@@ -13,13 +12,6 @@ from kubernetes_asyncio import config
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
 from exporter.sources.kube import Backoff, KubeSource, node_info, pod_info
-
-
-@pytest.fixture
-async def sim(make_server: Callable[..., Any],
-              make_scenario: Callable[..., Scenario]) -> SimulatorServer:
-    server: SimulatorServer = await make_server(make_scenario(), bookmark_interval=0.2)
-    return server
 
 
 @pytest.fixture
