@@ -201,7 +201,9 @@ class Exporter:
                 if lost:
                     unknown.add(lost)
         for gone in [k for k in self.health.up if k[0] == "dcgm" and k[1] not in targets]:
-            del self.health.up[gone]  # targets gone with their nodes
+            for table in (self.health.up, self.health.duration, self.health.errors):
+                table.pop(gone, None)  # the target went with its node: its series go too
+            self._target_nodes.pop(gone[1], None)
         nodes = dict(self.kube.nodes)
         owners = self._owners()
         self._pool_of.update((n.name, n.pool) for n in nodes.values())
