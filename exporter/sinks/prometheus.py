@@ -8,6 +8,7 @@ directly: at 8,000 GPUs a generic client library spends seconds per render.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -121,11 +122,20 @@ def label_text(names: Sequence[str], values: Sequence[str]) -> str:
     return ",".join(f'{k}="{_escape(v)}"' for k, v in zip(names, values, strict=True))
 
 
+@functools.lru_cache(maxsize=65536)
+def _device_labels_cached(cluster: str, node: str, pool: str, zone: str, model: str,
+                          provisioning: str, gpu: str, uuid: str, mig_profile: str,
+                          instance: str) -> str:
+    return label_text(DEVICE_LABELS, [cluster, node, pool, zone, model, provisioning, gpu,
+                                      uuid, mig_profile, instance])
+
+
 def _device_labels(cluster: str, d: compute.DeviceState) -> str:
+    """The device's label text; the same GPU gets the same text every cycle (cached)."""
     instance = d.device_id.rsplit("/", 1)[1] if "/" in d.device_id else ""
-    return label_text(DEVICE_LABELS, [cluster, d.node, d.pool, d.zone, d.accelerator,
-                                      d.provisioning, d.gpu_index, d.gpu_uuid,
-                                      d.mig_profile or "", instance])
+    return _device_labels_cached(cluster, d.node, d.pool, d.zone, d.accelerator,
+                                 d.provisioning, d.gpu_index, d.gpu_uuid,
+                                 d.mig_profile or "", instance)
 
 
 def _families(v: MetricsView) -> Iterator[Metric]:

@@ -256,10 +256,12 @@ class DcgmSource:
         async with self._session.get(target, headers={"Accept": "text/plain"}) as resp:
             if resp.status != 200:
                 raise SourceUnavailable("dcgm", target, f"HTTP {resp.status}")
-            if resp.content_length is not None and resp.content_length > self._max_body:
-                raise SourceDataError("dcgm", target,
-                                      f"body of {resp.content_length} bytes exceeds the "
-                                      f"{self._max_body}-byte cap")
+            if resp.content_length is not None:
+                if resp.content_length > self._max_body:
+                    raise SourceDataError("dcgm", target,
+                                          f"body of {resp.content_length} bytes exceeds the "
+                                          f"{self._max_body}-byte cap")
+                return await resp.read()  # the length is known and within the cap
             chunks = []
             size = 0
             async for chunk in resp.content.iter_chunked(256 * 1024):
