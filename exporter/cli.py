@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, default=Path("demo-out"),
                       help="where to write outputs (default ./demo-out)")
     demo.add_argument("--serve", action="store_true",
-                      help="keep serving afterwards (Ctrl-C to stop)")
+                      help="keep /metrics and the cluster up afterwards, in real time: one "
+                           "cycle per step (Ctrl-C to stop)")
     return parser
 
 
