@@ -188,7 +188,8 @@ class Exporter:
                     self._log_once(url, f"rejected:{reason}", "dcgm samples rejected",
                                    reason=reason, count=n)
                 for dev in res.result.devices:
-                    node = dev.hostname or targets[url] or ""
+                    # the discovered pod's node is authoritative; else DCGM's Hostname label
+                    node = targets[url] or dev.hostname
                     readings[node].append(dev)
                     self._target_nodes[url] = node
             else:
