@@ -44,7 +44,7 @@ async def _kube_client(cfg: Config) -> client.ApiClient:
 async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
     prices = load_price_book(cfg.prices.book, cfg.prices.region)
     api = await _kube_client(cfg)
-    connector = aiohttp.TCPConnector(limit=256, ttl_dns_cache=300)
+    connector = aiohttp.TCPConnector(limit=4096, limit_per_host=4, ttl_dns_cache=300)
     session = aiohttp.ClientSession(connector=connector, read_bufsize=1 << 20)
     warehouse = Warehouse(cfg.warehouse.path, cfg.cluster, cfg.warehouse.interval,
                           cfg.warehouse.flush_interval) if cfg.warehouse.enabled else None
