@@ -1,9 +1,8 @@
-"""Process lifecycle helpers shared by the long-running commands."""
+"""Process lifecycle helpers shared by the long-running commands (Unix signals)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 
 
@@ -12,11 +11,9 @@ async def wait_for_shutdown() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.remove_signal_handler(sig)
+            loop.remove_signal_handler(sig)

@@ -20,7 +20,6 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -751,7 +750,3 @@ def _selects(w: Workload, pool: Pool) -> bool:
     return (pool.accelerator == w.accelerator and pool.spot == w.spot
             and (pool.sharing.strategy if pool.sharing else None) == w.sharing
             and pool.mig_partition_size == w.mig_partition_size)
-
-
-def sorted_pods(pods: Iterable[Pod]) -> list[Pod]:
-    return sorted(pods, key=lambda p: (p.namespace, p.name))
