@@ -212,10 +212,6 @@ class Cluster:
         for _ in range(math.ceil(seconds / self.step - 1e-9)):
             self._tick()
 
-    def advance_to(self, t: float) -> None:
-        while self.now + self.step <= t + 1e-9:
-            self._tick()
-
     def live_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if not n.deleted]
 
