@@ -21,6 +21,7 @@ from kubernetes_asyncio import config as kube_config
 
 from exporter.config import Config
 from exporter.lifecycle import wait_for_shutdown
+from exporter.logs import ctx
 from exporter.prices import load_price_book
 from exporter.service import Exporter
 from exporter.sinks.warehouse import Warehouse
@@ -96,7 +97,8 @@ async def run(cfg: Config) -> int:
     """The service, until SIGTERM or SIGINT."""
     async with open_exporter(cfg) as exporter:
         runner, port = await serve(exporter, cfg.listen_address, cfg.port)
-        log.info("serving /metrics on %s:%d", cfg.listen_address, port)
+        log.info("serving", extra=ctx(address=cfg.listen_address, port=port,
+                                      interval_seconds=cfg.interval))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(cfg.kubernetes.request_timeout):
                 await exporter.kube.wait_synced()

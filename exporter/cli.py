@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from exporter.durations import parse_duration
 from exporter.lifecycle import wait_for_shutdown
+from exporter.logs import configure
 from exporter.simulator.scenario import Scenario, ScenarioError, load_scenario
 
 
@@ -92,8 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure(os.environ.get("GKE_GPU_EXPORTER_LOG_FORMAT", "auto"))
     if args.command == "run":
         return _run(args)
     try:

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter import compute
+from exporter import compute, logs
 from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, classify
 from exporter.config import Config
 from exporter.errors import SourceError
@@ -308,13 +308,12 @@ class Exporter:
         for uid in [u for u in self._windows if u not in live]:
             del self._windows[uid]
 
-    def _log_once(self, target: str, kind: str, event: str, **ctx: object) -> None:
+    def _log_once(self, target: str, kind: str, event: str, **fields: object) -> None:
         """Log a failure the first time it happens to a target (it is always counted)."""
         if (target, kind) in self._logged:
             return
         self._logged.add((target, kind))
-        log.warning("%s target=%s %s", event, target,
-                    " ".join(f"{k}={v}" for k, v in ctx.items()))
+        log.warning(event, extra=logs.ctx(target=target, **fields))
 
     def _view(self, nodes: dict[str, NodeInfo], now: float) -> MetricsView:
         return MetricsView(

@@ -25,6 +25,8 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from exporter.logs import ctx
+
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
@@ -291,15 +293,15 @@ class KubeSource:
             except asyncio.CancelledError:
                 raise
             except _Relist as exc:
-                log.info("relisting %s: %s", kind, exc)
+                log.info("relisting", extra=ctx(resource=kind, cause=str(exc)))
                 continue
             except Exception as exc:  # one failing watch never stops the others
                 stats.errors += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
                 self.up[kind] = False
                 delay = backoff.next()
-                log.warning("kubernetes %s failed, retrying in %.1f s: %s", kind, delay,
-                            stats.last_error)
+                log.warning("watch failed", extra=ctx(resource=kind, error=stats.last_error,
+                                                      retry_in_seconds=round(delay, 2)))
                 await asyncio.sleep(delay)
 
     async def _list(self, kind: str, list_fn: Callable[..., Awaitable[Any]]) -> str:

@@ -151,7 +151,7 @@ async def test_run_serves_and_stops_on_sigterm(make_server: Callable[..., Any],
         while port is None:
             line = (await proc.stderr.readline()).decode()
             assert line, "the exporter exited before serving"
-            if m := re.search(r"serving /metrics on \S+:(\d+)", line):
+            if m := re.search(r'"event": "serving".*"port": (\d+)', line):
                 port = int(m.group(1))
     async with aiohttp.ClientSession() as s, asyncio.timeout(30):
         while True:
