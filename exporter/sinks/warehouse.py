@@ -183,18 +183,14 @@ class Warehouse:
         if done:
             self._write_usage([(k, self._usage.pop(k)) for k in sorted(done)])
         if self._pods:
-            table = pa.Table.from_pylist(list(self._pods.values()))
-            self.con.register("_pods", table)
-            self.con.execute("INSERT OR REPLACE INTO gpu_pods SELECT * FROM _pods")
-            self.con.unregister("_pods")
-            self.rows_written["gpu_pods"] += len(self._pods)
+            self.rows_written["gpu_pods"] += self._insert(
+                "INSERT OR REPLACE INTO gpu_pods SELECT * FROM _batch",
+                pa.Table.from_pylist(list(self._pods.values())))
             self._pods.clear()
         if self._events:
-            table = pa.Table.from_pylist(self._events)
-            self.con.register("_events", table)
-            self.con.execute("INSERT OR IGNORE INTO availability_events SELECT * FROM _events")
-            self.con.unregister("_events")
-            self.rows_written["availability_events"] += len(self._events)
+            self.rows_written["availability_events"] += self._insert(
+                "INSERT OR IGNORE INTO availability_events SELECT * FROM _batch",
+                pa.Table.from_pylist(self._events))
             self._events.clear()
 
     def _write_usage(self, items: list[tuple[tuple[float, str, str, str], _Acc]]) -> None:
@@ -222,10 +218,17 @@ class Warehouse:
                 rec[col] = acc.weighted[col] / w if w > 0 else None
             records.append(rec)
         table = pa.Table.from_pylist(records, schema=USAGE_SCHEMA)
-        self.con.register("_usage", table)
-        self.con.execute("INSERT OR IGNORE INTO gpu_usage SELECT * FROM _usage")  # idempotent
-        self.con.unregister("_usage")
-        self.rows_written["gpu_usage"] += len(records)
+        self.rows_written["gpu_usage"] += self._insert(
+            "INSERT OR IGNORE INTO gpu_usage SELECT * FROM _batch", table)  # idempotent
+
+    def _insert(self, sql: str, table: pa.Table) -> int:
+        """Run one INSERT over ``table`` (as ``_batch``); returns the rows it added."""
+        self.con.register("_batch", table)
+        try:
+            row = self.con.execute(sql).fetchone()
+        finally:
+            self.con.unregister("_batch")
+        return int(row[0]) if row else 0
 
     def close(self) -> None:
         self.con.close()
