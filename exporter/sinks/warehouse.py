@@ -112,7 +112,8 @@ class Warehouse:
         self.cluster = cluster
         self.interval = interval
         self.flush_interval = max(interval, flush_interval or interval)
-        self.con = duckdb.connect(str(path))
+        # A small appender, not an analytics engine: bound DuckDB's memory and threads.
+        self.con = duckdb.connect(str(path), config={"memory_limit": "128MB", "threads": 1})
         for ddl in _DDL:
             self.con.execute(ddl)
         self._usage: dict[tuple[float, str, str, str], _Acc] = {}

@@ -221,11 +221,16 @@ class DcgmSource:
     name = "dcgm"
 
     def __init__(self, session: aiohttp.ClientSession, timeout_seconds: float,
-                 max_body_bytes: int, max_devices: int = MAX_DEVICES_PER_TARGET) -> None:
+                 max_body_bytes: int, max_devices: int = MAX_DEVICES_PER_TARGET,
+                 concurrency: int = 256) -> None:
         self._session = session
         self._timeout = timeout_seconds
         self._max_body = max_body_bytes
         self._max_devices = max_devices
+        self._slots = asyncio.Semaphore(concurrency)
+        """Bodies in memory at once: each is read, parsed and dropped while others wait.
+        The timeout runs from the start of the round, waiting for a slot included, so a
+        round never outlasts it however many targets hang."""
 
     async def fetch(self, targets: Sequence[str]
                     ) -> list[TargetScrape | SourceUnavailable | SourceTimeout | SourceDataError]:
@@ -235,9 +240,9 @@ class DcgmSource:
     async def _one(self, target: str
                    ) -> TargetScrape | SourceUnavailable | SourceTimeout | SourceDataError:
         loop = asyncio.get_running_loop()
-        began = loop.time()
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout), self._slots:
+                began = loop.time()
                 body = await self._get(target)
         except TimeoutError:
             return SourceTimeout("dcgm", target, f"no complete answer in {self._timeout:g} s")
