@@ -1,5 +1,7 @@
 """Why a pod's GPUs are not doing more: one class per pod over a sliding window.
 
+On a time-shared GPU the class describes the GPU: DCGM cannot tell the sharing pods apart.
+
 Rules, first match wins, over the samples of the pod's GPUs in the window (ratios 0-1;
 link rates as a share of the GPU model's bandwidth):
 
@@ -15,7 +17,8 @@ throttled              thermal or power clock-event reasons in >= 50 % of sample
                        GPU temperature >= 85 C
 comm_bound             NVLink traffic >= 30 % of link bandwidth and SM active < 0.45
 input_bound            >= 15 % of samples stalled (GR < 0.2) while others run (GR >= 0.6)
-small_batch            GPU_UTIL >= 80 % while SM active < 0.35 (GR < 0.5 without SM fields)
+small_batch            GPU_UTIL >= 80 % (on MIG, which has no GPU_UTIL: GR >= 0.05) while
+                       SM active < 0.35 (GR < 0.5 without SM fields)
 memory_bound           DRAM active >= 0.7 and tensor pipe < 0.2
 healthy                none of the above
 =====================  ===================================================================
@@ -104,8 +107,10 @@ def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None) ->
     evidence["stalled_share"] = stalled
     if stalled >= STALL_SHARE and max(gr_values) >= RUNNING_GR:
         return Diagnosis("input_bound", evidence)
-    if util is not None and util >= SMALL_BATCH_GPU_UTIL and (
-            (sm is not None and sm < SMALL_BATCH_SM_MAX) or (sm is None and gr < 0.5)):
+    # MIG instances have no GPU_UTIL: there, kernels running (GR engine busy) while SMs
+    # sit mostly empty is the same launch-bound signature.
+    launching = util >= SMALL_BATCH_GPU_UTIL if util is not None else gr >= IDLE_GR
+    if launching and ((sm is not None and sm < SMALL_BATCH_SM_MAX) or (sm is None and gr < 0.5)):
         return Diagnosis("small_batch", evidence)
     if dram is not None and tensor is not None and dram >= MEMORY_DRAM_MIN and \
             tensor < MEMORY_TENSOR_MAX:

@@ -48,6 +48,8 @@ class Day:
     pods: dict[str, dict[str, Any]]
     events: list[tuple[Any, ...]]
     prices: dict[tuple[str, str], float]
+    bottlenecks: dict[str, str]
+    """Each pod's last live bottleneck class."""
 
 
 async def run_day(out: Path) -> Day:
@@ -59,7 +61,10 @@ async def run_day(out: Path) -> Day:
             async with asyncio.timeout(30):
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
-            await step_both(sim, exporter, round(DAY / STEP))
+            bottlenecks: dict[str, str] = {}
+            for _ in range(round(DAY / STEP)):
+                await step_both(sim, exporter, 1)
+                bottlenecks |= {uid: d.bottleneck for uid, (_, d) in exporter.diagnoses.items()}
             sim.cluster.close()
             truth = sim.cluster.truth.report(sim.cluster.start, sim.cluster.now)
             wh = exporter.warehouse
@@ -71,7 +76,7 @@ async def run_day(out: Path) -> Day:
             events = wh.con.execute("SELECT gpu_uuid, reason, seconds FROM "
                                     "availability_events").fetchall()
             return Day(exporter.totals, truth, pods, events,
-                       load_price_book(None, scenario.region).prices)
+                       load_price_book(None, scenario.region).prices, bottlenecks)
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +145,20 @@ def test_downtime_per_gpu_within_one_interval_per_incident(day: Day) -> None:
             pytest.approx(secs, abs=STEP), (uuid, reason)
     assert {(u, r) for u, r, _ in day.events} == set(truth)
     assert dict(day.totals.interruptions) == {i.pool: 1 for i in day.truth.interruptions}
+
+
+def test_bottleneck_classes_match_the_workload_profiles(day: Day) -> None:
+    """Per class, precision and recall >= 0.9 against the simulator's labelled profiles.
+
+    Pods on time-shared GPUs are left out: DCGM sees the GPU, not the pods sharing it, so
+    an idle notebook next to a busy one looks busy; their class describes the shared GPU.
+    """
+    pairs = [(rec.profile, day.bottlenecks[uid]) for uid, rec in day.truth.pods.items()
+             if uid in day.bottlenecks and not rec.workload.startswith(("shared", "web"))]
+    assert len(pairs) > 50
+    for cls in {p for p, _ in pairs}:
+        predicted = [t for t, got in pairs if got == cls]
+        actual = [got for t, got in pairs if t == cls]
+        precision = sum(1 for t in predicted if t == cls) / len(predicted)
+        recall = sum(1 for got in actual if got == cls) / len(actual)
+        assert precision >= 0.9 and recall >= 0.9, (cls, precision, recall)
