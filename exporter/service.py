@@ -215,6 +215,11 @@ class Exporter:
             nodes, readings, frozenset(unknown), self.inventory, owners, self._price,
             self.config.prices.discounts, self.config.prices.default_discount)
         self.inventory = compute.remember(self.inventory, readings, nodes)
+        for d in states:
+            if d.price_usd_per_hour is None:
+                self._log_once(d.node, f"unpriced:{d.accelerator}", "gpu model not priced",
+                               model=d.accelerator, provisioning=d.provisioning,
+                               region=self.prices.region)
         if self.state_time is not None and now > self.state_time:
             rows = compute.usage_rows(self.states, self.state_time, now - self.state_time)
             self.totals.add(rows)

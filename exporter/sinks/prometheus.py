@@ -338,6 +338,16 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
     for table, n in sorted(v.rows_written.items()):
         rows.add_metric([table], n)
     yield from (up, dur, errors, relists, rejected, rows)
+    unpriced = GaugeMetricFamily(P + "exporter_unpriced_gpus", "GPUs whose model the price "
+                                 "book does not price: their cost is unknown, not zero.",
+                                 labels=["model", "provisioning"])
+    missing: dict[tuple[str, str], float] = defaultdict(float)
+    for d in v.states:
+        if d.price_usd_per_hour is None:
+            missing[(d.accelerator, d.provisioning)] += d.fraction
+    for key in sorted(missing):
+        unpriced.add_metric(list(key), missing[key])
+    yield unpriced
     yield GaugeMetricFamily(P + "exporter_cycle_duration_seconds", "Wall time of the last "
                             "cycle.", value=v.cycle_seconds)
     yield GaugeMetricFamily(P + "exporter_last_cycle_timestamp_seconds", "When the last "

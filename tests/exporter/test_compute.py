@@ -168,3 +168,10 @@ def test_inventory_remembers_devices_of_live_nodes_only() -> None:
     inv = compute.remember({}, {"n1": [reading()]}, {"n1": node()})
     assert list(inv["n1"]) == [U]
     assert compute.remember(inv, {}, {}) == {}
+
+
+def test_unpriced_model_has_no_cost_rather_than_zero() -> None:
+    (d,) = states([node(accelerator="nvidia-h200-141gb")], {"n1": [reading(pods=("a",))]})
+    assert d.price_usd_per_hour is None
+    (row,) = compute.usage_rows([d], 0.0, 3600.0)
+    assert row.cost_usd is None and row.seconds == 3600.0
