@@ -11,9 +11,9 @@ the latest state of each GPU pod; ``availability_events`` one row per incident.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,25 +82,47 @@ _DDL = [
 ]
 
 
+_STAGE_SCHEMA = pa.schema([
+    ("win", pa.float64()), ("device_id", pa.string()), ("pod_uid", pa.string()),
+    ("state", pa.string()), ("node", pa.string()), ("node_pool", pa.string()),
+    ("zone", pa.string()), ("gpu_model", pa.string()), ("provisioning", pa.string()),
+    ("gpu_uuid", pa.string()), ("gpu_index", pa.string()), ("mig_profile", pa.string()),
+    ("namespace", pa.string()), ("pod", pa.string()), ("team", pa.string()),
+    ("workload", pa.string()), ("reason", pa.string()), ("gpu_seconds", pa.float64()),
+    ("utilized", pa.float64()), ("cost", pa.float64()), ("price", pa.float64()),
+    *[(name, pa.float64()) for name in FIELDS],
+    ("memory_used_bytes", pa.float64()), ("memory_total_bytes", pa.float64()),
+    ("last_xid", pa.int64()),
+])
+_STAGE_COLUMNS = _STAGE_SCHEMA.names
+_STAGE_DDL = ("CREATE TEMP TABLE IF NOT EXISTS usage_staging ("
+              + ", ".join(f"{f.name} {_duck_type(f.type)}" for f in _STAGE_SCHEMA) + ")")
+_WEIGHTED = ",\n".join(
+    f"sum({c} * gpu_seconds) / sum(CASE WHEN {c} IS NOT NULL THEN gpu_seconds END)"
+    for c in FIELDS)
+_AGGREGATE = f"""
+INSERT OR IGNORE INTO gpu_usage ({", ".join(USAGE_SCHEMA.names)})
+SELECT md5(concat_ws('|', ?, win, device_id, pod_uid, state)), to_timestamp(win), ?, ?,
+       any_value(node), any_value(node_pool), any_value(zone), any_value(gpu_model),
+       any_value(provisioning), any_value(gpu_uuid), any_value(gpu_index),
+       any_value(mig_profile), device_id, any_value(namespace), any_value(pod),
+       nullif(pod_uid, ''), any_value(team), any_value(workload), state, any_value(reason),
+       sum(gpu_seconds),
+       CASE WHEN count(utilized) > 0 THEN sum(utilized) / sum(gpu_seconds) END,
+       {_WEIGHTED},
+       max(memory_used_bytes), max(memory_total_bytes), max(last_xid), any_value(price),
+       sum(cost)
+FROM usage_staging WHERE {{where}}
+GROUP BY win, device_id, pod_uid, state
+"""
+
+
 def row_id(*parts: object) -> str:
     return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=16).hexdigest()
 
 
 def _ts(t: float | None) -> datetime | None:
     return None if t is None else datetime.fromtimestamp(t, UTC)
-
-
-@dataclass(slots=True)
-class _Acc:
-    first: UsageRow
-    seconds: float = 0.0
-    cost: float | None = None
-    utilized: float | None = None
-    weighted: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    weights: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    mem_used: float | None = None
-    mem_total: float | None = None
-    xid: int = 0
 
 
 class Warehouse:
@@ -116,7 +138,8 @@ class Warehouse:
         self.con = duckdb.connect(str(path), config={"memory_limit": "128MB", "threads": 1})
         for ddl in _DDL:
             self.con.execute(ddl)
-        self._usage: dict[tuple[float, str, str, str], _Acc] = {}
+        self.con.execute(_STAGE_DDL)
+        self._staged = False
         self._pods: dict[str, dict[str, Any]] = {}
         self._pod_signatures: dict[str, tuple[Any, ...]] = {}
         self._events: list[dict[str, Any]] = []
@@ -124,30 +147,34 @@ class Warehouse:
         self._next_flush = 0.0
 
     def add_usage(self, rows: Sequence[UsageRow]) -> None:
+        """Stage one cycle's rows; DuckDB aggregates them per interval when it flushes."""
+        if not rows:
+            return
+        cols: dict[str, list[Any]] = {name: [] for name in _STAGE_COLUMNS}
+        readings: dict[int, tuple[Any, ...]] = {}
         for r in rows:
-            window = r.start - r.start % self.interval
             d, o = r.device, r.owner
-            key = (window, d.device_id, o.uid if o else "", d.state)
-            acc = self._usage.get(key)
-            if acc is None:
-                acc = self._usage[key] = _Acc(r)
-            acc.seconds += r.seconds
-            if r.cost_usd is not None:
-                acc.cost = (acc.cost or 0.0) + r.cost_usd
-            if r.utilized_seconds is not None:
-                acc.utilized = (acc.utilized or 0.0) + r.utilized_seconds
-            for col, fname in FIELDS.items():
-                v = d.fields.get(fname)
-                if v is not None:
-                    acc.weighted[col] += v * r.seconds
-                    acc.weights[col] += r.seconds
-            used, free = d.fields.get("DCGM_FI_DEV_FB_USED"), d.fields.get("DCGM_FI_DEV_FB_FREE")
-            if used is not None:
-                acc.mem_used = max(acc.mem_used or 0.0, used * 1048576)
-                if free is not None:
-                    acc.mem_total = (used + free + d.fields.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
-                                     ) * 1048576
-            acc.xid = max(acc.xid, int(d.fields.get("DCGM_FI_DEV_XID_ERRORS", 0)))
+            vals = readings.get(id(d))
+            if vals is None:
+                f = d.fields
+                used, free = f.get("DCGM_FI_DEV_FB_USED"), f.get("DCGM_FI_DEV_FB_FREE")
+                total = None if used is None or free is None else \
+                    (used + free + f.get("DCGM_FI_DEV_FB_RESERVED", 0.0)) * 1048576
+                vals = readings[id(d)] = (
+                    *(f.get(name) for name in FIELDS.values()),
+                    None if used is None else used * 1048576, total,
+                    int(f.get("DCGM_FI_DEV_XID_ERRORS", 0)))
+            row = (r.start - r.start % self.interval, d.device_id, o.uid if o else "",
+                   d.state, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
+                   d.gpu_uuid, d.gpu_index, d.mig_profile, o.namespace if o else None,
+                   o.name if o else None, o.team if o else None, o.workload if o else None,
+                   d.reason, r.seconds, r.utilized_seconds, r.cost_usd,
+                   d.price_usd_per_hour, *vals)
+            for name, value in zip(_STAGE_COLUMNS, row, strict=True):
+                cols[name].append(value)
+        self._insert("INSERT INTO usage_staging SELECT * FROM _batch",
+                     pa.Table.from_pydict(cols, schema=_STAGE_SCHEMA))
+        self._staged = True
 
     def add_pods(self, pods: Iterable[PodInfo], now: float,
                  team_of: Callable[[PodInfo], str]) -> None:
@@ -180,9 +207,8 @@ class Warehouse:
         if not force and now < self._next_flush:
             return
         self._next_flush = now - now % self.flush_interval + self.flush_interval
-        done = [k for k in self._usage if force or k[0] + self.interval <= now]
-        if done:
-            self._write_usage([(k, self._usage.pop(k)) for k in sorted(done)])
+        if self._staged:
+            self._write_usage(math.inf if force else now)
         if self._pods:
             self.rows_written["gpu_pods"] += self._insert(
                 "INSERT OR REPLACE INTO gpu_pods SELECT * FROM _batch",
@@ -194,33 +220,20 @@ class Warehouse:
                 pa.Table.from_pylist(self._events))
             self._events.clear()
 
-    def _write_usage(self, items: list[tuple[tuple[float, str, str, str], _Acc]]) -> None:
-        records = []
-        for (window, device_id, uid, state), acc in items:
-            d, o = acc.first.device, acc.first.owner
-            rec: dict[str, Any] = {
-                "id": row_id(self.cluster, window, device_id, uid, state),
-                "time": _ts(window), "interval_seconds": self.interval,
-                "cluster": self.cluster, "node": d.node, "node_pool": d.pool, "zone": d.zone,
-                "gpu_model": d.accelerator, "provisioning": d.provisioning,
-                "gpu_uuid": d.gpu_uuid, "gpu_index": d.gpu_index, "mig_profile": d.mig_profile,
-                "device_id": device_id, "namespace": o.namespace if o else None,
-                "pod": o.name if o else None, "pod_uid": uid or None,
-                "team": o.team if o else None, "workload": o.workload if o else None,
-                "state": state, "reason": d.reason, "gpu_seconds": acc.seconds,
-                "utilization": None if acc.utilized is None or acc.seconds <= 0
-                else acc.utilized / acc.seconds,
-                "memory_used_bytes": acc.mem_used, "memory_total_bytes": acc.mem_total,
-                "last_xid": acc.xid, "price_usd_per_hour": d.price_usd_per_hour,
-                "cost_usd": acc.cost,
-            }
-            for col in FIELDS:
-                w = acc.weights.get(col, 0.0)
-                rec[col] = acc.weighted[col] / w if w > 0 else None
-            records.append(rec)
-        table = pa.Table.from_pylist(records, schema=USAGE_SCHEMA)
-        self.rows_written["gpu_usage"] += self._insert(
-            "INSERT OR IGNORE INTO gpu_usage SELECT * FROM _batch", table)  # idempotent
+    def _write_usage(self, now: float) -> None:
+        """Aggregate every staged interval that ended by ``now`` into ``gpu_usage``."""
+        complete = "win + ? <= ?"
+        params = [self.cluster, self.interval, self.cluster, self.interval, now]
+        self.con.execute("BEGIN")
+        try:
+            row = self.con.execute(_AGGREGATE.format(where=complete), params).fetchone()
+            self.con.execute(f"DELETE FROM usage_staging WHERE {complete}",
+                             [self.interval, now])
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.rows_written["gpu_usage"] += int(row[0]) if row else 0
 
     def _insert(self, sql: str, table: pa.Table) -> int:
         """Run one INSERT over ``table`` (as ``_batch``); returns the rows it added."""

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import http_app, open_exporter
-from exporter.demo import demo_config, step_both
+from exporter.demo import caught_up, demo_config, step_both
 from exporter.service import Exporter
 from exporter.simulator.scenario import Fault, Scenario
 from exporter.simulator.server import SimulatorServer
@@ -35,6 +35,7 @@ async def running(make_server: Callable[..., Any], make_scenario: Callable[..., 
             await exporter.kube.wait_synced()
         for w in ("train", "shared", "shared", "slice", "spotjob"):
             sim.cluster.submit(w, profile="healthy", run_seconds=7200)
+        await caught_up(sim, exporter)  # the watches have seen the new pods
         await exporter.cycle(sim.cluster.now)
         await step_both(sim, exporter, 10)
         yield sim, exporter
