@@ -139,7 +139,8 @@ class Warehouse:
         for ddl in _DDL:
             self.con.execute(ddl)
         self.con.execute(_STAGE_DDL)
-        self._staged = False
+        self._cols: dict[str, list[Any]] = {name: [] for name in _STAGE_COLUMNS}
+        """Rows of the cycles since the last flush, by column."""
         self._pods: dict[str, dict[str, Any]] = {}
         self._pod_signatures: dict[str, tuple[Any, ...]] = {}
         self._events: list[dict[str, Any]] = []
@@ -147,10 +148,8 @@ class Warehouse:
         self._next_flush = 0.0
 
     def add_usage(self, rows: Sequence[UsageRow]) -> None:
-        """Stage one cycle's rows; DuckDB aggregates them per interval when it flushes."""
-        if not rows:
-            return
-        cols: dict[str, list[Any]] = {name: [] for name in _STAGE_COLUMNS}
+        """Buffer one cycle's rows; DuckDB aggregates them per interval when they flush."""
+        cols = self._cols
         readings: dict[int, tuple[Any, ...]] = {}
         for r in rows:
             d, o = r.device, r.owner
@@ -172,9 +171,6 @@ class Warehouse:
                    d.price_usd_per_hour, *vals)
             for name, value in zip(_STAGE_COLUMNS, row, strict=True):
                 cols[name].append(value)
-        self._insert("INSERT INTO usage_staging SELECT * FROM _batch",
-                     pa.Table.from_pydict(cols, schema=_STAGE_SCHEMA))
-        self._staged = True
 
     def add_pods(self, pods: Iterable[PodInfo], now: float,
                  team_of: Callable[[PodInfo], str]) -> None:
@@ -207,7 +203,10 @@ class Warehouse:
         if not force and now < self._next_flush:
             return
         self._next_flush = now - now % self.flush_interval + self.flush_interval
-        if self._staged:
+        if self._cols["win"]:
+            self._insert("INSERT INTO usage_staging SELECT * FROM _batch",
+                         pa.Table.from_pydict(self._cols, schema=_STAGE_SCHEMA))
+            self._cols = {name: [] for name in _STAGE_COLUMNS}
             self._write_usage(math.inf if force else now)
         if self._pods:
             self.rows_written["gpu_pods"] += self._insert(
