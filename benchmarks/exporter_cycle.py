@@ -60,7 +60,7 @@ async def bench(nodes: int, cycles: int) -> None:
             t_render = time.perf_counter()
             body = exporter.metrics_text
             if exporter.warehouse is not None:
-                exporter.warehouse.maybe_flush(now + 30)
+                exporter.warehouse.flush(now + 30)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             render = time.perf_counter() - t_render
             samples = sum(len(d.fields) for d in exporter.states)

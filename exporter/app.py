@@ -61,7 +61,7 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
     finally:
         await kube.stop()
         if warehouse is not None:
-            warehouse.maybe_flush(exporter.last_cycle_time, force=True)
+            warehouse.flush(exporter.last_cycle_time)  # unfinished intervals stay staged
             warehouse.close()
         await session.close()
         await api.close()

@@ -159,7 +159,7 @@ def _queue_percentiles(exporter: Exporter) -> dict[str, tuple[float, float]]:
     wh = exporter.warehouse
     if wh is None:
         return {}
-    wh.maybe_flush(exporter.last_cycle_time, force=True)
+    wh.flush(exporter.last_cycle_time, partial=True)
     rows = wh.con.execute(
         "SELECT team, quantile_cont(queue_wait_seconds, 0.5), "
         "quantile_cont(queue_wait_seconds, 0.9) FROM gpu_pods "

@@ -69,7 +69,7 @@ async def run_day(out: Path) -> Day:
             truth = sim.cluster.truth.report(sim.cluster.start, sim.cluster.now)
             wh = exporter.warehouse
             assert wh is not None
-            wh.maybe_flush(sim.cluster.now, force=True)
+            wh.flush(sim.cluster.now, partial=True)
             cols = ["id", "queue_wait_seconds", "scheduled", "team"]
             pods = {r[0]: dict(zip(cols, r, strict=True)) for r in wh.con.execute(
                 f"SELECT {', '.join(cols)} FROM gpu_pods").fetchall()}

@@ -1,8 +1,9 @@
 """The local warehouse: DuckDB tables ``gpu_usage``, ``gpu_pods``, ``availability_events``.
 
 ``gpu_usage`` has one row per device, owner and warehouse interval (default 60 s):
-GPU-seconds, cost and time-weighted means of the DCGM readings. Rows are appended in
-Arrow batches when their interval is complete; every row has a deterministic id (a hash
+GPU-seconds, cost and time-weighted means of the DCGM readings. Each cycle's rows are
+buffered, staged in one Arrow batch per flush (``usage_staging``, in the same file), and
+aggregated in SQL once their interval is complete; every row has a deterministic id (a hash
 of cluster, interval, device, pod and state) and the tables' primary keys make a repeated
 write a no-op, so a restart or a retried flush never double-counts. ``gpu_pods`` keeps
 the latest state of each GPU pod; ``availability_events`` one row per incident.
@@ -95,7 +96,7 @@ _STAGE_SCHEMA = pa.schema([
     ("last_xid", pa.int64()),
 ])
 _STAGE_COLUMNS = _STAGE_SCHEMA.names
-_STAGE_DDL = ("CREATE TEMP TABLE IF NOT EXISTS usage_staging ("
+_STAGE_DDL = ("CREATE TABLE IF NOT EXISTS usage_staging ("
               + ", ".join(f"{f.name} {_duck_type(f.type)}" for f in _STAGE_SCHEMA) + ")")
 _WEIGHTED = ",\n".join(
     f"sum({c} * gpu_seconds) / sum(CASE WHEN {c} IS NOT NULL THEN gpu_seconds END)"
@@ -198,16 +199,21 @@ class Warehouse:
             "node": node, "node_pool": pool, "gpu_uuid": gpu_uuid, "reason": reason,
             "start_time": _ts(start), "end_time": _ts(end), "seconds": end - start})
 
-    def maybe_flush(self, now: float, force: bool = False) -> None:
-        """Write every interval that ended by ``now`` (all of them when ``force``)."""
-        if not force and now < self._next_flush:
-            return
+    def maybe_flush(self, now: float) -> None:
+        """``flush`` when the flush interval has passed."""
+        if now >= self._next_flush:
+            self.flush(now)
+
+    def flush(self, now: float, partial: bool = False) -> None:
+        """Write every interval that ended by ``now``; the rest stays staged in the file, so
+        an exporter restarted within an interval completes it instead of losing it.
+        ``partial`` also writes unfinished intervals (the end of a finite run, the demo)."""
         self._next_flush = now - now % self.flush_interval + self.flush_interval
         if self._cols["win"]:
             self._insert("INSERT INTO usage_staging SELECT * FROM _batch",
                          pa.Table.from_pydict(self._cols, schema=_STAGE_SCHEMA))
             self._cols = {name: [] for name in _STAGE_COLUMNS}
-            self._write_usage(math.inf if force else now)
+        self._write_usage(math.inf if partial else now)
         if self._pods:
             self.rows_written["gpu_pods"] += self._insert(
                 "INSERT OR REPLACE INTO gpu_pods SELECT * FROM _batch",

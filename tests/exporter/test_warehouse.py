@@ -31,13 +31,28 @@ def test_intervals_aggregate_and_restart_does_not_duplicate(tmp_path: Path) -> N
                                  ).fetchone()  # type: ignore[misc]
     assert util == 0.5 and mem == 100 * 1048576
     wh.close()
-    # A restarted exporter replays the same interval: the ids match, nothing is added.
+    # A restarted exporter replays [0, 60): the ids match, nothing is added.
     again = Warehouse(path, "c", interval=60.0)
     for t in (0.0, 30.0):
         again.add_usage(rows(t))
-    again.maybe_flush(90.0, force=True)
+    again.flush(90.0)
     assert count(again) == (1, 60.0)
     assert again.rows_written["gpu_usage"] == 0   # the primary key made it a no-op
+    again.close()
+
+
+def test_restart_within_an_interval_completes_it(tmp_path: Path) -> None:
+    """The first half of an interval, staged at shutdown, joins the second half."""
+    path = tmp_path / "w.duckdb"
+    first = Warehouse(path, "c", interval=60.0)
+    first.add_usage(rows(0.0))
+    first.flush(30.0)                      # shutdown mid-interval: nothing complete yet
+    assert count(first) == (0, None)
+    first.close()
+    second = Warehouse(path, "c", interval=60.0)
+    second.add_usage(rows(30.0))
+    second.flush(60.0)
+    assert count(second) == (1, 60.0)
 
 
 def test_cost_and_pod_rows(tmp_path: Path) -> None:
