@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+FATAL_XIDS = frozenset({48, 64, 74, 79, 95})
+"""XIDs after which a GPU needs a reset to be usable again (double-bit ECC, row-remap
+failure, NVLink error, fallen off the bus, uncontained ECC)."""
+
 
 @dataclass(frozen=True, slots=True)
 class MigProfile:

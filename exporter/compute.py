@@ -31,11 +31,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from exporter.catalog import FATAL_XIDS
 from exporter.sources.dcgm import DeviceReading
 from exporter.sources.kube import NodeInfo, PodInfo
-
-FATAL_XIDS = frozenset({48, 64, 74, 79, 95})
-"""XIDs after which the GPU needs a reset to be usable again."""
 
 GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"

@@ -23,11 +23,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from exporter.catalog import GPU_MODELS, GpuModel
+from exporter.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
 from exporter.simulator import objects
 from exporter.simulator.profiles import PROFILES, Activity
 from exporter.simulator.rng import key, mix, uuid_str
-from exporter.simulator.scenario import FATAL_XIDS, Fault, Pool, Scenario, Workload
+from exporter.simulator.scenario import Fault, Pool, Scenario, Workload, pool_selects
 from exporter.simulator.store import ApiStore
 from exporter.simulator.truth import DeviceInfo, PodRef, TruthLog
 
@@ -515,7 +515,7 @@ class Cluster:
             if message is None:
                 considered = insufficient = 0
                 for pool in self.scenario.pools:
-                    if not _selects(pod.workload, pool):
+                    if not pool_selects(pool, pod.workload):
                         continue
                     for node in by_pool.get(pool.name, ()):
                         considered += 1
@@ -587,7 +587,7 @@ class Cluster:
             alive = [n for n in self.nodes.values() if n.pool is pool and not n.deleted]
             coming = sum(1 for _, p in self._provisioning if p == pool.name)
             per_node = pool.gpus_per_node * pool.units_per_gpu
-            wanted = sum(p.gpus for p in self.pending if _selects(p.workload, pool)
+            wanted = sum(p.gpus for p in self.pending if pool_selects(pool, p.workload)
                          and p.gpus <= per_node)
             if wanted:
                 need = math.ceil(wanted / per_node) - coming
@@ -739,10 +739,3 @@ def _unschedulable_message(insufficient: int, not_ready: int, mismatched: int) -
     total = insufficient + not_ready + mismatched
     return (f"0/{total} nodes are available: {', '.join(parts)}. "
             "preemption: not eligible due to preemptionPolicy=Never.")
-
-
-def _selects(w: Workload, pool: Pool) -> bool:
-    """Whether a pod of workload ``w`` may run on ``pool`` (its nodeSelector)."""
-    return (pool.accelerator == w.accelerator and pool.spot == w.spot
-            and (pool.sharing.strategy if pool.sharing else None) == w.sharing
-            and pool.mig_partition_size == w.mig_partition_size)

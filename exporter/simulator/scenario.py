@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from exporter.catalog import GPU_MODELS
+from exporter.catalog import FATAL_XIDS, GPU_MODELS
 from exporter.durations import Duration
 
 Accelerator = Literal[
@@ -35,8 +35,6 @@ Profile = Literal[
     "healthy", "input_bound", "small_batch", "comm_bound", "memory_bound", "idle", "throttled"
 ]
 WorkloadKind = Literal["pretraining", "finetuning", "batch_inference", "serving", "notebook"]
-FATAL_XIDS = frozenset({48, 64, 74, 79, 95})
-"""XIDs after which the GPU needs a reset: the GPU is unavailable until the fault ends."""
 KNOWN_XIDS = FATAL_XIDS | {63, 94}
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -281,9 +279,9 @@ class Scenario(_Model):
             if w.priority_class not in self.priority_classes:
                 raise ValueError(f"{where}: priority_class {w.priority_class!r} is not one of "
                                  f"{', '.join(sorted(self.priority_classes))}")
-            if not any(_pool_matches(p, w) for p in self.pools):
+            if not any(pool_selects(p, w) for p in self.pools):
                 raise ValueError(f"{where}: no pool offers {_describe_selector(w)}")
-            fits = [p for p in self.pools if _pool_matches(p, w)]
+            fits = [p for p in self.pools if pool_selects(p, w)]
             biggest = max(_pool_units_per_node(p) for p in fits)
             if w.gpus_per_pod > biggest:
                 raise ValueError(f"{where}: gpus_per_pod {w.gpus_per_pod} exceeds the largest "
@@ -333,7 +331,8 @@ def _pool_units_per_node(pool: Pool) -> int:
     return pool.gpus_per_node * pool.units_per_gpu
 
 
-def _pool_matches(pool: Pool, w: Workload) -> bool:
+def pool_selects(pool: Pool, w: Workload) -> bool:
+    """Whether pods of workload ``w`` may run on ``pool`` (their nodeSelector)."""
     return (pool.accelerator == w.accelerator and pool.spot == w.spot
             and (pool.sharing.strategy if pool.sharing else None) == w.sharing
             and pool.mig_partition_size == w.mig_partition_size)

@@ -60,8 +60,7 @@ class Metric:
             self.lines.append(f"{self.name} {_number(value)}\n")
 
     def _labels(self, values: Sequence[str], extra: str = "") -> str:
-        pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in zip(self.labels, values,
-                                                               strict=True))
+        pairs = label_text(self.labels, values)
         if extra:
             pairs = f"{pairs},{extra}" if pairs else extra
         return "{" + pairs + "}" if pairs else ""

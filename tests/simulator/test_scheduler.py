@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter.simulator.cluster import Cluster, Pod, _selects
-from exporter.simulator.scenario import Scenario, load_scenario
+from exporter.simulator.cluster import Cluster, Pod
+from exporter.simulator.scenario import Scenario, load_scenario, pool_selects
 
 
 def check_invariants(c: Cluster) -> None:
@@ -25,7 +25,7 @@ def check_invariants(c: Cluster) -> None:
     for pod in c.pending:
         assert pod.phase == "Pending"
         for node in c.live_nodes():
-            fits = node.schedulable and _selects(pod.workload, node.pool) and \
+            fits = node.schedulable and pool_selects(node.pool, pod.workload) and \
                 len(node.free_units()) >= pod.gpus
             assert not fits, f"{pod.name} waits although {node.name} fits it"
 
