@@ -23,7 +23,7 @@ from exporter.config import Config
 from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import ctx
 from exporter.prices import load_price_book
-from exporter.service import Exporter
+from exporter.service import DCGM_FIELDS_READ, Exporter
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.dcgm import DcgmSource
 from exporter.sources.kube import KubeSource
@@ -45,15 +45,19 @@ async def _kube_client(cfg: Config) -> client.ApiClient:
 async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
     prices = load_price_book(cfg.prices.book, cfg.prices.region)
     api = await _kube_client(cfg)
-    connector = aiohttp.TCPConnector(limit=4096, limit_per_host=4, ttl_dns_cache=300)
-    session = aiohttp.ClientSession(connector=connector, read_bufsize=1 << 20)
+    # connections outlive the interval, so each cycle reuses them instead of reconnecting
+    connector = aiohttp.TCPConnector(limit=4096, limit_per_host=4, ttl_dns_cache=300,
+                                     keepalive_timeout=cfg.interval * 2 + 5)
+    session = aiohttp.ClientSession(
+        connector=connector, read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar(),
+        headers={"Accept-Encoding": "identity"})  # compressing text on loopback costs both ends
     warehouse = Warehouse(cfg.warehouse.path, cfg.cluster, cfg.warehouse.interval,
                           cfg.warehouse.flush_interval) if cfg.warehouse.enabled else None
     kube = KubeSource(api, watch_timeout=cfg.kubernetes.watch_timeout,
                       watchdog=cfg.kubernetes.watchdog,
                       request_timeout=cfg.kubernetes.request_timeout)
     dcgm = DcgmSource(session, cfg.dcgm.timeout, cfg.dcgm.max_body_bytes,
-                      cfg.dcgm.max_devices_per_target)
+                      cfg.dcgm.max_devices_per_target, read=DCGM_FIELDS_READ)
     exporter = Exporter(cfg, prices, kube, dcgm, warehouse)
     kube.start()
     try:

@@ -38,6 +38,11 @@ from exporter.sources.kube import NodeInfo, PodInfo
 GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 XID = "DCGM_FI_DEV_XID_ERRORS"
+FB_USED, FB_FREE, FB_RESERVED = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+                                 "DCGM_FI_DEV_FB_RESERVED")
+MIB = 1024 * 1024
+FIELDS_READ = (GR_ENGINE, GPU_UTIL, XID, FB_USED, FB_FREE, FB_RESERVED)
+"""The DCGM fields these definitions read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,17 @@ def utilization(fields: Mapping[str, float]) -> tuple[float | None, str | None]:
     if util is not None:
         return min(1.0, max(0.0, util / 100.0)), "gpu_util"
     return None, None
+
+
+def memory_bytes(fields: Mapping[str, float]) -> tuple[float | None, float | None]:
+    """Framebuffer memory in use and its size, in bytes; None where unknown. DCGM reports
+    MiB; the size is used + free + reserved (reserved is absent on older drivers: 0)."""
+    used, free = fields.get(FB_USED), fields.get(FB_FREE)
+    if used is None:
+        return None, None
+    if free is None:
+        return used * MIB, None
+    return used * MIB, (used + free + fields.get(FB_RESERVED, 0.0)) * MIB
 
 
 def mig_fraction(profile: str | None) -> float:

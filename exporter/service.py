@@ -24,11 +24,14 @@ from exporter.errors import SourceError
 from exporter.prices import PriceBook
 from exporter.selectors import label_selector
 from exporter.sinks.prometheus import QUEUE_BUCKETS, MetricsView, render
-from exporter.sinks.warehouse import Warehouse
+from exporter.sinks.warehouse import FIELDS, Warehouse
 from exporter.sources.dcgm import DcgmSource, DeviceReading, TargetScrape
 from exporter.sources.kube import KubeSource, NodeInfo, PodInfo
 
 log = logging.getLogger(__name__)
+
+DCGM_FIELDS_READ = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.values()})
+"""Every DCGM field the exporter uses; the source skips the other families unparsed."""
 
 GroupKey = tuple[str, str, str, str, str, str]
 """(state, namespace, team, pool, accelerator, provisioning)"""

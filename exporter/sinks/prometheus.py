@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from exporter.sources.kube import KubeSource
 
 P = "gke_gpu_"
-MIB = 1024 * 1024
 QUEUE_BUCKETS = (30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
                  86400.0)
 DEVICE_LABELS = ["cluster", "node", "pool", "zone", "model", "provisioning", "gpu", "uuid",
@@ -161,13 +160,11 @@ def _families(v: MetricsView) -> Iterator[Metric]:
         labels = _device_labels(c, d)
         if d.utilization is not None:
             util.add_labelled(f'{labels},source="{d.utilization_source}"', d.utilization)
-        used = d.fields.get("DCGM_FI_DEV_FB_USED")
-        free = d.fields.get("DCGM_FI_DEV_FB_FREE")
+        used, total = compute.memory_bytes(d.fields)
         if used is not None:
-            mem_used.add_labelled(labels, used * MIB)
-            if free is not None:
-                reserved = d.fields.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
-                mem_total.add_labelled(labels, (used + free + reserved) * MIB)
+            mem_used.add_labelled(labels, used)
+        if total is not None:
+            mem_total.add_labelled(labels, total)
         available.add_labelled(labels, 0.0 if d.state == "unavailable" else 1.0)
         state.add_labelled(f'{labels},state="{d.state}",reason="{d.reason or ""}"', 1.0)
         if d.price_usd_per_hour is not None:

@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from exporter.compute import UsageRow
+from exporter.compute import XID, UsageRow, memory_bytes
 from exporter.sources.kube import PodInfo
 
 FIELDS = {
@@ -157,13 +157,8 @@ class Warehouse:
             vals = readings.get(id(d))
             if vals is None:
                 f = d.fields
-                used, free = f.get("DCGM_FI_DEV_FB_USED"), f.get("DCGM_FI_DEV_FB_FREE")
-                total = None if used is None or free is None else \
-                    (used + free + f.get("DCGM_FI_DEV_FB_RESERVED", 0.0)) * 1048576
-                vals = readings[id(d)] = (
-                    *(f.get(name) for name in FIELDS.values()),
-                    None if used is None else used * 1048576, total,
-                    int(f.get("DCGM_FI_DEV_XID_ERRORS", 0)))
+                vals = readings[id(d)] = (*(f.get(name) for name in FIELDS.values()),
+                                          *memory_bytes(f), int(f.get(XID, 0)))
             row = (r.start - r.start % self.interval, d.device_id, o.uid if o else "",
                    d.state, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
                    d.gpu_uuid, d.gpu_index, d.mig_profile, o.namespace if o else None,

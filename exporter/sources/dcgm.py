@@ -22,8 +22,9 @@ string slicing and parses each distinct label set once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -34,6 +35,9 @@ BLANK_THRESHOLD = 9.2e18
 """DCGM's blank values (DCGM_INT64_BLANK and friends) start just above this."""
 MAX_LINE_BYTES = 64 * 1024
 MAX_DEVICES_PER_TARGET = 1024
+IDENTITY_CACHE_SIZE = 65536
+"""Label sets whose parse is remembered across scrapes (8 per node, more when shared)."""
+MAX_CACHED_LABELS = 1024
 
 # exported_* first: when present, the plain labels name the dcgm-exporter pod itself.
 _POD_KEYS = (("exported_pod", "exported_namespace", "exported_container"),
@@ -118,27 +122,79 @@ def _parse_labels(text: str) -> dict[str, str] | None:
     return out
 
 
-def _identity(labels: dict[str, str]) -> tuple[tuple[str, str], DeviceReading,
-                                               PodOnDevice | None] | None:
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What one label set says: which DCGM entity, and which pod (if any) is on it."""
+
+    key: tuple[str, str]
+    uuid: str
+    gpu_index: str
+    hostname: str
+    model_name: str
+    mig_profile: str | None
+    mig_instance: str | None
+    pod: PodOnDevice | None
+
+    def reading(self) -> DeviceReading:
+        return DeviceReading(self.uuid, self.gpu_index, self.hostname, self.model_name,
+                             self.mig_profile, self.mig_instance)
+
+
+def _identity(raw: str) -> _Identity | str:
+    """The entity a label set names, or the reason it is refused."""
+    labels = _parse_labels(raw)
+    if labels is None:
+        return "malformed"
     uuid = labels.get("UUID") or labels.get("uuid")
     if not uuid:
-        return None
+        return "no_gpu_uuid"
     instance = labels.get("GPU_I_ID")
-    reading = DeviceReading(
-        uuid=uuid, gpu_index=labels.get("gpu", ""),
-        hostname=labels.get("Hostname") or labels.get("hostname") or "",
-        model_name=labels.get("modelName", ""), mig_profile=labels.get("GPU_I_PROFILE"),
-        mig_instance=instance)
     pod = None
     for pk, nk, ck in _POD_KEYS:
         if labels.get(pk):
             pod = PodOnDevice(labels.get(nk, ""), labels[pk], labels.get(ck, ""))
             break
-    return (uuid, instance or ""), reading, pod
+    return _Identity((uuid, instance or ""), uuid, labels.get("gpu", ""),
+                     labels.get("Hostname") or labels.get("hostname") or "",
+                     labels.get("modelName", ""), labels.get("GPU_I_PROFILE"), instance, pod)
 
 
-def parse_dcgm_text(text: str, max_devices: int = MAX_DEVICES_PER_TARGET) -> ParseResult:
-    """Parse one dcgm-exporter scrape into device readings (see module docstring)."""
+_cached_identity = functools.lru_cache(maxsize=IDENTITY_CACHE_SIZE)(_identity)
+
+
+def _identity_of(raw: str) -> _Identity | str:
+    """Label sets repeat in every family and every scrape: each is parsed once while it
+    stays in the cache. Only ordinary-sized ones are kept, so the cache stays small."""
+    return _cached_identity(raw) if len(raw) <= MAX_CACHED_LABELS else _identity(raw)
+
+
+def parse_dcgm_text(text: str, max_devices: int = MAX_DEVICES_PER_TARGET,
+                    read: Collection[str] | None = None) -> ParseResult:
+    """Parse one dcgm-exporter scrape into device readings (see module docstring).
+
+    With ``read``, families not named in it are skipped unparsed (and their lines are not
+    checked): dcgm-exporter prints many fields nothing here uses."""
+    if read is not None:
+        text = _only_families(text, read)
+    return _parse_lines(text, max_devices)
+
+
+def _only_families(text: str, read: Collection[str]) -> str:
+    """The text without the families not in ``read``. A family is dropped only when its
+    block is exactly its HELP line, its TYPE line and its own samples."""
+    blocks = ("\n" + text).split("\n# HELP ")
+    kept = [blocks[0]] if blocks[0] else []
+    for block in blocks[1:]:
+        name = block[:block.find(" ")]
+        if name not in read:
+            lines = block.rstrip("\n").count("\n") + 1
+            if lines == 2 + block.count("\n" + name + "{") and "\n# TYPE " + name in block:
+                continue
+        kept.append("# HELP " + block)
+    return "\n".join(kept)
+
+
+def _parse_lines(text: str, max_devices: int) -> ParseResult:
     result = ParseResult(devices=[])
     devices: dict[tuple[str, str], DeviceReading] = {}
     # label text -> (its device, whether these labels are the device's first label set)
@@ -187,21 +243,17 @@ def parse_dcgm_text(text: str, max_devices: int = MAX_DEVICES_PER_TARGET) -> Par
 
 def _new_series(raw: str, devices: dict[tuple[str, str], DeviceReading],
                 max_devices: int) -> tuple[DeviceReading, bool] | str:
-    labels = _parse_labels(raw)
-    if labels is None:
-        return "malformed"
-    ident = _identity(labels)
-    if ident is None:
-        return "no_gpu_uuid"
-    key, fresh, pod = ident
-    device = devices.get(key)
+    ident = _identity_of(raw)
+    if isinstance(ident, str):
+        return ident
+    device = devices.get(ident.key)
     primary = device is None
     if device is None:
         if len(devices) >= max_devices:
             return "too_many_series"
-        device = devices[key] = fresh
-    if pod is not None and pod not in device.pods:
-        device.pods.append(pod)
+        device = devices[ident.key] = ident.reading()
+    if ident.pod is not None and ident.pod not in device.pods:
+        device.pods.append(ident.pod)
     return device, primary
 
 
@@ -222,8 +274,9 @@ class DcgmSource:
 
     def __init__(self, session: aiohttp.ClientSession, timeout_seconds: float,
                  max_body_bytes: int, max_devices: int = MAX_DEVICES_PER_TARGET,
-                 concurrency: int = 256) -> None:
+                 concurrency: int = 256, read: Collection[str] | None = None) -> None:
         self._session = session
+        self._read = read
         self._timeout = timeout_seconds
         self._max_body = max_body_bytes
         self._max_devices = max_devices
@@ -251,8 +304,9 @@ class DcgmSource:
         except aiohttp.ClientError as exc:
             return SourceUnavailable("dcgm", target, f"{type(exc).__name__}: {exc}")
         text = body.decode("utf-8", errors="replace")
-        result = await asyncio.to_thread(parse_dcgm_text, text, self._max_devices) \
-            if len(body) > 4 * 1024 * 1024 else parse_dcgm_text(text, self._max_devices)
+        result = await asyncio.to_thread(parse_dcgm_text, text, self._max_devices, self._read) \
+            if len(body) > 4 * 1024 * 1024 else \
+            parse_dcgm_text(text, self._max_devices, self._read)
         if not result.devices:
             return SourceDataError("dcgm", target, "no DCGM GPU samples in the answer")
         return TargetScrape(target, result, loop.time() - began, len(body))

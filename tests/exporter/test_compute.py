@@ -25,6 +25,21 @@ def test_utilization(fields: dict[str, float], expected: tuple[Any, Any]) -> Non
     assert compute.utilization(fields) == expected
 
 
+MIB = 1024 * 1024
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"DCGM_FI_DEV_FB_USED": 10, "DCGM_FI_DEV_FB_FREE": 20, "DCGM_FI_DEV_FB_RESERVED": 2},
+     (10 * MIB, 32 * MIB)),
+    ({"DCGM_FI_DEV_FB_USED": 10, "DCGM_FI_DEV_FB_FREE": 20}, (10 * MIB, 30 * MIB)),
+    ({"DCGM_FI_DEV_FB_USED": 10}, (10 * MIB, None)),
+    ({"DCGM_FI_DEV_FB_FREE": 20}, (None, None)),
+    ({"DCGM_FI_DEV_FB_USED": 0, "DCGM_FI_DEV_FB_FREE": 0}, (0.0, 0.0)),
+])
+def test_memory_bytes(fields: dict[str, float], expected: tuple[Any, Any]) -> None:
+    assert compute.memory_bytes(fields) == expected
+
+
 @pytest.mark.parametrize(("profile", "fraction"), [
     (None, 1.0), ("1g.5gb", 1 / 7), ("2g.10gb", 2 / 7), ("3g.40gb", 3 / 7), ("7g.80gb", 1.0),
 ])

@@ -111,3 +111,21 @@ def test_huge_line_is_rejected() -> None:
         line("DCGM_FI_DEV_FB_USED", BASE, "2")
     r = parse_dcgm_text(text)
     assert r.rejected == {"too_long": 1} and r.devices[0].fields == {"DCGM_FI_DEV_FB_USED": 2.0}
+
+
+def test_unread_families_are_skipped_whole() -> None:
+    r = parse_dcgm_text(REAL_L4, read={"DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE"})
+    (d,) = r.devices
+    assert d.fields == {"DCGM_FI_DEV_FB_FREE": 22563, "DCGM_FI_DEV_POWER_USAGE": 16.365}
+    assert r.samples == 2
+
+
+def test_a_block_holding_other_series_is_not_skipped() -> None:
+    # a family's block that also carries another family's lines is parsed, not dropped
+    text = ("# HELP DCGM_FI_DEV_SM_CLOCK SM clock.\n# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n"
+            + line("DCGM_FI_DEV_SM_CLOCK", BASE, "1") + line("DCGM_FI_DEV_GPU_UTIL", BASE, "7")
+            + "# HELP DCGM_FI_DEV_FB_USED Used.\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
+            + line("DCGM_FI_DEV_FB_USED", BASE, "3"))
+    (d,) = parse_dcgm_text(text, read={"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}).devices
+    assert d.fields == {"DCGM_FI_DEV_SM_CLOCK": 1.0, "DCGM_FI_DEV_GPU_UTIL": 7.0,
+                        "DCGM_FI_DEV_FB_USED": 3.0}
