@@ -24,12 +24,14 @@ from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import ctx
 from exporter.prices import load_price_book
 from exporter.service import DCGM_FIELDS_READ, Exporter
+from exporter.sinks.bigquery import BigQuerySink
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.dcgm import DcgmSource
 from exporter.sources.kube import KubeSource
 
 log = logging.getLogger(__name__)
 _TEXT = "text/plain; version=0.0.4; charset=utf-8"
+BIGQUERY_SHUTDOWN_SECONDS = 5.0
 
 
 async def _kube_client(cfg: Config) -> client.ApiClient:
@@ -51,21 +53,30 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
     session = aiohttp.ClientSession(
         connector=connector, read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar(),
         headers={"Accept-Encoding": "identity"})  # compressing text on loopback costs both ends
+    bq_cfg = cfg.warehouse.bigquery
     warehouse = Warehouse(cfg.warehouse.path, cfg.cluster, cfg.warehouse.interval,
-                          cfg.warehouse.flush_interval) if cfg.warehouse.enabled else None
+                          cfg.warehouse.flush_interval, outbox=bq_cfg.enabled) \
+        if cfg.warehouse.enabled else None
+    bigquery = BigQuerySink(bq_cfg, warehouse.open_outbox()) \
+        if warehouse is not None and bq_cfg.enabled else None
     kube = KubeSource(api, watch_timeout=cfg.kubernetes.watch_timeout,
                       watchdog=cfg.kubernetes.watchdog,
                       request_timeout=cfg.kubernetes.request_timeout)
     dcgm = DcgmSource(session, cfg.dcgm.timeout, cfg.dcgm.max_body_bytes,
                       cfg.dcgm.max_devices_per_target, read=DCGM_FIELDS_READ)
-    exporter = Exporter(cfg, prices, kube, dcgm, warehouse)
+    exporter = Exporter(cfg, prices, kube, dcgm, warehouse, bigquery)
     kube.start()
+    if bigquery is not None:
+        bigquery.start()
     try:
         yield exporter
     finally:
         await kube.stop()
         if warehouse is not None:
             warehouse.flush(exporter.last_cycle_time)  # unfinished intervals stay staged
+        if bigquery is not None:  # a last send; what does not make it stays spooled
+            await asyncio.to_thread(bigquery.stop, BIGQUERY_SHUTDOWN_SECONDS)
+        if warehouse is not None:
             warehouse.close()
         await session.close()
         await api.close()

@@ -83,6 +83,44 @@ class Sla(_Section):
     window: Duration = 30 * 86400.0
 
 
+PROJECT_ID = r"^(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+"""A Google Cloud project ID (6-30 characters), optionally domain-scoped."""
+DATASET_ID = r"^[A-Za-z0-9_]{1,1024}$"
+
+
+class BigQuery(_Section):
+    """Copy the warehouse tables to BigQuery. Rows pass through an outbox in the local
+    DuckDB file, written in the same transaction as the local tables: they survive
+    restarts, SIGKILL and BigQuery outages, and are sent in order once BigQuery answers."""
+
+    enabled: bool = False
+    project: str | None = Field(default=None, pattern=PROJECT_ID)
+    dataset: str = Field(default="gke_gpu", pattern=DATASET_ID)
+    location: str = Field(default="US", pattern=r"^[A-Za-z0-9-]{2,40}$")
+    endpoint: str | None = None
+    """API endpoint override (the local emulator); default: Google's."""
+    anonymous: bool = False
+    """Send no credentials (the emulator). Otherwise Application Default Credentials:
+    Workload Identity on GKE, ``gcloud auth application-default login`` on a laptop."""
+    batch_size: int = Field(default=500, ge=1, le=10_000)
+    """Rows per insertAll request."""
+    flush_interval: Duration = 60.0
+    request_timeout: Duration = 30.0
+    """Timeout of one HTTP request."""
+    deadline: Duration = 120.0
+    """How long one batch is retried (with backoff) before the next attempt's turn."""
+    spool_max_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
+    """Cap on unsent rows kept on disk; past it the oldest are dropped and counted."""
+
+    @model_validator(mode="after")
+    def _project(self) -> Self:
+        if self.enabled and not self.project:
+            raise ValueError("bigquery.project is required when bigquery is enabled")
+        if self.endpoint and not self.endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"bigquery.endpoint {self.endpoint!r} is not an http(s) URL")
+        return self
+
+
 class Warehouse(_Section):
     enabled: bool = True
     path: Path = Path("gke-gpu-exporter.duckdb")
@@ -90,6 +128,14 @@ class Warehouse(_Section):
     """Length of one ``gpu_usage`` row's interval."""
     flush_interval: Duration = 60.0
     """How often complete intervals are written (one transaction each time)."""
+    bigquery: BigQuery = BigQuery()
+
+    @model_validator(mode="after")
+    def _local_first(self) -> Self:
+        if self.bigquery.enabled and not self.enabled:
+            raise ValueError("bigquery needs the local warehouse: its file holds the rows "
+                             "on their way")
+        return self
 
 
 class Config(BaseSettings):

@@ -162,6 +162,6 @@ def _queue_percentiles(exporter: Exporter) -> dict[str, tuple[float, float]]:
     wh.flush(exporter.last_cycle_time, partial=True)
     rows = wh.con.execute(
         "SELECT team, quantile_cont(queue_wait_seconds, 0.5), "
-        "quantile_cont(queue_wait_seconds, 0.9) FROM gpu_pods "
+        "quantile_cont(queue_wait_seconds, 0.9) FROM gpu_pods_current "
         "WHERE queue_wait_seconds IS NOT NULL GROUP BY team").fetchall()
     return {team: (p50, p90) for team, p50, p90 in rows}

@@ -23,8 +23,10 @@ from exporter.config import Config
 from exporter.errors import SourceError
 from exporter.prices import PriceBook
 from exporter.selectors import label_selector
+from exporter.sinks.bigquery import BigQuerySink
 from exporter.sinks.prometheus import QUEUE_BUCKETS, MetricsView, render
-from exporter.sinks.warehouse import FIELDS, Warehouse
+from exporter.sinks.schema import FIELDS
+from exporter.sinks.warehouse import Warehouse
 from exporter.sources.dcgm import DcgmSource, DeviceReading, TargetScrape
 from exporter.sources.kube import KubeSource, NodeInfo, PodInfo
 
@@ -124,12 +126,14 @@ class Exporter:
     """The exporter's state between cycles; ``cycle`` is the only thing that changes it."""
 
     def __init__(self, config: Config, prices: PriceBook, kube: KubeSource, dcgm: DcgmSource,
-                 warehouse: Warehouse | None = None) -> None:
+                 warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None
+                 ) -> None:
         self.config = config
         self.prices = prices
         self.kube = kube
         self.dcgm = dcgm
         self.warehouse = warehouse
+        self.bigquery = bigquery
         self.totals = Totals()
         self.health = SourceHealth()
         self.inventory: dict[str, dict[str, compute.DeviceIdentity]] = {}
@@ -332,4 +336,6 @@ class Exporter:
                                                   self.config.system_reserved_gpus),
             cycle_seconds=self.cycle_seconds, owner=self._owner,
             rows_written=self.warehouse.rows_written if self.warehouse else {},
+            bigquery=self.bigquery.stats if self.bigquery else None,
+            bigquery_dataset=self.bigquery.dataset_ref if self.bigquery else "",
         )

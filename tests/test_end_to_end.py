@@ -70,9 +70,9 @@ async def run_day(out: Path) -> Day:
             wh = exporter.warehouse
             assert wh is not None
             wh.flush(sim.cluster.now, partial=True)
-            cols = ["id", "queue_wait_seconds", "scheduled", "team"]
+            cols = ["pod_uid", "queue_wait_seconds", "scheduled", "team"]
             pods = {r[0]: dict(zip(cols, r, strict=True)) for r in wh.con.execute(
-                f"SELECT {', '.join(cols)} FROM gpu_pods").fetchall()}
+                f"SELECT {', '.join(cols)} FROM gpu_pods_current").fetchall()}
             events = wh.con.execute("SELECT gpu_uuid, reason, seconds FROM "
                                     "availability_events").fetchall()
             return Day(exporter.totals, truth, pods, events,

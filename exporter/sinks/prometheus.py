@@ -20,6 +20,7 @@ from exporter.sources.kube import NodeInfo, PodInfo
 if TYPE_CHECKING:
     from exporter.bottleneck import Diagnosis
     from exporter.service import SourceHealth, Totals
+    from exporter.sinks.bigquery import BigQueryStats
     from exporter.sources.kube import KubeSource
 
 P = "gke_gpu_"
@@ -114,6 +115,8 @@ class MetricsView:
     cycle_seconds: float
     owner: Callable[[PodInfo], compute.Owner]
     rows_written: Mapping[str, int]
+    bigquery: BigQueryStats | None = None
+    bigquery_dataset: str = ""
 
 
 def label_text(names: Sequence[str], values: Sequence[str]) -> str:
@@ -329,11 +332,19 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
                                    "reason.", labels=["reason"])
     for reason, n in sorted(h.rejected.items()):
         rejected.add_metric([reason], n)
-    rows = CounterMetricFamily(P + "exporter_rows_written", "Rows written to the warehouse.",
-                               labels=["table"])
+    rows = CounterMetricFamily(P + "exporter_rows_written", "Rows written to the warehouse, "
+                               "by sink (duckdb, bigquery) and table.", labels=["sink", "table"])
     for table, n in sorted(v.rows_written.items()):
-        rows.add_metric([table], n)
+        rows.add_metric(["duckdb", table], n)
+    if v.bigquery is not None:
+        bq = v.bigquery
+        up.add_metric(["bigquery", v.bigquery_dataset], 1.0 if bq.up else 0.0)
+        errors.add_metric(["bigquery", v.bigquery_dataset], bq.errors)
+        for table, n in sorted(dict(bq.rows_written).items()):
+            rows.add_metric(["bigquery", table], n)
     yield from (up, dur, errors, relists, rejected, rows)
+    if v.bigquery is not None:
+        yield from _spool_families(v.bigquery)
     unpriced = GaugeMetricFamily(P + "exporter_unpriced_gpus", "GPUs whose model the price "
                                  "book does not price: their cost is unknown, not zero.",
                                  labels=["model", "provisioning"])
@@ -348,6 +359,26 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
                             "cycle.", value=v.cycle_seconds)
     yield GaugeMetricFamily(P + "exporter_last_cycle_timestamp_seconds", "When the last "
                             "cycle ran (Unix time of its snapshot).", value=v.now)
+
+
+def _spool_families(bq: BigQueryStats) -> Iterator[Metric]:
+    refused = CounterMetricFamily(P + "exporter_rows_rejected", "Rows the sink refused (bad "
+                                  "values), by table; the rest of their batch was written.",
+                                  labels=["sink", "table"])
+    for table, n in sorted(dict(bq.rows_rejected).items()):
+        refused.add_metric(["bigquery", table], n)
+    dropped = CounterMetricFamily(P + "exporter_spool_dropped_rows", "Unsent rows dropped, "
+                                  "oldest first, because the spool was full.",
+                                  labels=["sink", "table"])
+    for table, n in sorted(dict(bq.spool_dropped).items()):
+        dropped.add_metric(["bigquery", table], n)
+    spooled = GaugeMetricFamily(P + "exporter_spool_rows", "Rows waiting to be sent.",
+                                labels=["sink"])
+    spooled.add_metric(["bigquery"], bq.spool_rows)
+    size = GaugeMetricFamily(P + "exporter_spool_bytes", "Size of the rows waiting to be "
+                             "sent.", labels=["sink"])
+    size.add_metric(["bigquery"], bq.spool_bytes)
+    yield from (refused, dropped, spooled, size)
 
 
 def render(view: MetricsView) -> bytes:

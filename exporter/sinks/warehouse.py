@@ -11,6 +11,7 @@ the latest state of each GPU pod; ``availability_events`` one row per incident.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections import defaultdict
@@ -23,37 +24,10 @@ import duckdb
 import pyarrow as pa
 
 from exporter.compute import XID, UsageRow, memory_bytes
+from exporter.sinks import outbox
+from exporter.sinks.outbox import DDL as OUTBOX_DDL
+from exporter.sinks.schema import AVAILABILITY_EVENTS, FIELDS, GPU_PODS, GPU_USAGE, TABLES, Table
 from exporter.sources.kube import PodInfo
-
-FIELDS = {
-    "gr_engine_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "sm_active": "DCGM_FI_PROF_SM_ACTIVE",
-    "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
-    "tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE",
-    "pcie_tx_bytes_per_second": "DCGM_FI_PROF_PCIE_TX_BYTES",
-    "pcie_rx_bytes_per_second": "DCGM_FI_PROF_PCIE_RX_BYTES",
-    "nvlink_tx_bytes_per_second": "DCGM_FI_PROF_NVLINK_TX_BYTES",
-    "nvlink_rx_bytes_per_second": "DCGM_FI_PROF_NVLINK_RX_BYTES",
-    "gpu_util_percent": "DCGM_FI_DEV_GPU_UTIL",
-    "power_watts": "DCGM_FI_DEV_POWER_USAGE",
-    "temperature_celsius": "DCGM_FI_DEV_GPU_TEMP",
-}
-
-USAGE_SCHEMA = pa.schema([
-    ("id", pa.string()), ("time", pa.timestamp("us", tz="UTC")),
-    ("interval_seconds", pa.float64()), ("cluster", pa.string()), ("node", pa.string()),
-    ("node_pool", pa.string()), ("zone", pa.string()), ("gpu_model", pa.string()),
-    ("provisioning", pa.string()), ("gpu_uuid", pa.string()), ("gpu_index", pa.string()),
-    ("mig_profile", pa.string()), ("device_id", pa.string()), ("namespace", pa.string()),
-    ("pod", pa.string()), ("pod_uid", pa.string()), ("team", pa.string()),
-    ("workload", pa.string()), ("state", pa.string()), ("reason", pa.string()),
-    ("gpu_seconds", pa.float64()), ("utilization", pa.float64()),
-    *[(name, pa.float64()) for name in FIELDS],
-    ("memory_used_bytes", pa.float64()), ("memory_total_bytes", pa.float64()),
-    ("last_xid", pa.int64()), ("price_usd_per_hour", pa.float64()), ("cost_usd", pa.float64()),
-])
-
 
 
 def _duck_type(t: pa.DataType) -> str:
@@ -64,23 +38,6 @@ def _duck_type(t: pa.DataType) -> str:
     if pa.types.is_float64(t):
         return "DOUBLE"
     return "VARCHAR"
-
-
-_DDL = [
-    "CREATE TABLE IF NOT EXISTS gpu_usage ("
-    + ", ".join(f"{f.name} {_duck_type(f.type)}" + (" PRIMARY KEY" if f.name == "id" else "")
-                for f in USAGE_SCHEMA) + ")",
-    """CREATE TABLE IF NOT EXISTS gpu_pods (
-        id VARCHAR PRIMARY KEY, cluster VARCHAR, namespace VARCHAR, pod VARCHAR,
-        team VARCHAR, workload VARCHAR, owner_kind VARCHAR, gpus BIGINT, gpu_model VARCHAR,
-        node VARCHAR, phase VARCHAR, created TIMESTAMPTZ, scheduled TIMESTAMPTZ,
-        finished TIMESTAMPTZ, queue_wait_seconds DOUBLE, reason VARCHAR, priority BIGINT,
-        priority_class VARCHAR, queue VARCHAR, updated TIMESTAMPTZ)""",
-    """CREATE TABLE IF NOT EXISTS availability_events (
-        id VARCHAR PRIMARY KEY, cluster VARCHAR, node VARCHAR, node_pool VARCHAR,
-        gpu_uuid VARCHAR, reason VARCHAR, start_time TIMESTAMPTZ, end_time TIMESTAMPTZ,
-        seconds DOUBLE)""",
-]
 
 
 _STAGE_SCHEMA = pa.schema([
@@ -102,7 +59,6 @@ _WEIGHTED = ",\n".join(
     f"sum({c} * gpu_seconds) / sum(CASE WHEN {c} IS NOT NULL THEN gpu_seconds END)"
     for c in FIELDS)
 _AGGREGATE = f"""
-INSERT OR IGNORE INTO gpu_usage ({", ".join(USAGE_SCHEMA.names)})
 SELECT md5(concat_ws('|', ?, win, device_id, pod_uid, state)), to_timestamp(win), ?, ?,
        any_value(node), any_value(node_pool), any_value(zone), any_value(gpu_model),
        any_value(provisioning), any_value(gpu_uuid), any_value(gpu_index),
@@ -116,6 +72,13 @@ SELECT md5(concat_ws('|', ?, win, device_id, pod_uid, state)), to_timestamp(win)
 FROM usage_staging WHERE {{where}}
 GROUP BY win, device_id, pod_uid, state
 """
+"""Complete intervals of ``usage_staging`` as ``gpu_usage`` rows, in its column order."""
+
+
+CURRENT_PODS_VIEW = """CREATE OR REPLACE VIEW gpu_pods_current AS
+SELECT * FROM gpu_pods
+QUALIFY row_number() OVER (PARTITION BY cluster, pod_uid ORDER BY updated DESC) = 1"""
+"""Each pod's latest row: its current (or final) state."""
 
 
 def row_id(*parts: object) -> str:
@@ -130,16 +93,23 @@ class Warehouse:
     """Buffers usage rows per interval and appends complete intervals to DuckDB."""
 
     def __init__(self, path: Path, cluster: str, interval: float,
-                 flush_interval: float | None = None) -> None:
+                 flush_interval: float | None = None, outbox: bool = False) -> None:
         self.path = path
         self.cluster = cluster
         self.interval = interval
         self.flush_interval = max(interval, flush_interval or interval)
         # A small appender, not an analytics engine: bound DuckDB's memory and threads.
-        self.con = duckdb.connect(str(path), config={"memory_limit": "128MB", "threads": 1})
-        for ddl in _DDL:
-            self.con.execute(ddl)
+        self.con = duckdb.connect(str(path), config={"memory_limit": "128MB", "threads": 1,
+                                                     "TimeZone": "UTC"})
+        for table in TABLES:
+            self.con.execute(table.duckdb_ddl())
+        self.con.execute(CURRENT_PODS_VIEW)
         self.con.execute(_STAGE_DDL)
+        self.with_outbox = outbox
+        """Also queue every new row for BigQuery (see ``exporter.sinks.outbox``)."""
+        if outbox:
+            for ddl in OUTBOX_DDL:
+                self.con.execute(ddl)
         self._cols: dict[str, list[Any]] = {name: [] for name in _STAGE_COLUMNS}
         """Rows of the cycles since the last flush, by column."""
         self._pods: dict[str, dict[str, Any]] = {}
@@ -179,7 +149,8 @@ class Warehouse:
             self._pod_signatures[p.uid] = signature
             wait = None if p.scheduled is None else p.scheduled - p.created
             self._pods[p.uid] = {
-                "id": p.uid, "cluster": self.cluster, "namespace": p.namespace, "pod": p.name,
+                "id": row_id(self.cluster, p.uid, *signature), "cluster": self.cluster,
+                "pod_uid": p.uid, "namespace": p.namespace, "pod": p.name,
                 "team": team_of(p), "workload": p.workload,
                 "owner_kind": p.owner_kind, "gpus": p.gpus, "gpu_model": p.accelerator,
                 "node": p.node, "phase": p.phase, "created": _ts(p.created),
@@ -205,44 +176,58 @@ class Warehouse:
         ``partial`` also writes unfinished intervals (the end of a finite run, the demo)."""
         self._next_flush = now - now % self.flush_interval + self.flush_interval
         if self._cols["win"]:
-            self._insert("INSERT INTO usage_staging SELECT * FROM _batch",
-                         pa.Table.from_pydict(self._cols, schema=_STAGE_SCHEMA))
+            self.con.register("_staged", pa.Table.from_pydict(self._cols, schema=_STAGE_SCHEMA))
+            self.con.execute("INSERT INTO usage_staging SELECT * FROM _staged")
+            self.con.unregister("_staged")
             self._cols = {name: [] for name in _STAGE_COLUMNS}
         self._write_usage(math.inf if partial else now)
         if self._pods:
-            self.rows_written["gpu_pods"] += self._insert(
-                "INSERT OR REPLACE INTO gpu_pods SELECT * FROM _batch",
-                pa.Table.from_pylist(list(self._pods.values())))
+            self._append(GPU_PODS, "SELECT * FROM _batch", batch=pa.Table.from_pylist(
+                list(self._pods.values()), schema=GPU_PODS.arrow_schema))
             self._pods.clear()
         if self._events:
-            self.rows_written["availability_events"] += self._insert(
-                "INSERT OR IGNORE INTO availability_events SELECT * FROM _batch",
-                pa.Table.from_pylist(self._events))
+            self._append(AVAILABILITY_EVENTS, "SELECT * FROM _batch", batch=pa.Table.from_pylist(
+                self._events, schema=AVAILABILITY_EVENTS.arrow_schema))
             self._events.clear()
 
     def _write_usage(self, now: float) -> None:
         """Aggregate every staged interval that ended by ``now`` into ``gpu_usage``."""
         complete = "win + ? <= ?"
-        params = [self.cluster, self.interval, self.cluster, self.interval, now]
+        self._append(GPU_USAGE, _AGGREGATE.format(where=complete),
+                     [self.cluster, self.interval, self.cluster, self.interval, now],
+                     after=(f"DELETE FROM usage_staging WHERE {complete}", [self.interval, now]))
+
+    def _append(self, table: Table, source: str, params: list[Any] | None = None,
+                batch: pa.Table | None = None,
+                after: tuple[str, list[Any]] | None = None) -> None:
+        """Insert the rows of ``source`` (a query, over ``batch`` as ``_batch``); rows
+        already there, by id, are skipped; the new ones also go to the outbox. One
+        transaction, ``after`` included."""
         self.con.execute("BEGIN")
         try:
-            row = self.con.execute(_AGGREGATE.format(where=complete), params).fetchone()
-            self.con.execute(f"DELETE FROM usage_staging WHERE {complete}",
-                             [self.interval, now])
+            if batch is not None:
+                self.con.register("_batch", batch)
+            fresh = self.con.execute(
+                f"INSERT OR IGNORE INTO {table.name} {source} RETURNING *", params or []
+            ).to_arrow_table()
+            if self.with_outbox and fresh.num_rows:
+                self.con.register("_fresh", fresh)
+                self.con.execute(outbox.add_sql(table.name, "_fresh", table.partition_by))
+            if after is not None:
+                self.con.execute(*after)
             self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
-        self.rows_written["gpu_usage"] += int(row[0]) if row else 0
-
-    def _insert(self, sql: str, table: pa.Table) -> int:
-        """Run one INSERT over ``table`` (as ``_batch``); returns the rows it added."""
-        self.con.register("_batch", table)
-        try:
-            row = self.con.execute(sql).fetchone()
         finally:
-            self.con.unregister("_batch")
-        return int(row[0]) if row else 0
+            for name in ("_batch", "_fresh"):
+                with contextlib.suppress(duckdb.Error):
+                    self.con.unregister(name)
+        self.rows_written[table.name] += fresh.num_rows
+
+    def open_outbox(self) -> outbox.Outbox:
+        """The outbox, for a sender in another thread."""
+        return outbox.Outbox(self.con)
 
     def close(self) -> None:
         self.con.close()

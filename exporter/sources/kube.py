@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +24,7 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from exporter.backoff import Backoff
 from exporter.logs import ctx
 
 log = logging.getLogger(__name__)
@@ -153,24 +153,6 @@ def pod_info(obj: Obj) -> PodInfo:
         accelerator=(spec.get("nodeSelector") or {}).get("cloud.google.com/gke-accelerator"),
         reason=reason, container_ports=ports, ip=status.get("podIP"),
     )
-
-
-@dataclass(slots=True)
-class Backoff:
-    """Exponential backoff with full jitter: 0..min(cap, base * 2**n) seconds."""
-
-    base: float = 0.5
-    cap: float = 30.0
-    attempts: int = 0
-    rng: random.Random = field(default_factory=random.Random)
-
-    def next(self) -> float:
-        delay = self.rng.uniform(0, min(self.cap, self.base * 2 ** self.attempts))
-        self.attempts += 1
-        return delay
-
-    def reset(self) -> None:
-        self.attempts = 0
 
 
 @dataclass(slots=True)

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import config
 
+from exporter.backoff import Backoff
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
-from exporter.sources.kube import Backoff, KubeSource, node_info, pod_info
+from exporter.sources.kube import KubeSource, node_info, pod_info
 
 
 @pytest.fixture

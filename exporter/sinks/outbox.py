@@ -1,0 +1,91 @@
+"""Rows on their way to BigQuery, kept in the warehouse's DuckDB file.
+
+The warehouse adds a table's new rows here in the same transaction that writes them
+locally, so nothing written locally can miss BigQuery and nothing is sent that was not
+written: the outbox survives restarts and SIGKILL with the file. The sender takes the
+oldest rows of a table in order, and deletes them once BigQuery has answered for them.
+Its size is bounded: past ``max_bytes`` the oldest rows are dropped, and the drop counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+
+DDL = (
+    "CREATE SEQUENCE IF NOT EXISTS outbox_seq",
+    """CREATE TABLE IF NOT EXISTS outbox (
+        seq BIGINT PRIMARY KEY DEFAULT nextval('outbox_seq'),
+        tbl VARCHAR NOT NULL,       -- the table the row belongs to
+        id VARCHAR NOT NULL,        -- its deterministic id
+        part TIMESTAMPTZ NOT NULL,  -- its partitioning time
+        row VARCHAR NOT NULL        -- the row, as JSON
+    )""",
+)
+
+
+def add_sql(table: str, relation: str, partition_by: str) -> str:
+    """SQL that puts every row of ``relation`` (rows just written to ``table``) in the
+    outbox, in the order they are to be sent. Identifiers come from the schema."""
+    return (f"INSERT INTO outbox (tbl, id, part, row) SELECT '{table}', id, {partition_by}, "
+            f"to_json({relation}) FROM {relation} ORDER BY {partition_by}, id")
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    table: str
+    seqs: list[int]
+    ids: list[str]
+    rows: list[dict[str, object]]
+    first: datetime
+    last: datetime
+    """The span of the rows' partitioning times."""
+
+
+class Outbox:
+    """The sender's view of the outbox; use it from one thread (it has its own cursor)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con.cursor()
+
+    def oldest(self, limit: int) -> Batch | None:
+        """The oldest rows of the table whose turn it is, at most ``limit``."""
+        found = self._con.execute(
+            "SELECT seq, tbl, id, part, row FROM outbox WHERE tbl = "
+            "(SELECT tbl FROM outbox ORDER BY seq LIMIT 1) ORDER BY seq LIMIT ?",
+            [limit]).fetchall()
+        if not found:
+            return None
+        parts = [r[3] for r in found]
+        return Batch(found[0][1], [r[0] for r in found], [r[2] for r in found],
+                     [json.loads(r[4]) for r in found], min(parts), max(parts))
+
+    def remove(self, seqs: list[int]) -> None:
+        self._con.execute("DELETE FROM outbox WHERE seq IN (SELECT unnest(?))", [seqs])
+
+    def size(self) -> tuple[int, int]:
+        """(rows, bytes) waiting."""
+        rows, size = self._con.execute(
+            "SELECT count(*), coalesce(sum(strlen(row)), 0) FROM outbox").fetchone() or (0, 0)
+        return int(rows), int(size)
+
+    def trim(self, max_bytes: int) -> dict[str, int]:
+        """Drop the oldest rows until at most ``max_bytes`` wait; returns the dropped rows
+        per table."""
+        dropped = self._con.execute(
+            """DELETE FROM outbox WHERE seq <= (
+                   SELECT max(seq) FROM (
+                       SELECT seq, sum(strlen(row)) OVER (ORDER BY seq DESC) AS newer
+                       FROM outbox) WHERE newer > ?)
+               RETURNING tbl""", [max_bytes]).fetchall()
+        out: dict[str, int] = defaultdict(int)
+        for (table,) in dropped:
+            out[table] += 1
+        return dict(out)
+
+    def close(self) -> None:
+        self._con.close()

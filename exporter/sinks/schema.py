@@ -1,0 +1,168 @@
+"""The warehouse tables, defined once: DuckDB's DDL, the Arrow batches and BigQuery's
+schema are all derived from ``TABLES``.
+
+Every table has a deterministic ``id`` (a hash of what makes the row unique), so a row
+written twice is the same row. Each is day-partitioned in BigQuery on its event time —
+the time a row is written about, close to the time it is written, so streaming inserts
+never fall outside the partitions BigQuery accepts — and clustered by cluster, namespace
+and node pool where it has them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+FIELDS = {
+    "gr_engine_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "sm_active": "DCGM_FI_PROF_SM_ACTIVE",
+    "sm_occupancy": "DCGM_FI_PROF_SM_OCCUPANCY",
+    "tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE",
+    "pcie_tx_bytes_per_second": "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "pcie_rx_bytes_per_second": "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "nvlink_tx_bytes_per_second": "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "nvlink_rx_bytes_per_second": "DCGM_FI_PROF_NVLINK_RX_BYTES",
+    "gpu_util_percent": "DCGM_FI_DEV_GPU_UTIL",
+    "power_watts": "DCGM_FI_DEV_POWER_USAGE",
+    "temperature_celsius": "DCGM_FI_DEV_GPU_TEMP",
+}
+"""``gpu_usage`` columns holding a DCGM field's GPU-second-weighted mean over the interval."""
+
+# BigQuery's type names; the other engines' follow from them.
+STRING, TIMESTAMP, FLOAT, INTEGER = "STRING", "TIMESTAMP", "FLOAT", "INTEGER"
+
+_ARROW = {STRING: pa.string(), TIMESTAMP: pa.timestamp("us", tz="UTC"),
+          FLOAT: pa.float64(), INTEGER: pa.int64()}
+_DUCKDB = {STRING: "VARCHAR", TIMESTAMP: "TIMESTAMPTZ", FLOAT: "DOUBLE", INTEGER: "BIGINT"}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: str
+    description: str
+    required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    name: str
+    description: str
+    columns: tuple[Column, ...]
+    partition_by: str
+    """The TIMESTAMP column BigQuery partitions by day (and requires a filter on)."""
+    cluster_by: tuple[str, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, _ARROW[c.type], nullable=not c.required)
+                          for c in self.columns])
+
+    def duckdb_ddl(self) -> str:
+        cols = ", ".join(f"{c.name} {_DUCKDB[c.type]}"
+                         + (" PRIMARY KEY" if c.name == "id" else
+                            " NOT NULL" if c.required else "")
+                         for c in self.columns)
+        return f"CREATE TABLE IF NOT EXISTS {self.name} ({cols})"
+
+
+def _c(name: str, type_: str, description: str, required: bool = False) -> Column:
+    return Column(name, type_, description, required)
+
+
+GPU_USAGE = Table(
+    "gpu_usage",
+    "One row per GPU (or MIG instance), pod and state per warehouse interval.",
+    (
+        _c("id", STRING, "Hash of cluster, interval, device, pod and state.", True),
+        _c("time", TIMESTAMP, "Start of the interval.", True),
+        _c("interval_seconds", FLOAT, "Length of the interval.", True),
+        _c("cluster", STRING, "Cluster name.", True),
+        _c("node", STRING, "Node name."),
+        _c("node_pool", STRING, "GKE node pool."),
+        _c("zone", STRING, "Zone of the node."),
+        _c("gpu_model", STRING, "Accelerator, as GKE names it (nvidia-h100-80gb)."),
+        _c("provisioning", STRING, "on-demand or spot."),
+        _c("gpu_uuid", STRING, "The physical GPU."),
+        _c("gpu_index", STRING, "GPU index on the node."),
+        _c("mig_profile", STRING, "MIG profile of the instance; null for a whole GPU."),
+        _c("device_id", STRING, "GPU UUID, or UUID/instance for a MIG instance.", True),
+        _c("namespace", STRING, "Namespace of the pod holding the device."),
+        _c("pod", STRING, "Pod holding the device."),
+        _c("pod_uid", STRING, "UID of that pod."),
+        _c("team", STRING, "Team of that pod."),
+        _c("workload", STRING, "The pod's controller (Job, Deployment, ...)."),
+        _c("state", STRING, "allocated, unallocated or unavailable.", True),
+        _c("reason", STRING, "Why unavailable: node_not_ready, gpu_missing, xid."),
+        _c("gpu_seconds", FLOAT, "Device-seconds in this state (a pod's share when "
+           "time-shared).", True),
+        _c("utilization", FLOAT, "Mean utilisation 0-1; null when unknown."),
+        *[_c(name, FLOAT, f"GPU-second-weighted mean of {field}.")
+          for name, field in FIELDS.items()],
+        _c("memory_used_bytes", FLOAT, "Peak framebuffer memory in use."),
+        _c("memory_total_bytes", FLOAT, "Framebuffer memory size."),
+        _c("last_xid", INTEGER, "Last XID error code reported."),
+        _c("price_usd_per_hour", FLOAT, "Hourly price after discount; null if unpriced."),
+        _c("cost_usd", FLOAT, "Cost of the row's GPU-seconds; null if unpriced."),
+    ),
+    partition_by="time",
+    cluster_by=("cluster", "namespace", "node_pool"),
+)
+
+GPU_PODS = Table(
+    "gpu_pods",
+    "One row per GPU pod and state: a new row whenever its phase, node, scheduling or "
+    "termination changes; its latest row (by updated) is its current state.",
+    (
+        _c("id", STRING, "Hash of cluster, pod UID and the state.", True),
+        _c("cluster", STRING, "Cluster name.", True),
+        _c("pod_uid", STRING, "Pod UID.", True),
+        _c("namespace", STRING, "Namespace."),
+        _c("pod", STRING, "Pod name."),
+        _c("team", STRING, "Team (pod label, else namespace label, else namespace)."),
+        _c("workload", STRING, "The pod's controller."),
+        _c("owner_kind", STRING, "Kind of that controller."),
+        _c("gpus", INTEGER, "GPUs requested (nvidia.com/gpu)."),
+        _c("gpu_model", STRING, "Accelerator requested."),
+        _c("node", STRING, "Node it runs on."),
+        _c("phase", STRING, "Pod phase."),
+        _c("created", TIMESTAMP, "Creation time."),
+        _c("scheduled", TIMESTAMP, "When PodScheduled turned true."),
+        _c("finished", TIMESTAMP, "When it ended."),
+        _c("queue_wait_seconds", FLOAT, "scheduled - created."),
+        _c("reason", STRING, "Termination reason (Terminated for a spot preemption)."),
+        _c("priority", INTEGER, "Pod priority."),
+        _c("priority_class", STRING, "PriorityClass name."),
+        _c("queue", STRING, "Kueue queue name."),
+        _c("updated", TIMESTAMP, "When this state was observed.", True),
+    ),
+    partition_by="updated",
+    cluster_by=("cluster", "namespace", "team"),
+)
+
+AVAILABILITY_EVENTS = Table(
+    "availability_events",
+    "One row per incident: a GPU unavailable from start to end, and why.",
+    (
+        _c("id", STRING, "Hash of cluster, GPU, reason and start.", True),
+        _c("cluster", STRING, "Cluster name.", True),
+        _c("node", STRING, "Node of the GPU."),
+        _c("node_pool", STRING, "Its node pool."),
+        _c("gpu_uuid", STRING, "The GPU."),
+        _c("reason", STRING, "node_not_ready, gpu_missing or xid."),
+        _c("start_time", TIMESTAMP, "When it became unavailable.", True),
+        _c("end_time", TIMESTAMP, "When it was back.", True),
+        _c("seconds", FLOAT, "end_time - start_time.", True),
+    ),
+    partition_by="end_time",
+    cluster_by=("cluster", "node_pool"),
+)
+
+TABLES = (GPU_USAGE, GPU_PODS, AVAILABILITY_EVENTS)
+BY_NAME = {t.name: t for t in TABLES}
