@@ -9,9 +9,13 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exporter.durations import parse_duration
 from exporter.lifecycle import wait_for_shutdown
+
+if TYPE_CHECKING:
+    from exporter.config import Config
 from exporter.logs import configure
 from exporter.simulator.scenario import Scenario, ScenarioError, load_scenario
 
@@ -85,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "scenario's DCGM sample period is set to it)")
     demo.add_argument("--out", type=Path, default=Path("demo-out"),
                       help="where to write outputs (default ./demo-out)")
+    demo.add_argument("--bigquery-emulator", action="store_true",
+                      help="also write the tables to BigQuery: a local emulator (needs "
+                           "pip install 'gke-gpu-exporter[emulator]')")
     demo.add_argument("--serve", action="store_true",
                       help="keep /metrics and the cluster up afterwards, in real time: one "
                            "cycle per step (Ctrl-C to stop)")
@@ -116,8 +123,23 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --step must be at least 1s", file=sys.stderr)
         return 2
     scenario = scenario.model_copy(update={"step": float(round(args.step))})
-    return asyncio.run(run_demo(scenario, duration=args.duration, out=args.out,
-                                serve_after=args.serve))
+    from exporter.errors import ConfigError
+
+    try:
+        return asyncio.run(run_demo(scenario, duration=args.duration, out=args.out,
+                                    serve_after=args.serve,
+                                    bigquery_emulator=args.bigquery_emulator))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _bigquery(cfg: Config) -> str:
+    bq = cfg.warehouse.bigquery
+    if not bq.enabled:
+        return "off"
+    return f"{bq.project}.{bq.dataset} ({bq.location})" + \
+        (f" at {bq.endpoint}" if bq.endpoint else "")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -137,7 +159,8 @@ def _run(args: argparse.Namespace) -> int:
             f"discovery in {cfg.dcgm.discovery.namespace} ({cfg.dcgm.discovery.label_selector})"
         print(f"config ok: cluster {cfg.cluster}, every {cfg.interval:g} s, dcgm {targets}, "
               f"prices {book.region} as of {book.as_of}, warehouse "
-              f"{cfg.warehouse.path if cfg.warehouse.enabled else 'off'}")
+              f"{cfg.warehouse.path if cfg.warehouse.enabled else 'off'}, bigquery "
+              f"{_bigquery(cfg)}")
         return 0
     return asyncio.run(run(cfg))
 

@@ -9,6 +9,7 @@ and where everything is; ``--serve`` keeps ``/metrics`` (and the cluster) up.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -19,16 +20,23 @@ from tqdm import tqdm
 from exporter import compute
 from exporter.app import open_exporter, serve
 from exporter.config import Config, load_config
+from exporter.emulator import PROJECT, Emulator
 from exporter.lifecycle import wait_for_shutdown
 from exporter.service import Exporter
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
+from exporter.sinks.bigquery import BigQuerySink, make_client
+from exporter.sinks.schema import TABLES
 
 KINDS = {"nodes": "Node", "pods": "Pod", "namespaces": "Namespace"}
 
 
-def demo_config(scenario: Scenario, kubeconfig: Path, out: Path) -> Config:
+def demo_config(scenario: Scenario, kubeconfig: Path, out: Path,
+                bigquery_endpoint: str | None = None) -> Config:
     step = scenario.step
+    bigquery = {"enabled": True, "project": PROJECT, "dataset": "gke_gpu", "anonymous": True,
+                "endpoint": bigquery_endpoint, "flush_interval": 1.0} \
+        if bigquery_endpoint else {}
     return load_config(None, overrides={
         "cluster": scenario.cluster, "listen_address": "127.0.0.1", "port": 0,
         "interval": step, "bottleneck_window": max(600.0, 20 * step),
@@ -36,7 +44,7 @@ def demo_config(scenario: Scenario, kubeconfig: Path, out: Path) -> Config:
         "kubernetes": {"kubeconfig": str(kubeconfig), "watchdog": 3600.0},
         "prices": {"region": scenario.region},
         "warehouse": {"path": str(out / "warehouse.duckdb"), "interval": max(60.0, step),
-                      "flush_interval": 3600.0},
+                      "flush_interval": 3600.0, "bigquery": bigquery},
     })
 
 
@@ -56,11 +64,25 @@ async def step_both(sim: SimulatorServer, exporter: Exporter, steps: int) -> Non
         await exporter.cycle(sim.cluster.now)
 
 
-async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_after: bool) -> int:
+async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_after: bool,
+                   bigquery_emulator: bool = False) -> int:
     await asyncio.to_thread(_fresh_outputs, out)
+    emulator = Emulator(out / "bigquery") if bigquery_emulator else None
+    if emulator is not None:
+        await asyncio.to_thread(emulator.start)
+    try:
+        return await _run(scenario, duration, out, serve_after, emulator)
+    finally:
+        if emulator is not None:
+            await asyncio.to_thread(emulator.stop)
+
+
+async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool,
+               emulator: Emulator | None) -> int:
     async with SimulatorServer(scenario) as sim:
         outputs = sim.write_outputs(out)
-        cfg = demo_config(scenario, outputs.kubeconfig, out)
+        cfg = demo_config(scenario, outputs.kubeconfig, out,
+                          emulator.url if emulator is not None else None)
         async with open_exporter(cfg) as exporter:
             began = time.monotonic()
             async with asyncio.timeout(30):
@@ -88,6 +110,10 @@ async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_afte
             print()
             print(f"Outputs in {out}/: warehouse.duckdb (gpu_usage, gpu_pods, "
                   "availability_events), metrics.prom, kubeconfig, targets.txt")
+            if emulator is not None and exporter.bigquery is not None:
+                print()
+                print(await asyncio.to_thread(bigquery_summary, exporter, exporter.bigquery,
+                                              emulator))
             if serve_after:
                 runner, port = await serve(exporter, "127.0.0.1", 0)
                 sim.speed = 1.0
@@ -105,6 +131,28 @@ async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_afte
 def _fresh_outputs(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "warehouse.duckdb").unlink(missing_ok=True)
+    shutil.rmtree(out / "bigquery", ignore_errors=True)
+
+
+def bigquery_summary(exporter: Exporter, sink: BigQuerySink, emulator: Emulator) -> str:
+    """Send what is left, then compare each BigQuery table with its DuckDB twin."""
+    wh = exporter.warehouse
+    assert wh is not None
+    wh.flush(exporter.last_cycle_time, partial=True)
+    while not sink.drain():
+        time.sleep(0.5)
+    client = make_client(sink.cfg)
+    lines = [f"BigQuery (the local emulator at {emulator.url}, dataset {sink.dataset_ref}):"]
+    for table in TABLES:
+        local = wh.con.execute(f"SELECT count(*) FROM {table.name}").fetchone()
+        remote = next(iter(client.query_and_wait(
+            f"SELECT count(*) AS n FROM `{sink.ref(table.name)}` "
+            f"WHERE {table.partition_by} IS NOT NULL")))
+        n_local = local[0] if local else 0
+        same = "same as DuckDB" if remote["n"] == n_local else f"DuckDB has {n_local}"
+        lines.append(f"  {table.name:<20} {remote['n']:>9,} rows  {same}")
+    client.close()  # type: ignore[no-untyped-call]
+    return "\n".join(lines)
 
 
 async def _follow(sim: SimulatorServer, exporter: Exporter) -> None:

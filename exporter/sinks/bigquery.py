@@ -91,6 +91,7 @@ class BigQuerySink:
         self._uncertain = True
         """Whether rows of the outbox may already be in BigQuery (an attempt whose answer
         was lost; a previous run killed between sending and forgetting them)."""
+        self._draining = threading.Lock()
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -147,6 +148,10 @@ class BigQuerySink:
     def drain(self) -> bool:
         """Send every waiting row, oldest first. True when the outbox is empty; False when
         BigQuery failed (the rows stay for the next attempt). Blocks: not for the loop."""
+        with self._draining:
+            return self._drain()
+
+    def _drain(self) -> bool:
         try:
             self._trim()
             if self._client is None:

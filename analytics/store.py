@@ -1,0 +1,89 @@
+"""Where the analytics read from: the local DuckDB warehouse or BigQuery.
+
+Queries are written once, in BigQuery's dialect (GoogleSQL), with named ``@parameters``
+for every value and ``{table}`` placeholders for the warehouse tables. On BigQuery they
+run as they are, the values sent as typed query parameters; on DuckDB they are
+translated by sqlglot and the values bound as ``$parameters``. Values are never
+formatted into SQL. The heavy aggregation runs in the warehouse; pandas gets the result.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import duckdb
+import pandas as pd
+import sqlglot
+from google.cloud import bigquery
+
+from exporter.sinks.schema import BY_NAME
+
+Param = str | int | float | bool | datetime | Sequence[str] | None
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+class Store(Protocol):
+    def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
+        """Run GoogleSQL with ``{table}`` placeholders and ``@name`` parameters."""
+        ...
+
+
+def _tables(sql: str, qualify: Any) -> str:
+    def table(m: re.Match[str]) -> str:
+        if m.group(1) not in BY_NAME:
+            raise ValueError(f"unknown warehouse table {m.group(1)!r}")
+        return str(qualify(m.group(1)))
+    return _PLACEHOLDER.sub(table, sql)
+
+
+class DuckDBStore:
+    """The warehouse file, read-only."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.con = duckdb.connect(str(path), read_only=True, config={"TimeZone": "UTC"})
+
+    def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
+        duck = sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",
+                                 write="duckdb")[0]
+        return self.con.execute(duck, dict(params or {})).to_arrow_table().to_pandas()
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _parameter(name: str, value: Param) -> bigquery.ScalarQueryParameter | \
+        bigquery.ArrayQueryParameter:
+    if isinstance(value, bool):
+        return bigquery.ScalarQueryParameter(name, "BOOL", value)
+    if isinstance(value, int):
+        return bigquery.ScalarQueryParameter(name, "INT64", value)
+    if isinstance(value, float):
+        return bigquery.ScalarQueryParameter(name, "FLOAT64", value)
+    if isinstance(value, datetime):
+        return bigquery.ScalarQueryParameter(name, "TIMESTAMP", value)
+    if isinstance(value, str) or value is None:
+        return bigquery.ScalarQueryParameter(name, "STRING", value)
+    return bigquery.ArrayQueryParameter(name, "STRING", list(value))
+
+
+class BigQueryStore:
+    """A BigQuery dataset holding the warehouse tables."""
+
+    def __init__(self, client: bigquery.Client, dataset: str,
+                 timeout: float = 300.0) -> None:
+        self.client = client
+        self.dataset = dataset
+        """``project.dataset``, validated by the config."""
+        self.timeout = timeout
+
+    def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
+        config = bigquery.QueryJobConfig(query_parameters=[
+            _parameter(k, v) for k, v in (params or {}).items()])
+        rows = self.client.query_and_wait(
+            _tables(sql, lambda name: f"`{self.dataset}.{name}`"), job_config=config,
+            wait_timeout=self.timeout)
+        return rows.to_arrow(create_bqstorage_client=False).to_pandas()

@@ -1,0 +1,147 @@
+"""The exporter writing BigQuery: a simulated day equals the DuckDB warehouse row for row;
+a SIGKILLed exporter's spooled rows arrive after it restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import duckdb
+import pytest
+from google.cloud import bigquery
+
+from exporter.app import open_exporter
+from exporter.demo import demo_config, step_both
+from exporter.emulator import PROJECT, Emulator
+from exporter.simulator.scenario import Scenario, load_scenario
+from exporter.simulator.server import SimulatorServer
+from exporter.sinks.schema import TABLES
+from tests.bigquery.conftest import client_for, duck_rows, rows_of
+
+DAY = 86400.0
+
+
+async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
+                                                         bq: bigquery.Client,
+                                                         tmp_path: Path) -> None:
+    scenario = load_scenario("default").model_copy(update={"step": 300.0})
+    async with SimulatorServer(scenario) as sim:
+        cfg = demo_config(scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path,
+                          emulator.url)
+        dataset = f"day_{uuid.uuid4().hex[:8]}"
+        cfg = cfg.model_copy(update={"warehouse": cfg.warehouse.model_copy(update={
+            "bigquery": cfg.warehouse.bigquery.model_copy(update={"dataset": dataset})})})
+        async with open_exporter(cfg) as exporter:
+            async with asyncio.timeout(30):
+                await exporter.kube.wait_synced()
+            await exporter.cycle(sim.cluster.now)
+            await step_both(sim, exporter, round(DAY / scenario.step))
+            wh, sink = exporter.warehouse, exporter.bigquery
+            assert wh is not None and sink is not None
+            wh.flush(sim.cluster.now, partial=True)
+            assert await asyncio.to_thread(sink.drain)
+            local = {t.name: duck_rows(wh.con, t.name) for t in TABLES}
+            assert sink.stats.rows_rejected == {}
+    for table in TABLES:
+        remote = await asyncio.to_thread(rows_of, bq, sink.cfg, table.name, table.partition_by)
+        assert len(remote) == len(local[table.name]), table.name
+        assert remote == local[table.name], table.name
+    usage = local["gpu_usage"]
+    assert len(usage) > 10_000 and len(local["gpu_pods"]) > 100
+    (cost, secs), = bq.query_and_wait(
+        f"SELECT sum(cost_usd), sum(gpu_seconds) FROM `{sink.ref('gpu_usage')}` "
+        "WHERE time IS NOT NULL")
+    assert cost == pytest.approx(sum(r["cost_usd"] or 0 for r in usage), abs=1e-6)
+    assert secs == pytest.approx(sum(r["gpu_seconds"] for r in usage), abs=1e-6)
+
+
+async def _metrics(port: int) -> str:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as r:
+        return await r.text()
+
+
+def _value(text: str, series: str) -> float:
+    m = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+async def _start(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, int]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "exporter", "run", env=env, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    async with asyncio.timeout(30):
+        while True:
+            line = (await proc.stderr.readline()).decode()
+            assert line, "the exporter exited before serving"
+            if m := re.search(r'"event": "serving".*"port": (\d+)', line):
+                return proc, int(m.group(1))
+
+
+async def _until(port: int, ok: Callable[[str], bool]) -> str:
+    async with asyncio.timeout(60):
+        while True:
+            text = await _metrics(port)
+            if ok(text):
+                return text
+            await asyncio.sleep(0.3)
+
+
+SPOOL = 'gke_gpu_exporter_spool_rows{sink="bigquery"}'
+SENT = 'gke_gpu_exporter_rows_written_total{sink="bigquery",table="gpu_usage"}'
+
+
+async def test_sigkilled_exporter_replays_its_spool_after_restart(
+        make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
+        tmp_path: Path) -> None:
+    sim: SimulatorServer = await make_server(make_scenario())
+    kubeconfig = sim.write_outputs(tmp_path).kubeconfig
+    em = Emulator(tmp_path / "bq")                     # not started: BigQuery is down
+    path = tmp_path / "w.duckdb"
+    env = os.environ | {
+        "GKE_GPU_EXPORTER_INTERVAL": "1", "GKE_GPU_EXPORTER_PORT": "0",
+        "GKE_GPU_EXPORTER_LISTEN_ADDRESS": "127.0.0.1", "GKE_GPU_EXPORTER_DCGM__TIMEOUT": "0.5",
+        "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(kubeconfig),
+        "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(path),
+        "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "1",
+        "GKE_GPU_EXPORTER_WAREHOUSE__FLUSH_INTERVAL": "1",
+        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__ENABLED": "true",
+        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__PROJECT": PROJECT,
+        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__DATASET": "spool",
+        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__ENDPOINT": em.url,
+        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__ANONYMOUS": "true",
+        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__FLUSH_INTERVAL": "0.5",
+        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__DEADLINE": "1",
+        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__REQUEST_TIMEOUT": "1"}
+    proc, port = await _start(env)
+    text = await _until(port, lambda t: _value(t, SPOOL) >= 20)
+    assert _value(text, SENT) == 0
+    proc.send_signal(signal.SIGKILL)                  # no shutdown, no last flush
+    await proc.wait()
+    await asyncio.to_thread(em.start)                 # BigQuery is back
+    try:
+        proc, port = await _start(env)
+        await _until(port, lambda t: _value(t, SENT) >= 20 and _value(t, SPOOL) == 0)
+        proc.terminate()
+        async with asyncio.timeout(30):
+            assert await proc.wait() == 0
+        con = duckdb.connect(str(path), read_only=True, config={"TimeZone": "UTC"})
+        local = duck_rows(con, "gpu_usage")
+        assert con.execute("SELECT count(*) FROM outbox").fetchone() == (0,)
+        con.close()
+        cfg = demo_config(make_scenario(), kubeconfig, tmp_path, em.url)
+        client = client_for(em)
+        remote = rows_of(client, cfg.warehouse.bigquery.model_copy(
+            update={"dataset": "spool"}), "gpu_usage", "time")
+        assert remote == local and len(local) >= 20
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await asyncio.to_thread(em.stop)
