@@ -7,6 +7,7 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable
@@ -44,12 +45,19 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
             await step_both(sim, exporter, round(DAY / scenario.step))
+            text = exporter.metrics_text
+            assert b'gke_gpu_exporter_source_up{source="bigquery",target="' in text
+            assert b'gke_gpu_exporter_spool_rows{sink="bigquery"}' in text
+            check = await asyncio.to_thread(subprocess.run, ["promtool", "check", "metrics"],
+                                            input=text, capture_output=True)
+            assert check.returncode == 0, check.stdout + check.stderr
             wh, sink = exporter.warehouse, exporter.bigquery
             assert wh is not None and sink is not None
             wh.flush(sim.cluster.now, partial=True)
             assert await asyncio.to_thread(sink.drain)
             local = {t.name: duck_rows(wh.con, t.name) for t in TABLES}
             assert sink.stats.rows_rejected == {}
+
     for table in TABLES:
         remote = await asyncio.to_thread(rows_of, bq, sink.cfg, table.name, table.partition_by)
         assert len(remote) == len(local[table.name]), table.name

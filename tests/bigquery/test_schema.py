@@ -1,0 +1,47 @@
+"""One schema: DuckDB, Arrow, BigQuery and the README all say the same columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from exporter.sinks.bigquery import table_definition
+from exporter.sinks.schema import TABLES, Table
+from exporter.sinks.warehouse import Warehouse
+
+README = (Path(__file__).parents[2] / "README.md").read_text()
+
+
+@pytest.mark.parametrize("table", TABLES, ids=[t.name for t in TABLES])
+def test_every_engine_gets_the_same_columns(table: Table, tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "w.duckdb", "c", 60.0)
+    described = wh.con.execute(f"DESCRIBE {table.name}").fetchall()
+    assert [r[0] for r in described] == table.names
+    assert table.arrow_schema.names == table.names
+    bq = table_definition(table, f"p.d.{table.name}")
+    assert [f.name for f in bq.schema] == table.names
+    assert [f.field_type for f in bq.schema] == [c.type for c in table.columns]
+    assert [f.mode == "REQUIRED" for f in bq.schema] == [c.required for c in table.columns]
+    assert all(f.description for f in bq.schema)
+    assert bq.time_partitioning.field == table.partition_by
+    assert table.partition_by in table.names
+    assert set(table.cluster_by) <= set(table.names)
+    assert bq.require_partition_filter
+
+
+def test_duckdb_enforces_the_primary_key(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "w.duckdb", "c", 60.0)
+    wh.con.execute("INSERT INTO availability_events VALUES ('x', 'c', 'n', 'p', 'g', 'xid', "
+                   "now(), now(), 1)")
+    with pytest.raises(duckdb.ConstraintException):
+        wh.con.execute("INSERT INTO availability_events VALUES ('x', 'c', 'n', 'p', 'g', "
+                       "'xid', now(), now(), 1)")
+
+
+@pytest.mark.parametrize("table", TABLES, ids=[t.name for t in TABLES])
+def test_readme_documents_every_column(table: Table) -> None:
+    line = next(ln for ln in README.splitlines() if ln.startswith(f"- `{table.name}` "))
+    for name in table.names:
+        assert f"`{name}`" in line, name
