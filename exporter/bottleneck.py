@@ -62,50 +62,87 @@ class Diagnosis:
     evidence: dict[str, float]
 
 
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What the rules read: means over the window and the shares that need every sample.
+    From live samples (``signals``) or from warehouse rows aggregated in SQL (the weekly
+    report): one set of rules either way."""
+
+    gr: float | None
+    """Mean DCGM_FI_PROF_GR_ENGINE_ACTIVE; None without profiling fields."""
+    sm: float | None = None
+    tensor: float | None = None
+    dram: float | None = None
+    gpu_util_percent: float | None = None
+    temp: float | None = None
+    nvlink_tx: float | None = None
+    nvlink_rx: float | None = None
+    stalled_share: float = 0.0
+    """Share of samples with GR < STALL_GR."""
+    max_gr: float = 0.0
+    throttled_share: float | None = None
+    """Share of samples with a thermal or power clock-event reason; None if unreported."""
+
+
 def _mean(samples: Sequence[Mapping[str, float]], name: str) -> float | None:
     values = [s[name] for s in samples if name in s]
     return statistics.fmean(values) if values else None
 
 
-def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None) -> Diagnosis:
-    """The bottleneck class of one pod from its GPUs' DCGM samples in the window."""
+def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
+    """The signals in one pod's GPUs' DCGM samples."""
     gr_values = [s["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] for s in samples
                  if "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in s]
-    if not gr_values:
-        util = _mean(samples, "DCGM_FI_DEV_GPU_UTIL")
-        evidence = {} if util is None else {"gpu_util_percent": util}
+    reasons = [int(s[CLOCK_REASONS]) for s in samples if CLOCK_REASONS in s]
+    return Signals(
+        gr=statistics.fmean(gr_values) if gr_values else None,
+        sm=_mean(samples, "DCGM_FI_PROF_SM_ACTIVE"),
+        tensor=_mean(samples, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
+        dram=_mean(samples, "DCGM_FI_PROF_DRAM_ACTIVE"),
+        gpu_util_percent=_mean(samples, "DCGM_FI_DEV_GPU_UTIL"),
+        temp=_mean(samples, "DCGM_FI_DEV_GPU_TEMP"),
+        nvlink_tx=_mean(samples, "DCGM_FI_PROF_NVLINK_TX_BYTES"),
+        nvlink_rx=_mean(samples, "DCGM_FI_PROF_NVLINK_RX_BYTES"),
+        stalled_share=sum(1 for v in gr_values if v < STALL_GR) / len(gr_values)
+        if gr_values else 0.0,
+        max_gr=max(gr_values, default=0.0),
+        throttled_share=sum(1 for r in reasons if r & THROTTLE_BITS) / len(reasons)
+        if reasons else None)
+
+
+def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None) -> Diagnosis:
+    """The bottleneck class of one pod from its GPUs' DCGM samples in the window."""
+    return decide(signals(samples), accelerator)
+
+
+def decide(s: Signals, accelerator: str | None) -> Diagnosis:
+    """The rules of the module docstring, first match wins."""
+    if s.gr is None:
+        evidence = {} if s.gpu_util_percent is None else \
+            {"gpu_util_percent": s.gpu_util_percent}
         return Diagnosis("insufficient_signal", evidence)
-    gr = statistics.fmean(gr_values)
-    sm = _mean(samples, "DCGM_FI_PROF_SM_ACTIVE")
-    tensor = _mean(samples, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
-    dram = _mean(samples, "DCGM_FI_PROF_DRAM_ACTIVE")
-    util = _mean(samples, "DCGM_FI_DEV_GPU_UTIL")
-    temp = _mean(samples, "DCGM_FI_DEV_GPU_TEMP")
+    gr, sm, tensor, dram, util, temp = s.gr, s.sm, s.tensor, s.dram, s.gpu_util_percent, s.temp
     evidence = {k: v for k, v in (("gr_engine_active", gr), ("sm_active", sm),
                                   ("tensor_active", tensor), ("dram_active", dram),
                                   ("gpu_util_percent", util), ("gpu_temp_celsius", temp))
                 if v is not None}
     if gr < IDLE_GR:
         return Diagnosis("idle", evidence)
-    reasons = [int(s["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]) for s in samples
-               if "DCGM_FI_DEV_CLOCKS_EVENT_REASONS" in s]
-    throttled = sum(1 for r in reasons if r & THROTTLE_BITS) / len(reasons) if reasons else 0.0
-    if reasons:
+    throttled = s.throttled_share or 0.0
+    if s.throttled_share is not None:
         evidence["throttled_share"] = throttled
     if throttled >= THROTTLED_SHARE or (temp is not None and temp >= THROTTLED_TEMP_C):
         return Diagnosis("throttled", evidence)
     model = GPU_MODELS.get(accelerator or "")
-    tx = _mean(samples, "DCGM_FI_PROF_NVLINK_TX_BYTES")
-    rx = _mean(samples, "DCGM_FI_PROF_NVLINK_RX_BYTES")
-    if model is not None and model.has_nvlink and tx is not None and rx is not None:
-        link = max(tx, rx) / model.nvlink_bytes_per_second
+    if model is not None and model.has_nvlink and s.nvlink_tx is not None and \
+            s.nvlink_rx is not None:
+        link = max(s.nvlink_tx, s.nvlink_rx) / model.nvlink_bytes_per_second
         evidence["nvlink_share"] = link
         sm_or_tensor = sm if sm is not None else (tensor or 0.0)
         if link >= COMM_LINK_SHARE and sm_or_tensor < COMM_SM_MAX:
             return Diagnosis("comm_bound", evidence)
-    stalled = sum(1 for v in gr_values if v < STALL_GR) / len(gr_values)
-    evidence["stalled_share"] = stalled
-    if stalled >= STALL_SHARE and max(gr_values) >= RUNNING_GR:
+    evidence["stalled_share"] = s.stalled_share
+    if s.stalled_share >= STALL_SHARE and s.max_gr >= RUNNING_GR:
         return Diagnosis("input_bound", evidence)
     # MIG instances have no GPU_UTIL: there, kernels running (GR engine busy) while SMs
     # sit mostly empty is the same launch-bound signature.

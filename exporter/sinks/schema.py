@@ -108,6 +108,8 @@ GPU_USAGE = Table(
         _c("memory_used_bytes", FLOAT, "Peak framebuffer memory in use."),
         _c("memory_total_bytes", FLOAT, "Framebuffer memory size."),
         _c("last_xid", INTEGER, "Last XID error code reported."),
+        _c("clock_event_reasons", INTEGER, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits seen in the "
+           "interval (OR): 0x20 thermal, 0x4/0x80 power, 0x8/0x40 hardware slowdown."),
         _c("price_usd_per_hour", FLOAT, "Hourly price after discount; null if unpriced."),
         _c("cost_usd", FLOAT, "Cost of the row's GPU-seconds; null if unpriced."),
     ),

@@ -23,6 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from exporter.bottleneck import CLOCK_REASONS
 from exporter.compute import XID, UsageRow, memory_bytes
 from exporter.sinks import outbox
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
@@ -50,7 +51,7 @@ _STAGE_SCHEMA = pa.schema([
     ("utilized", pa.float64()), ("cost", pa.float64()), ("price", pa.float64()),
     *[(name, pa.float64()) for name in FIELDS],
     ("memory_used_bytes", pa.float64()), ("memory_total_bytes", pa.float64()),
-    ("last_xid", pa.int64()),
+    ("last_xid", pa.int64()), ("clock_event_reasons", pa.int64()),
 ])
 _STAGE_COLUMNS = _STAGE_SCHEMA.names
 _STAGE_DDL = ("CREATE TABLE IF NOT EXISTS usage_staging ("
@@ -67,8 +68,8 @@ SELECT md5(concat_ws('|', ?, win, device_id, pod_uid, state)), to_timestamp(win)
        sum(gpu_seconds),
        CASE WHEN count(utilized) > 0 THEN sum(utilized) / sum(gpu_seconds) END,
        {_WEIGHTED},
-       max(memory_used_bytes), max(memory_total_bytes), max(last_xid), any_value(price),
-       sum(cost)
+       max(memory_used_bytes), max(memory_total_bytes), max(last_xid),
+       bit_or(clock_event_reasons), any_value(price), sum(cost)
 FROM usage_staging WHERE {{where}}
 GROUP BY win, device_id, pod_uid, state
 """
@@ -127,8 +128,10 @@ class Warehouse:
             vals = readings.get(id(d))
             if vals is None:
                 f = d.fields
+                reasons = f.get(CLOCK_REASONS)
                 vals = readings[id(d)] = (*(f.get(name) for name in FIELDS.values()),
-                                          *memory_bytes(f), int(f.get(XID, 0)))
+                                          *memory_bytes(f), int(f.get(XID, 0)),
+                                          None if reasons is None else int(reasons))
             row = (r.start - r.start % self.interval, d.device_id, o.uid if o else "",
                    d.state, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
                    d.gpu_uuid, d.gpu_index, d.mig_profile, o.namespace if o else None,
