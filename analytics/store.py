@@ -32,6 +32,11 @@ class Store(Protocol):
         ...
 
 
+def _used(sql: str, params: Mapping[str, Param] | None) -> dict[str, Param]:
+    """The parameters the SQL names (callers may pass a common superset)."""
+    return {k: v for k, v in (params or {}).items() if re.search(rf"@{k}\b", sql)}
+
+
 def _tables(sql: str, qualify: Any) -> str:
     def table(m: re.Match[str]) -> str:
         if m.group(1) not in BY_NAME:
@@ -43,13 +48,19 @@ def _tables(sql: str, qualify: Any) -> str:
 class DuckDBStore:
     """The warehouse file, read-only."""
 
-    def __init__(self, path: Path | str) -> None:
-        self.con = duckdb.connect(str(path), read_only=True, config={"TimeZone": "UTC"})
+    def __init__(self, path: Path | str | None = None,
+                 con: duckdb.DuckDBPyConnection | None = None) -> None:
+        """A file, opened read-only; or a cursor on a connection this process holds."""
+        if con is not None:
+            self.con = con.cursor()
+            self.con.execute("SET TimeZone = 'UTC'")
+        else:
+            self.con = duckdb.connect(str(path), read_only=True, config={"TimeZone": "UTC"})
 
     def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
         duck = sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",
                                  write="duckdb")[0]
-        return self.con.execute(duck, dict(params or {})).to_arrow_table().to_pandas()
+        return self.con.execute(duck, _used(sql, params)).to_arrow_table().to_pandas()
 
     def close(self) -> None:
         self.con.close()
@@ -82,7 +93,7 @@ class BigQueryStore:
 
     def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
         config = bigquery.QueryJobConfig(query_parameters=[
-            _parameter(k, v) for k, v in (params or {}).items()])
+            _parameter(k, v) for k, v in _used(sql, params).items()])
         rows = self.client.query_and_wait(
             _tables(sql, lambda name: f"`{self.dataset}.{name}`"), job_config=config,
             wait_timeout=self.timeout)

@@ -42,6 +42,8 @@ class GpuModel:
     mem_clock_mhz: int
     pcie_bytes_per_second: float
     nvlink_bytes_per_second: float
+    tensor_tflops: float
+    """Dense FP16/BF16 tensor throughput (NVIDIA's datasheet, without sparsity)."""
     machine_types: MappingProxyType[int, str]
     mig_profiles: MappingProxyType[str, MigProfile] = field(
         default_factory=lambda: MappingProxyType({})
@@ -68,6 +70,7 @@ _MODELS = (
         mem_clock_mhz=2619,
         pcie_bytes_per_second=64e9,
         nvlink_bytes_per_second=450e9,
+        tensor_tflops=989.0,
         machine_types=MappingProxyType({8: "a3-highgpu-8g"}),
         mig_profiles=_mig(
             MigProfile("1g.10gb", 1, 9984),
@@ -87,6 +90,7 @@ _MODELS = (
         mem_clock_mhz=1593,
         pcie_bytes_per_second=32e9,
         nvlink_bytes_per_second=300e9,
+        tensor_tflops=312.0,
         machine_types=MappingProxyType({8: "a2-ultragpu-8g", 4: "a2-ultragpu-4g",
                                         2: "a2-ultragpu-2g", 1: "a2-ultragpu-1g"}),
         mig_profiles=_mig(
@@ -107,6 +111,7 @@ _MODELS = (
         mem_clock_mhz=1215,
         pcie_bytes_per_second=32e9,
         nvlink_bytes_per_second=300e9,
+        tensor_tflops=312.0,
         machine_types=MappingProxyType({16: "a2-megagpu-16g", 8: "a2-highgpu-8g",
                                         4: "a2-highgpu-4g", 2: "a2-highgpu-2g",
                                         1: "a2-highgpu-1g"}),
@@ -128,6 +133,7 @@ _MODELS = (
         mem_clock_mhz=6251,
         pcie_bytes_per_second=32e9,
         nvlink_bytes_per_second=0.0,
+        tensor_tflops=121.0,
         machine_types=MappingProxyType({8: "g2-standard-96", 4: "g2-standard-48",
                                         2: "g2-standard-24", 1: "g2-standard-8"}),
     ),
@@ -142,6 +148,7 @@ _MODELS = (
         mem_clock_mhz=5000,
         pcie_bytes_per_second=16e9,
         nvlink_bytes_per_second=0.0,
+        tensor_tflops=65.0,
         machine_types=MappingProxyType({4: "n1-standard-32", 2: "n1-standard-16",
                                         1: "n1-standard-8"}),
     ),

@@ -95,6 +95,26 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--serve", action="store_true",
                       help="keep /metrics and the cluster up afterwards, in real time: one "
                            "cycle per step (Ctrl-C to stop)")
+
+    report = sub.add_parser("report", help="reports from the warehouse")
+    kinds = report.add_subparsers(dest="report", required=True)
+    weekly = kinds.add_parser("weekly", help="the weekly cost and bottleneck report, for the "
+                              "platform and each team")
+    weekly.add_argument("--week", metavar="YYYY-Www",
+                        help="ISO week, e.g. 2026-W47 (default: the last complete week)")
+    source = weekly.add_mutually_exclusive_group()
+    source.add_argument("--store", metavar="duckdb:PATH",
+                        help="a DuckDB warehouse (default: warehouse.path of the config)")
+    source.add_argument("--bigquery", metavar="PROJECT.DATASET",
+                        help="the warehouse in BigQuery (credentials: Application Default "
+                             "Credentials; endpoint as in warehouse.bigquery)")
+    weekly.add_argument("--out", type=Path, default=Path("report-out"),
+                        help="where to write it (default ./report-out)")
+    weekly.add_argument("--email", action="store_true",
+                        help="mail it: the platform report and each team's slice to the "
+                             "recipients in the config's report section")
+    weekly.add_argument("--config", metavar="FILE", help="YAML config (cluster, SLA target, "
+                        "prices, warehouse, report recipients and SMTP)")
     return parser
 
 
@@ -103,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     configure(os.environ.get("GKE_GPU_EXPORTER_LOG_FORMAT", "auto"))
     if args.command == "run":
         return _run(args)
+    if args.command == "report":
+        return _report(args)
     try:
         scenario = _load(args)
     except ScenarioError as exc:
@@ -132,6 +154,60 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    import re
+
+    from tqdm import tqdm
+
+    from analytics.store import BigQueryStore, DuckDBStore, Store
+    from analytics.week import last_complete_week, parse_week
+    from analytics.weekly import run_weekly
+    from exporter.config import DATASET_ID, PROJECT_ID, load_config
+    from exporter.errors import ConfigError
+    from exporter.prices import load_price_book
+    from exporter.sinks.bigquery import make_client
+
+    try:
+        cfg = load_config(args.config)
+        prices = load_price_book(cfg.prices.book, cfg.prices.region).prices
+        week = parse_week(args.week) if args.week else last_complete_week(datetime.now(UTC))
+        store: Store
+        if args.bigquery:
+            project, _, dataset = args.bigquery.rpartition(".")
+            if not re.match(PROJECT_ID, project) or not re.match(DATASET_ID, dataset):
+                raise ConfigError(f"--bigquery {args.bigquery!r} is not PROJECT.DATASET")
+            bq = cfg.warehouse.bigquery.model_copy(update={"project": project,
+                                                          "dataset": dataset})
+            store = BigQueryStore(make_client(bq), f"{project}.{dataset}")
+        else:
+            spec = args.store or f"duckdb:{cfg.warehouse.path}"
+            if not spec.startswith("duckdb:"):
+                raise ConfigError(f"--store {spec!r}: expected duckdb:PATH")
+            path = Path(spec.removeprefix("duckdb:"))
+            if not path.exists():
+                raise ConfigError(f"no warehouse at {path}")
+            store = DuckDBStore(path)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with tqdm(desc=f"report {week.label}", unit=" step", leave=False,
+              disable=not sys.stderr.isatty()) as bar:
+        def step(what: str) -> None:
+            bar.set_postfix_str(what)
+            bar.update(1)
+
+        try:
+            report = run_weekly(store, week, cfg, prices, args.out, args.email, step)
+        except (ConfigError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    h = report.headline
+    print(f"{report.title}: ${h['cost_usd'] or 0:,.2f}, {h['allocated_gpu_hours'] or 0:,.0f} "
+          f"allocated GPU-hours. Written to {args.out}/ (report.html, report.md, report.json, "
+          f"one CSV per table; teams/ per team)" + (", and mailed." if args.email else "."))
+    return 0
 
 
 def _bigquery(cfg: Config) -> str:

@@ -8,10 +8,10 @@ wins over the file. Everything is validated once at start-up (``--check-config``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from exporter.durations import Duration
@@ -138,6 +138,42 @@ class Warehouse(_Section):
         return self
 
 
+_NO_CRLF = r"^[^\r\n]*$"
+
+
+class Smtp(_Section):
+    host: str = "localhost"
+    port: int = Field(default=587, ge=1, le=65535)
+    security: Literal["starttls", "ssl", "none"] = "starttls"
+    username: str | None = Field(default=None, pattern=_NO_CRLF)
+    password: SecretStr | None = None
+    """Better from the environment (GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD) or a file."""
+    password_file: Path | None = None
+    """A mounted secret holding the password."""
+    timeout: Duration = 30.0
+
+
+class Report(_Section):
+    """The weekly report and who gets it."""
+
+    sender: str = Field(default="gke-gpu-exporter@localhost", pattern=_NO_CRLF)
+    subject: str = Field(default="GPU cost and bottleneck report {week} — {scope}",
+                         pattern=_NO_CRLF)
+    platform_recipients: list[str] = Field(default_factory=list)
+    """Get the whole report."""
+    team_recipients: dict[str, list[str]] = Field(default_factory=dict)
+    """Team -> addresses; each gets only its team's slice."""
+    smtp: Smtp = Smtp()
+
+    @model_validator(mode="after")
+    def _addresses(self) -> Self:
+        for addr in [self.sender, *self.platform_recipients,
+                     *(a for v in self.team_recipients.values() for a in v)]:
+            if "\r" in addr or "\n" in addr or "@" not in addr:
+                raise ValueError(f"not an email address: {addr!r}")
+        return self
+
+
 class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
                                       extra="forbid", frozen=True)
@@ -156,6 +192,7 @@ class Config(BaseSettings):
     prices: Prices = Prices()
     sla: Sla = Sla()
     warehouse: Warehouse = Warehouse()
+    report: Report = Report()
 
     @model_validator(mode="after")
     def _intervals(self) -> Self:

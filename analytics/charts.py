@@ -1,0 +1,76 @@
+"""The report's charts, as PNG bytes (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from analytics.report import WeeklyReport
+
+CHARTS = {
+    "daily_cost": "Daily cost by team",
+    "utilization": "Utilisation of GPU pods (GPU-hours)",
+    "queue_wait": "Queue wait percentiles",
+}
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def daily_cost(report: WeeklyReport) -> bytes:
+    table = report.tables["daily_cost_by_team"]
+    fig = Figure(figsize=(7, 3.2))
+    ax = fig.subplots()
+    bottom = np.zeros(len(table))
+    x = np.arange(len(table))
+    for team in table.columns:
+        ax.bar(x, table[team].to_numpy(), bottom=bottom, label=str(team))
+        bottom += table[team].to_numpy()
+    ax.set_xticks(x, [d.strftime("%a %d") for d in table.index])
+    ax.set_ylabel("USD")
+    ax.set_title(CHARTS["daily_cost"])
+    if len(table.columns):
+        ax.legend(fontsize=8, ncols=min(5, len(table.columns)), loc="upper center",
+                  bbox_to_anchor=(0.5, -0.12), frameon=False)
+    return _png(fig)
+
+
+def utilization(report: WeeklyReport) -> bytes:
+    pods = report.pods
+    fig = Figure(figsize=(7, 3.0))
+    ax = fig.subplots()
+    if not pods.empty:
+        known = pods[pods.utilization.notna()]
+        ax.hist(known.utilization.to_numpy(), bins=[i / 20 for i in range(21)],
+                weights=known.gpu_seconds.to_numpy() / 3600)
+    ax.set_xlabel("mean utilisation over the week")
+    ax.set_ylabel("GPU-hours")
+    ax.set_title(CHARTS["utilization"])
+    return _png(fig)
+
+
+def queue_wait(report: WeeklyReport) -> bytes:
+    q = report.tables["queue"]
+    q = q[q.pods > 0].head(8)
+    fig = Figure(figsize=(7, 3.2))
+    ax = fig.subplots()
+    labels = [f"{t}\n{m.removeprefix('nvidia-')}" for t, m in zip(q.team, q.gpu_model,
+                                                                    strict=True)]
+    x = np.arange(len(q))
+    for i, p in enumerate(("p50", "p90", "p99")):
+        ax.bar(x + (i - 1) * 0.27, q[f"{p}_seconds"].to_numpy() / 60, width=0.27, label=p)
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("minutes")
+    ax.set_title(CHARTS["queue_wait"])
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def render_all(report: WeeklyReport) -> dict[str, bytes]:
+    return {"daily_cost": daily_cost(report), "utilization": utilization(report),
+            "queue_wait": queue_wait(report)}

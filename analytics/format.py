@@ -1,0 +1,71 @@
+"""How report values read: money, percentages, durations, by column name."""
+
+from __future__ import annotations
+
+import math
+from datetime import date, datetime
+from typing import Any
+
+import pandas as pd
+
+PERCENT = {"change", "share", "utilization", "availability", "target", "error_budget_left"}
+
+
+def money(v: float | None) -> str:
+    return "—" if v is None or _nan(v) else f"${v:,.2f}"
+
+
+def percent(v: float | None, signed: bool = False) -> str:
+    if v is None or _nan(v):
+        return "—"
+    return f"{v:+.1%}" if signed else f"{v:.1%}"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None or _nan(seconds):
+        return "—"
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _nan(v: object) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def evidence(ev: dict[str, float]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v:.2f}" if abs(v) < 1000 else
+                     f"{k.replace('_', ' ')} {v:.3g}" for k, v in sorted(ev.items()))
+
+
+def cell(column: str, v: Any) -> str:
+    """One table value as text."""
+    if v is None or _nan(v) or v is pd.NaT:
+        return "—"
+    if isinstance(v, dict):
+        return evidence(v)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, pd.Timestamp | datetime):
+        return v.strftime("%Y-%m-%d %H:%M")
+    if isinstance(v, date):
+        return v.isoformat()
+    if isinstance(v, float | int):
+        if column.endswith("_usd"):
+            return money(float(v))
+        if column in PERCENT or column.endswith("_share"):
+            return percent(float(v), signed=column == "change")
+        if column.endswith("_seconds"):
+            return duration(float(v))
+        if column.endswith(("_hours", "_gib")):
+            return f"{v:,.1f}"
+        return f"{v:,}" if isinstance(v, int) else f"{v:,.2f}"
+    return str(v)
+
+
+def heading(column: str) -> str:
+    return column.replace("_usd", " ($)").replace("_seconds", "").replace("_", " ")

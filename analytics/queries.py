@@ -1,0 +1,117 @@
+"""What the weekly report reads from the warehouse: each query aggregates in the
+warehouse (DuckDB or BigQuery) and returns a frame small enough for pandas — groups, pods,
+incidents — never the raw ``gpu_usage`` rows.
+
+Every query takes ``@start``/``@end`` (and partition filters BigQuery requires) and
+``@team`` (NULL for the whole platform).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+
+from analytics.store import Param, Store
+from analytics.week import Week
+from exporter.bottleneck import STALL_GR, THROTTLE_BITS
+
+POD_LOOKBACK = timedelta(days=35)
+"""How far back a pod's latest state is looked for (a pod pending since before the week)."""
+
+
+def _mean(column: str) -> str:
+    """GPU-second-weighted mean of a column, over the rows that have it."""
+    return (f"SAFE_DIVIDE(SUM({column} * gpu_seconds), "
+            f"SUM(IF({column} IS NULL, 0, gpu_seconds))) AS {column}")
+
+
+USAGE = """
+SELECT team, namespace, node_pool, gpu_model, provisioning, state,
+       time >= @start AS this_week,
+       SUM(gpu_seconds) AS gpu_seconds,
+       SUM(IF(utilization IS NULL, 0, utilization * gpu_seconds)) AS utilized_seconds,
+       SUM(IF(utilization IS NULL, 0, gpu_seconds)) AS measured_seconds,
+       SUM(COALESCE(cost_usd, 0)) AS cost_usd,
+       SUM(IF(state = 'allocated' AND utilization IS NOT NULL,
+              (1 - utilization) * gpu_seconds, 0)) AS idle_seconds,
+       SUM(IF(state = 'allocated' AND utilization IS NOT NULL,
+              (1 - utilization) * COALESCE(cost_usd, 0), 0)) AS idle_cost_usd
+FROM {gpu_usage}
+WHERE time >= @prev_start AND time < @end AND (@team IS NULL OR team = @team)
+GROUP BY team, namespace, node_pool, gpu_model, provisioning, state, this_week
+"""
+
+DAILY = """
+SELECT TIMESTAMP_TRUNC(time, DAY) AS day, team, SUM(COALESCE(cost_usd, 0)) AS cost_usd
+FROM {gpu_usage}
+WHERE time >= @start AND time < @end AND state = 'allocated'
+  AND (@team IS NULL OR team = @team)
+GROUP BY day, team
+ORDER BY day, team
+"""
+
+PODS = f"""
+SELECT cluster, namespace, pod_uid, ANY_VALUE(pod) AS pod, ANY_VALUE(workload) AS workload,
+       ANY_VALUE(team) AS team, ANY_VALUE(gpu_model) AS gpu_model,
+       ANY_VALUE(provisioning) AS provisioning,
+       LOGICAL_OR(mig_profile IS NOT NULL) AS mig,
+       SUM(gpu_seconds) AS gpu_seconds, SUM(COALESCE(cost_usd, 0)) AS cost_usd,
+       SUM(IF(utilization IS NULL, 0, utilization * gpu_seconds)) AS utilized_seconds,
+       SUM(IF(utilization IS NULL, 0, (1 - utilization) * gpu_seconds)) AS idle_seconds,
+       SUM(IF(utilization IS NULL, 0, (1 - utilization) * COALESCE(cost_usd, 0)))
+           AS idle_cost_usd,
+       {", ".join(_mean(c) for c in ("utilization", "gr_engine_active", "sm_active",
+                                     "tensor_active", "dram_active", "gpu_util_percent",
+                                     "temperature_celsius", "nvlink_tx_bytes_per_second",
+                                     "nvlink_rx_bytes_per_second"))},
+       SAFE_DIVIDE(SUM(IF(gr_engine_active < @stall_gr, gpu_seconds, 0)),
+                   SUM(IF(gr_engine_active IS NULL, 0, gpu_seconds))) AS stalled_share,
+       MAX(gr_engine_active) AS max_gr,
+       SAFE_DIVIDE(SUM(IF((clock_event_reasons & @throttle_bits) != 0, gpu_seconds, 0)),
+                   SUM(IF(clock_event_reasons IS NULL, 0, gpu_seconds))) AS throttled_share,
+       MAX(memory_used_bytes) AS peak_memory_bytes,
+       MAX(memory_total_bytes) AS memory_total_bytes
+FROM {{gpu_usage}}
+WHERE time >= @start AND time < @end AND state = 'allocated' AND pod_uid IS NOT NULL
+  AND (@team IS NULL OR team = @team)
+GROUP BY cluster, namespace, pod_uid
+"""
+
+POD_STATES = """
+SELECT cluster, pod_uid, namespace, pod, team, workload, owner_kind, gpu_model, gpus,
+       created, scheduled, finished, queue_wait_seconds, phase, reason, priority_class
+FROM {gpu_pods}
+WHERE updated >= @lookback AND updated < @end AND (@team IS NULL OR team = @team)
+QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, pod_uid ORDER BY updated DESC) = 1
+"""
+
+AVAILABILITY = """
+SELECT node_pool, gpu_model,
+       SUM(IF(state = 'unavailable', gpu_seconds, 0)) AS down_seconds,
+       SUM(gpu_seconds) AS gpu_seconds
+FROM {gpu_usage}
+WHERE time >= @start AND time < @end
+GROUP BY node_pool, gpu_model
+"""
+
+INCIDENTS = """
+SELECT node, node_pool, gpu_uuid, reason, start_time, end_time, seconds
+FROM {availability_events}
+WHERE end_time >= @start AND end_time < @end
+ORDER BY start_time, gpu_uuid
+"""
+
+
+def fetch(store: Store, week: Week, team: str | None = None) -> dict[str, pd.DataFrame]:
+    """Every frame the report is built from."""
+    base: dict[str, Param] = {"start": week.start, "end": week.end, "team": team}
+    return {
+        "usage": store.query(USAGE, base | {"prev_start": week.previous.start}),
+        "daily": store.query(DAILY, base),
+        "pods": store.query(PODS, base | {"stall_gr": STALL_GR,
+                                          "throttle_bits": THROTTLE_BITS}),
+        "pod_states": store.query(POD_STATES, base | {"lookback": week.start - POD_LOOKBACK}),
+        "availability": store.query(AVAILABILITY, {"start": week.start, "end": week.end}),
+        "incidents": store.query(INCIDENTS, {"start": week.start, "end": week.end}),
+    }

@@ -1,0 +1,153 @@
+"""The report as Markdown, HTML (for email: inline styles, charts by Content-ID), JSON and
+CSV. Every name that comes from the cluster is escaped for the format it lands in."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from analytics import format as fmt
+from analytics.charts import CHARTS, render_all
+from analytics.report import SECTIONS, WeeklyReport
+
+ROWS = 15
+"""Rows of a table shown in Markdown and HTML; CSV and JSON have them all."""
+INTRO = {
+    "bottlenecks": "The largest workloads first; `healthy` ones are left out here.",
+    "rightsizing": "Peak memory with 10 % headroom and compute need at most 80 % of the "
+                   "suggested GPU; price ratio applied to this week's cost.",
+    "spot": "Batch Jobs on on-demand GPUs: with checkpoints they could run on spot.",
+    "savings": "Upper bounds; they overlap.",
+}
+
+_env = Environment(loader=PackageLoader("analytics"), autoescape=select_autoescape(["html"]),
+                   trim_blocks=True, lstrip_blocks=True)
+
+
+def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
+    h = report.headline
+    return [
+        ("Total cost", f"{fmt.money(h['cost_usd'])} ({fmt.percent(h['cost_change'], True)} "
+                       f"week over week)" if h["cost_change"] is not None
+         else fmt.money(h["cost_usd"])),
+        ("GPU-hours", f"{h['gpu_hours'] or 0:,.0f} capacity, "
+                      f"{h['allocated_gpu_hours'] or 0:,.0f} allocated"),
+        ("Utilisation of allocated GPUs", fmt.percent(h["utilization"])),
+        ("Effective cost per utilised GPU-hour",
+         fmt.money(h["effective_cost_usd_per_utilized_hour"])),
+        ("Idle (allocated, unused)", f"{fmt.money(h['idle_cost_usd'])} "
+                                     f"({fmt.percent(h['idle_share'])} of cost)"),
+        ("Unallocated capacity", f"{fmt.money(h['unallocated_cost_usd'])} "
+                                 f"({fmt.percent(h['unallocated_share'])} of cost)"),
+    ]
+
+
+def shown(name: str, table: pd.DataFrame) -> pd.DataFrame:
+    if name == "bottlenecks" and not table.empty:
+        table = table[table.bottleneck != "healthy"].sort_values(
+            ["gpu_hours", "workload"], ascending=[False, True]).drop(columns="advice")
+    if name == "daily_cost_by_team":
+        table = table.reset_index()
+    return table
+
+
+def _rows(name: str, table: pd.DataFrame) -> tuple[list[str], list[list[str]], int]:
+    t = shown(name, table)
+    cols = [str(c) for c in t.columns]
+    rows = [[fmt.cell(c if name != "daily_cost_by_team" or c == "day" else "cost_usd", v)
+             for c, v in zip(cols, r, strict=True)]
+            for r in t.head(ROWS).itertuples(index=False)]
+    return cols, rows, max(0, len(t) - ROWS)
+
+
+# ---------------------------------------------------------------------------- Markdown
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md(text: str) -> str:
+    """Cluster-supplied text, inert in Markdown (and in the HTML Markdown may embed)."""
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=False)).replace("\n", " ")
+
+
+def markdown(report: WeeklyReport) -> str:
+    out = [f"# {md(report.title)}", "",
+           f"{report.week.start:%Y-%m-%d} to {report.week.end:%Y-%m-%d} (UTC).", ""]
+    out += [f"- **{k}**: {v}" for k, v in headline_items(report)]
+    for name, table in report.tables.items():
+        out += ["", f"## {SECTIONS[name]}", ""]
+        if name in INTRO:
+            out += [INTRO[name], ""]
+        cols, rows, more = _rows(name, table)
+        if not rows:
+            out.append("Nothing this week.")
+            continue
+        out.append("| " + " | ".join(fmt.heading(c) for c in cols) + " |")
+        out.append("|" + "|".join("---" for _ in cols) + "|")
+        out += ["| " + " | ".join(md(v) for v in r) + " |" for r in rows]
+        if more:
+            out += ["", f"… and {more} more rows in `{name}.csv`."]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------- HTML
+
+
+def html_page(report: WeeklyReport, image_src: dict[str, str]) -> str:
+    """The HTML email body; ``image_src`` maps chart names to ``cid:…`` (email) or file
+    names (a report on disk)."""
+    sections = []
+    for name, table in report.tables.items():
+        cols, rows, more = _rows(name, table)
+        sections.append({"title": SECTIONS[name], "intro": INTRO.get(name, ""),
+                         "columns": [fmt.heading(c) for c in cols], "rows": rows,
+                         "more": more, "csv": f"{name}.csv"})
+    return _env.get_template("report.html").render(
+        title=report.title, week=report.week, headline=headline_items(report),
+        sections=sections, charts=[(CHARTS[k], image_src[k]) for k in CHARTS])
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, pd.Timestamp):
+        return v.isoformat()
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    if isinstance(v, float) and v != v:
+        return None
+    return v
+
+
+def as_json(report: WeeklyReport) -> str:
+    tables = {}
+    for name, table in report.tables.items():
+        t = table.reset_index() if name == "daily_cost_by_team" else table
+        tables[name] = [{str(k): _jsonable(v) for k, v in row.items()}
+                        for row in t.to_dict(orient="records")]
+    return json.dumps({"week": report.week.label, "cluster": report.cluster,
+                       "team": report.team, "sla_target": report.sla_target,
+                       "headline": report.headline, "tables": tables},
+                      indent=1, default=_jsonable)
+
+
+def write(report: WeeklyReport, out: Path) -> dict[str, bytes]:
+    """Every format into ``out``; returns the charts (for the email)."""
+    out.mkdir(parents=True, exist_ok=True)
+    charts = render_all(report)
+    for name, png in charts.items():
+        (out / f"{name}.png").write_bytes(png)
+    (out / "report.md").write_text(markdown(report))
+    (out / "report.html").write_text(html_page(report, {k: f"{k}.png" for k in charts}))
+    (out / "report.json").write_text(as_json(report))
+    for name, table in report.tables.items():
+        t = table.reset_index() if name == "daily_cost_by_team" else table
+        t.to_csv(out / f"{name}.csv", index=False)
+    return charts

@@ -1,0 +1,86 @@
+"""The weekly cost and bottleneck report: built from the warehouse, for the whole
+platform or one team's slice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analytics import figures, queries
+from analytics.store import Store
+from analytics.week import Week
+
+SECTIONS = {
+    "cost_by_team": "Cost by team",
+    "cost_by_namespace": "Cost by namespace",
+    "cost_by_node_pool": "Cost by node pool",
+    "cost_by_gpu_model": "Cost by GPU model",
+    "cost_by_provisioning": "Cost by provisioning",
+    "daily_cost_by_team": "Daily cost by team",
+    "idle_offenders": "Idle GPUs: top offenders",
+    "unallocated_by_pool": "Unallocated capacity by pool",
+    "queue": "Queue wait by team and GPU model",
+    "longest_waits": "Longest waits",
+    "availability": "Availability against the SLA",
+    "incidents": "Incidents",
+    "bottleneck_summary": "Bottlenecks",
+    "bottlenecks": "Bottlenecks by workload",
+    "rightsizing": "Right-sizing",
+    "spot": "Spot candidates",
+    "savings": "Savings this week's data points to",
+}
+"""Tables in report order, with their titles."""
+
+
+@dataclass(slots=True)
+class WeeklyReport:
+    week: Week
+    cluster: str
+    team: str | None
+    """None: the whole platform; else the team's slice."""
+    sla_target: float
+    headline: dict[str, float | None]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    pods: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Each pod's week with its bottleneck class (not rendered; the tables summarise it)."""
+
+    @property
+    def title(self) -> str:
+        scope = f"team {self.team}" if self.team else "all teams"
+        return f"GPU cost and bottleneck report {self.week.label} — {self.cluster}, {scope}"
+
+
+def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
+          sla_target: float, cluster: str = "", team: str | None = None,
+          progress: Callable[[str], None] = lambda _: None) -> WeeklyReport:
+    progress("reading the warehouse")
+    f = queries.fetch(store, week, team)
+    progress("computing")
+    usage, pods, states = f["usage"], f["pods"], f["pod_states"]
+    classified = figures.classify_pods(pods)
+    workloads = figures.bottlenecks(classified)
+    unallocated = figures.unallocated_by_pool(usage)
+    rightsize = figures.rightsizing(pods, prices)
+    spot = figures.spot_candidates(pods, states, prices)
+    tables = {f"cost_by_{d}": figures.cost_by(usage, d) for d in figures.COST_DIMENSIONS}
+    tables |= {
+        "daily_cost_by_team": figures.daily_by_team(f["daily"], week),
+        "idle_offenders": figures.idle_offenders(pods),
+        "unallocated_by_pool": unallocated,
+        "queue": figures.queue(states, week),
+        "longest_waits": figures.longest_waits(states, week),
+        "availability": figures.availability(f["availability"], sla_target),
+        "incidents": figures.incidents(f["incidents"], states, week),
+        "bottlenecks": workloads,
+        "bottleneck_summary": figures.bottleneck_summary(workloads),
+        "rightsizing": rightsize,
+        "spot": spot,
+        "savings": figures.savings(spot, rightsize, unallocated, pods),
+    }
+    if team is not None:  # capacity, availability and incidents are the platform's
+        for name in ("unallocated_by_pool", "availability", "incidents"):
+            tables.pop(name)
+    return WeeklyReport(week, cluster, team, sla_target, figures.headline(usage),
+                        {k: tables[k] for k in SECTIONS if k in tables}, classified)

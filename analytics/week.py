@@ -1,0 +1,46 @@
+"""Report weeks: ISO weeks, Monday 00:00 UTC to the next Monday."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Week:
+    start: datetime
+    end: datetime
+
+    @property
+    def label(self) -> str:
+        year, week, _ = self.start.isocalendar()
+        return f"{year}-W{week:02d}"
+
+    @property
+    def previous(self) -> Week:
+        return Week(self.start - timedelta(days=7), self.start)
+
+    @property
+    def days(self) -> list[datetime]:
+        return [self.start + timedelta(days=i) for i in range(7)]
+
+
+def parse_week(text: str) -> Week:
+    """``2026-W47`` to that ISO week."""
+    m = re.fullmatch(r"(\d{4})-W(\d{2})", text)
+    if not m:
+        raise ValueError(f"not an ISO week (YYYY-Www): {text!r}")
+    try:
+        start = datetime.fromisocalendar(int(m.group(1)), int(m.group(2)), 1)
+    except ValueError as exc:
+        raise ValueError(f"no such week: {text!r}") from exc
+    start = start.replace(tzinfo=UTC)
+    return Week(start, start + timedelta(days=7))
+
+
+def last_complete_week(now: datetime) -> Week:
+    """The most recent ISO week that has ended by ``now``."""
+    monday = (now.astimezone(UTC) - timedelta(days=now.astimezone(UTC).weekday())).replace(
+        hour=0, minute=0, second=0, microsecond=0)
+    return Week(monday - timedelta(days=7), monday)
