@@ -104,7 +104,7 @@ def cost_by(usage: pd.DataFrame, dimension: str) -> pd.DataFrame:
     rows = rows.assign(key=rows[dimension].fillna("(none)"))
     g = rows.groupby(["key", "this_week"], dropna=False)[
         ["cost_usd", "gpu_seconds", "utilized_seconds", "measured_seconds"]].sum()
-    g = g.unstack("this_week", fill_value=0.0)
+    g = g.astype(float).unstack("this_week", fill_value=0.0)
     out = pd.DataFrame({dimension: g.index})
 
     def cur(column: str, this_week: bool = True) -> np.ndarray:

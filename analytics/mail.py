@@ -79,7 +79,8 @@ def send(msgs: Sequence[EmailMessage], smtp: Smtp) -> None:
     """Deliver over one SMTP connection (blocking: run it in a thread from async code)."""
     if not msgs:
         return
-    context = ssl.create_default_context()
+    context = ssl.create_default_context(
+        cafile=str(smtp.ca_file) if smtp.ca_file is not None else None)
     client: smtplib.SMTP
     if smtp.security == "ssl":
         client = smtplib.SMTP_SSL(smtp.host, smtp.port, timeout=smtp.timeout, context=context)

@@ -88,7 +88,7 @@ def markdown(report: WeeklyReport) -> str:
         if not rows:
             out.append("Nothing this week.")
             continue
-        out.append("| " + " | ".join(fmt.heading(c) for c in cols) + " |")
+        out.append("| " + " | ".join(md(fmt.heading(c)) for c in cols) + " |")
         out.append("|" + "|".join("---" for _ in cols) + "|")
         out += ["| " + " | ".join(md(v) for v in r) + " |" for r in rows]
         if more:

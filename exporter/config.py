@@ -150,6 +150,8 @@ class Smtp(_Section):
     """Better from the environment (GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD) or a file."""
     password_file: Path | None = None
     """A mounted secret holding the password."""
+    ca_file: Path | None = None
+    """CA bundle for the server's certificate; default: the system's."""
     timeout: Duration = 30.0
 
 

@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from analytics.report import WeeklyReport, build
+from analytics.store import DuckDBStore
+from analytics.week import parse_week
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.prices import load_price_book
@@ -50,6 +53,8 @@ class Day:
     prices: dict[tuple[str, str], float]
     bottlenecks: dict[str, str]
     """Each pod's last live bottleneck class."""
+    report: WeeklyReport
+    """The weekly report over the day's week, from the warehouse."""
 
 
 async def run_day(out: Path) -> Day:
@@ -75,8 +80,10 @@ async def run_day(out: Path) -> Day:
                 f"SELECT {', '.join(cols)} FROM gpu_pods_current").fetchall()}
             events = wh.con.execute("SELECT gpu_uuid, reason, seconds FROM "
                                     "availability_events").fetchall()
-            return Day(exporter.totals, truth, pods, events,
-                       load_price_book(None, scenario.region).prices, bottlenecks)
+            prices = load_price_book(None, scenario.region).prices
+            report = build(DuckDBStore(con=wh.con), parse_week("2026-W47"), prices,
+                           cfg.sla.target, cfg.cluster)
+            return Day(exporter.totals, truth, pods, events, prices, bottlenecks, report)
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +154,38 @@ def test_downtime_per_gpu_within_one_interval_per_incident(day: Day) -> None:
     assert dict(day.totals.interruptions) == {i.pool: 1 for i in day.truth.interruptions}
 
 
+def precision_recall_ok(pairs: list[tuple[str, str]]) -> None:
+    for cls in {p for p, _ in pairs}:
+        predicted = [t for t, got in pairs if got == cls]
+        actual = [got for t, got in pairs if t == cls]
+        precision = sum(1 for t in predicted if t == cls) / len(predicted)
+        recall = sum(1 for got in actual if got == cls) / len(actual)
+        assert precision >= 0.9 and recall >= 0.9, (cls, precision, recall)
+
+
+def test_weekly_report_cost_per_team_equals_ground_truth_to_the_cent(day: Day) -> None:
+    truth_cost: dict[str, float] = {}
+    for (team, ns, accel, prov), secs in day.truth.seconds_by(
+            "team", "namespace", "accelerator", "provisioning", state="allocated").items():
+        name = team or ns
+        truth_cost[name] = truth_cost.get(name, 0.0) + secs / 3600 * day.prices[(accel, prov)]
+    table = day.report.tables["cost_by_team"].set_index("team")
+    assert set(table.index) == set(truth_cost)
+    for team, cost in truth_cost.items():
+        assert table.loc[team, "cost_usd"] == pytest.approx(cost, abs=0.01), team
+    assert day.report.headline["cost_usd"] == pytest.approx(
+        sum(day.totals.cost_usd.values()), abs=0.01)
+
+
+def test_weekly_report_bottlenecks_match_the_workload_profiles(day: Day) -> None:
+    """The report's class per pod over the week, from the warehouse's aggregates."""
+    got = dict(zip(day.report.pods.pod_uid, day.report.pods.bottleneck, strict=True))
+    pairs = [(rec.profile, got[uid]) for uid, rec in day.truth.pods.items()
+             if uid in got and not rec.workload.startswith(("shared", "web"))]
+    assert len(pairs) > 50
+    precision_recall_ok(pairs)
+
+
 def test_bottleneck_classes_match_the_workload_profiles(day: Day) -> None:
     """Per class, precision and recall >= 0.9 against the simulator's labelled profiles.
 
@@ -156,9 +195,4 @@ def test_bottleneck_classes_match_the_workload_profiles(day: Day) -> None:
     pairs = [(rec.profile, day.bottlenecks[uid]) for uid, rec in day.truth.pods.items()
              if uid in day.bottlenecks and not rec.workload.startswith(("shared", "web"))]
     assert len(pairs) > 50
-    for cls in {p for p, _ in pairs}:
-        predicted = [t for t, got in pairs if got == cls]
-        actual = [got for t, got in pairs if t == cls]
-        precision = sum(1 for t in predicted if t == cls) / len(predicted)
-        recall = sum(1 for got in actual if got == cls) / len(actual)
-        assert precision >= 0.9 and recall >= 0.9, (cls, precision, recall)
+    precision_recall_ok(pairs)

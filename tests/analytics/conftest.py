@@ -1,0 +1,63 @@
+"""A small warehouse, two weeks long, with names a hostile cluster could hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter import compute
+from exporter.sinks.warehouse import Warehouse
+from tests.exporter.test_compute import PRICE, node, pod, reading
+
+HOSTILE = "<script>alert(1)</script>"
+W46 = 1_794_182_400.0  # 2026-11-09T00:00:00Z, Monday of 2026-W46
+HOUR = 3600.0
+
+
+def owners() -> dict[tuple[str, str], compute.Owner]:
+    return {("ns-a", "train-0"): compute.Owner("uid-a", "ns-a", "train-0", "alpha", "train"),
+            (HOSTILE, HOSTILE): compute.Owner("uid-h", HOSTILE, HOSTILE, HOSTILE, HOSTILE)}
+
+
+def hour_rows(start: float, busy: float) -> list[compute.UsageRow]:
+    readings = {"n1": [
+        reading("GPU-a", pods=(), DCGM_FI_PROF_GR_ENGINE_ACTIVE=busy, DCGM_FI_PROF_SM_ACTIVE=busy,
+                DCGM_FI_PROF_PIPE_TENSOR_ACTIVE=0.5, DCGM_FI_PROF_DRAM_ACTIVE=0.3,
+                DCGM_FI_DEV_GPU_UTIL=99, DCGM_FI_DEV_FB_USED=6000, DCGM_FI_DEV_FB_FREE=16000),
+        reading("GPU-h", pods=(), DCGM_FI_PROF_GR_ENGINE_ACTIVE=0.01,
+                DCGM_FI_DEV_FB_USED=500, DCGM_FI_DEV_FB_FREE=21500),
+        reading("GPU-free", DCGM_FI_PROF_GR_ENGINE_ACTIVE=0.0)]}
+    readings["n1"][0].pods.append(compute_pod("ns-a", "train-0"))
+    readings["n1"][1].pods.append(compute_pod(HOSTILE, HOSTILE))
+    states = compute.device_states({"n1": node()}, readings, frozenset(), {}, owners(), PRICE,
+                                   {})
+    return compute.usage_rows(states, start, HOUR)
+
+
+def compute_pod(namespace: str, name: str):  # type: ignore[no-untyped-def]
+    from exporter.sources.dcgm import PodOnDevice
+
+    return PodOnDevice(namespace, name, "c")
+
+
+def build_warehouse(path: Path) -> Path:
+    wh = Warehouse(path, "c", interval=HOUR)
+    for h in range(14 * 24):
+        # week one: the training pod is busier than in week two
+        wh.add_usage(hour_rows(W46 + h * HOUR, 0.9 if h < 7 * 24 else 0.6))
+    wh.add_pods([pod(uid="uid-a", namespace="ns-a", name="train-0", created=W46 + 7 * 86400,
+                     scheduled=W46 + 7 * 86400 + 600, workload="train"),
+                 pod(uid="uid-h", namespace=HOSTILE, name=HOSTILE, workload=HOSTILE,
+                     created=W46 + 8 * 86400, scheduled=W46 + 8 * 86400 + 60,
+                     labels={"team": HOSTILE})],
+                W46 + 9 * 86400, lambda p: p.labels.get("team", "alpha"))
+    wh.add_event("n1", "p", "GPU-free", "xid", W46 + 10 * 86400, W46 + 10 * 86400 + 1800)
+    wh.flush(W46 + 14 * 86400)
+    wh.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_warehouse(tmp_path_factory.mktemp("report") / "w.duckdb")

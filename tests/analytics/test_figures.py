@@ -1,0 +1,266 @@
+"""Every report figure on small hand-built frames."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analytics import figures
+from analytics.week import Week, last_complete_week, parse_week
+from exporter.bottleneck import Signals, decide
+
+WEEK = parse_week("2026-W47")
+T = pd.Timestamp
+
+
+def usage(*rows: tuple[Any, ...]) -> pd.DataFrame:
+    cols = ["team", "namespace", "node_pool", "gpu_model", "provisioning", "state",
+            "this_week", "gpu_seconds", "utilized_seconds", "measured_seconds", "cost_usd",
+            "idle_seconds", "idle_cost_usd"]
+    return pd.DataFrame(list(rows), columns=cols)
+
+
+U = usage(
+    # team, ns, pool, model, prov, state, this week, secs, utilized, measured, cost, idle s, idle $
+    ("a", "ns-a", "h100", "nvidia-h100-80gb", "on-demand", "allocated", True,
+     7200, 5400, 7200, 20.0, 1800, 5.0),
+    ("b", "ns-b", "l4", "nvidia-l4", "spot", "allocated", True, 3600, 0, 0, 1.0, 0, 0.0),
+    (None, None, "h100", "nvidia-h100-80gb", "on-demand", "unallocated", True,
+     3600, 0, 0, 10.0, 0, 0.0),
+    ("a", "ns-a", "h100", "nvidia-h100-80gb", "on-demand", "allocated", False,
+     3600, 3600, 3600, 10.0, 0, 0.0),
+)
+
+
+def test_weeks() -> None:
+    assert (WEEK.start, WEEK.end) == (datetime(2026, 11, 16, tzinfo=UTC),
+                                      datetime(2026, 11, 23, tzinfo=UTC))
+    assert WEEK.label == "2026-W47" and WEEK.previous.label == "2026-W46"
+    assert last_complete_week(datetime(2026, 11, 25, 12, tzinfo=UTC)) == WEEK
+    assert last_complete_week(datetime(2026, 11, 23, tzinfo=UTC)) == WEEK
+    for bad in ("2026-47", "2026-W54", "W47"):
+        with pytest.raises(ValueError, match="week"):
+            parse_week(bad)
+
+
+def test_headline() -> None:
+    h = figures.headline(U)
+    assert h["cost_usd"] == 31.0 and h["previous_cost_usd"] == 10.0
+    assert h["cost_change"] == pytest.approx(2.1)
+    assert h["gpu_hours"] == 4.0 and h["allocated_gpu_hours"] == 3.0
+    assert h["utilization"] == pytest.approx(0.75)     # team b's GPU had no reading
+    assert h["effective_cost_usd_per_utilized_hour"] == pytest.approx(31.0 / 1.5)
+    assert h["idle_cost_usd"] == 5.0 and h["idle_share"] == pytest.approx(5 / 31)
+    assert h["unallocated_share"] == pytest.approx(10 / 31)
+
+
+def test_headline_of_an_empty_week_has_no_ratios() -> None:
+    h = figures.headline(usage())
+    assert h["cost_usd"] == 0 and h["cost_change"] is None and h["utilization"] is None
+
+
+@pytest.mark.parametrize(("dimension", "expected"), [
+    # value, cost, previous, change
+    ("team", [("a", 20.0, 10.0, 1.0), ("b", 1.0, 0.0, None)]),
+    ("node_pool", [("h100", 30.0, 10.0, 2.0), ("l4", 1.0, 0.0, None)]),
+    ("provisioning", [("on-demand", 30.0, 10.0, 2.0), ("spot", 1.0, 0.0, None)]),
+])
+def test_cost_by(dimension: str, expected: list[tuple[Any, ...]]) -> None:
+    t = figures.cost_by(U, dimension)
+    got = [(r[dimension], r.cost_usd, r.previous_cost_usd,
+            None if math.isnan(r.change) else r.change) for _, r in t.iterrows()]
+    assert got == expected
+    assert t.share.sum() == pytest.approx(1.0)
+
+
+def test_daily_by_team_has_every_day() -> None:
+    daily = pd.DataFrame({"day": [T("2026-11-17", tz="UTC")] * 2, "team": ["a", "b"],
+                          "cost_usd": [3.0, 5.0]})
+    t = figures.daily_by_team(daily, WEEK)
+    assert len(t) == 7 and list(t.columns) == ["b", "a"]
+    assert t.loc[WEEK.days[1].date(), "a"] == 3.0 and t.iloc[0].sum() == 0
+
+
+def pods(**over: Any) -> pd.DataFrame:
+    base: dict[str, Any] = dict(
+        cluster="c", namespace="ns", pod_uid="u1", pod="p1", workload="w", team="t",
+        gpu_model="nvidia-h100-80gb", provisioning="on-demand", mig=False,
+        gpu_seconds=3600.0, cost_usd=10.0, utilized_seconds=900.0, idle_seconds=2700.0,
+        idle_cost_usd=7.5, utilization=0.25, gr_engine_active=0.25, sm_active=0.2,
+        tensor_active=0.1, dram_active=0.1, gpu_util_percent=90.0, temperature_celsius=60.0,
+        nvlink_tx_bytes_per_second=0.0, nvlink_rx_bytes_per_second=0.0,
+        stalled_share=0.0, max_gr=0.3, throttled_share=0.0, peak_memory_bytes=8 * 2**30,
+        memory_total_bytes=80 * 2**30)
+    rows = over.pop("rows", [{}])
+    return pd.DataFrame([base | over | r for r in rows])
+
+
+def test_idle_offenders_rank_by_idle_cost() -> None:
+    p = pods(rows=[{"pod": "small", "idle_cost_usd": 1.0},
+                   {"pod": "big", "idle_cost_usd": 9.0},
+                   {"pod": "busy", "idle_cost_usd": 0.0}])
+    assert list(figures.idle_offenders(p).pod) == ["big", "small"]
+
+
+def test_unallocated_by_pool() -> None:
+    t = figures.unallocated_by_pool(U)
+    assert t.to_dict("records") == [{"node_pool": "h100", "gpu_model": "nvidia-h100-80gb",
+                                     "provisioning": "on-demand", "gpu_hours": 1.0,
+                                     "cost_usd": 10.0}]
+
+
+def states(*rows: tuple[Any, ...]) -> pd.DataFrame:
+    cols = ["cluster", "pod_uid", "namespace", "pod", "team", "workload", "owner_kind",
+            "gpu_model", "gpus", "created", "scheduled", "finished", "queue_wait_seconds",
+            "phase", "reason", "priority_class"]
+    return pd.DataFrame(list(rows), columns=cols)
+
+
+def pod_state(uid: str, created: str, scheduled: str | None, gpus: int = 1,
+              team: str = "t", **kw: Any) -> tuple[Any, ...]:
+    c = T(created, tz="UTC")
+    s = T(scheduled, tz="UTC") if scheduled else None
+    wait = (s - c).total_seconds() if s is not None else None
+    return ("c", uid, "ns", uid, team, "w", kw.get("kind", "Job"), "nvidia-l4", gpus, c, s,
+            kw.get("finished"), wait, kw.get("phase", "Running"), kw.get("reason"), "")
+
+
+def test_queue_percentiles_and_pending_gpu_hours() -> None:
+    s = states(*[pod_state(f"p{i}", "2026-11-17 00:00", f"2026-11-17 00:{i:02d}")
+                 for i in range(11)],                       # waits 0..10 minutes
+               pod_state("old", "2026-11-10", "2026-11-10 01:00"),  # scheduled last week
+               pod_state("stuck", "2026-11-22 22:00", None, gpus=2))  # pending at the end
+    (row,) = figures.queue(s, WEEK).itertuples()
+    assert row.pods == 11
+    assert row.p50_seconds == 300 and row.p90_seconds == 540
+    assert row.p99_seconds == pytest.approx(594)
+    # 0+1+...+10 minutes of 1 GPU, plus 2 h x 2 GPUs still pending
+    assert row.pending_gpu_hours == pytest.approx(55 / 60 + 4)
+    longest = figures.longest_waits(s, WEEK)
+    assert list(longest.pod[:2]) == ["stuck", "p10"]
+    assert list(longest.state[:2]) == ["still pending", "scheduled"]
+
+
+@pytest.mark.parametrize(("down", "availability", "budget_left", "meets"), [
+    (0.0, 1.0, 1.0, True),
+    (0.0025 * 86400, 0.9975, 0.5, True),        # half the 0.5 % budget spent
+    (0.01 * 86400, 0.99, -1.0, False),          # twice the budget
+])
+def test_availability_and_error_budget(down: float, availability: float, budget_left: float,
+                                       meets: bool) -> None:
+    a = pd.DataFrame({"node_pool": ["p"], "gpu_model": ["m"], "down_seconds": [down],
+                      "gpu_seconds": [86400.0]})
+    (row,) = figures.availability(a, 0.995).itertuples()
+    assert row.availability == pytest.approx(availability)
+    assert row.error_budget_left == pytest.approx(budget_left)
+    assert row.meets_target == meets
+
+
+def test_incidents_include_spot_preemptions() -> None:
+    events = pd.DataFrame({"node": ["n"], "node_pool": ["p"], "gpu_uuid": ["GPU-1"],
+                           "reason": ["xid"], "start_time": [T("2026-11-18 10:00", tz="UTC")],
+                           "end_time": [T("2026-11-18 11:00", tz="UTC")],
+                           "seconds": [3600.0]})
+    s = states(pod_state("pre", "2026-11-18", "2026-11-18", phase="Failed",
+                         reason="Terminated", finished=T("2026-11-19", tz="UTC")),
+               pod_state("done", "2026-11-18", "2026-11-18", phase="Succeeded",
+                         finished=T("2026-11-19", tz="UTC")))
+    t = figures.incidents(events, s, WEEK)
+    assert list(t.kind) == ["xid", "spot_preemption"]
+    assert t.duration_seconds.iloc[0] == 3600
+
+
+@pytest.mark.parametrize(("signals", "model", "cls"), [
+    (Signals(gr=None, gpu_util_percent=40.0), "nvidia-l4", "insufficient_signal"),
+    (Signals(gr=0.01), "nvidia-l4", "idle"),
+    (Signals(gr=0.8, throttled_share=0.6), "nvidia-l4", "throttled"),
+    (Signals(gr=0.8, temp=90.0), "nvidia-l4", "throttled"),
+    (Signals(gr=0.5, sm=0.3, nvlink_tx=200e9, nvlink_rx=10e9), "nvidia-h100-80gb",
+     "comm_bound"),
+    (Signals(gr=0.5, sm=0.3, nvlink_tx=200e9, nvlink_rx=10e9), "nvidia-l4", "small_batch"),
+    (Signals(gr=0.5, stalled_share=0.3, max_gr=0.9), "nvidia-l4", "input_bound"),
+    (Signals(gr=0.5, sm=0.2, gpu_util_percent=95.0), "nvidia-l4", "small_batch"),
+    (Signals(gr=0.8, sm=0.7, tensor=0.1, dram=0.8, gpu_util_percent=99.0), "nvidia-l4",
+     "memory_bound"),
+    (Signals(gr=0.9, sm=0.8, tensor=0.6, dram=0.4, gpu_util_percent=99.0), "nvidia-l4",
+     "healthy"),
+])
+def test_bottleneck_rules(signals: Signals, model: str, cls: str) -> None:
+    assert decide(signals, model).bottleneck == cls
+
+
+def test_a_workload_takes_the_class_of_most_of_its_gpu_hours() -> None:
+    p = figures.classify_pods(pods(rows=[
+        {"pod_uid": "a", "gpu_seconds": 7200.0, "gr_engine_active": 0.01},
+        {"pod_uid": "b", "gpu_seconds": 3600.0, "gr_engine_active": 0.9, "sm_active": 0.8,
+         "tensor_active": 0.6, "dram_active": 0.3, "max_gr": 0.9}]))
+    assert list(p.bottleneck) == ["idle", "healthy"]
+    (row,) = figures.bottlenecks(p).itertuples()
+    assert (row.bottleneck, row.pods, row.gpu_hours) == ("idle", 2, 3.0)
+    assert row.evidence["gr_engine_active"] == pytest.approx(0.01)
+    assert "release" in row.advice
+
+
+PRICES = {("nvidia-h100-80gb", "on-demand"): 11.0, ("nvidia-tesla-a100", "on-demand"): 2.9,
+          ("nvidia-l4", "on-demand"): 0.7, ("nvidia-tesla-t4", "on-demand"): 0.35,
+          ("nvidia-h100-80gb", "spot"): 2.2, ("nvidia-l4", "spot"): 0.28}
+
+
+@pytest.mark.parametrize(("model", "peak_gib", "util", "nvlink", "fit"), [
+    ("nvidia-h100-80gb", 8, 0.25, False, "nvidia-tesla-a100"),   # L4: 0.25x989 > 0.8x121
+    ("nvidia-h100-80gb", 8, 0.05, False, "nvidia-tesla-t4"),     # 49 TFLOPS fits a T4
+    ("nvidia-h100-80gb", 70, 0.9, False, None),                  # needs the H100
+    ("nvidia-h100-80gb", 8, 0.25, True, "nvidia-tesla-a100"),    # A100 has NVLink too
+    ("nvidia-l4", 20, 0.1, False, None),                         # 20 GiB > 90 % of a T4
+    ("nvidia-l4", 10, 0.1, False, "nvidia-tesla-t4"),
+    ("nvidia-l4", None, 0.1, False, None),                       # memory unknown
+])
+def test_cheapest_fit(model: str, peak_gib: float | None, util: float, nvlink: bool,
+                      fit: str | None) -> None:
+    peak = None if peak_gib is None else peak_gib * 2**30
+    assert figures.cheapest_fit(model, "on-demand", peak, util, nvlink, PRICES) == fit
+
+
+def test_rightsizing_saving_is_the_price_ratio() -> None:
+    t = figures.rightsizing(pods(utilization=0.05), PRICES)
+    (row,) = t.itertuples()
+    assert row.suggested_model == "nvidia-tesla-t4"
+    assert row.weekly_saving_usd == pytest.approx(10.0 * (1 - 0.35 / 11.0))
+    assert figures.rightsizing(pods(mig=True, utilization=0.05), PRICES).empty
+
+
+def test_spot_candidates_are_on_demand_batch_jobs() -> None:
+    p = pods(rows=[{"pod_uid": "job", "workload": "train"},
+                   {"pod_uid": "svc", "workload": "serve"},
+                   {"pod_uid": "already", "workload": "cheap", "provisioning": "spot"}])
+    s = states(("c", "job", "ns", "job", "t", "train", "Job", "", 1, None, None, None, None,
+                "", None, ""),
+               ("c", "svc", "ns", "svc", "t", "serve", "ReplicaSet", "", 1, None, None, None,
+                None, "", None, ""),
+               ("c", "already", "ns", "a", "t", "cheap", "Job", "", 1, None, None, None,
+                None, "", None, ""))
+    t = figures.spot_candidates(p, s, PRICES)
+    assert list(t.workload) == ["train"]
+    assert t.weekly_saving_usd.iloc[0] == pytest.approx(10.0 * (1 - 2.2 / 11.0))
+
+
+def test_savings_levers() -> None:
+    p = pods(rows=[{"pod_uid": "low", "utilization": 0.1, "idle_cost_usd": 9.0},
+                   {"pod_uid": "high", "utilization": 0.9, "idle_cost_usd": 1.0}])
+    spot = pd.DataFrame({"weekly_saving_usd": [4.0]})
+    right = pd.DataFrame({"weekly_saving_usd": [2.0, 1.0]})
+    t = figures.savings(spot, right, figures.unallocated_by_pool(U), p).set_index("lever")
+    assert t.weekly_saving_usd.to_dict() == {"spot": 4.0, "autoscaling": 10.0,
+                                             "sharing": 9.0, "right-sizing": 3.0}
+
+
+def test_empty_inputs_give_empty_tables() -> None:
+    empty = pd.DataFrame()
+    week = Week(WEEK.start, WEEK.end)
+    assert figures.idle_offenders(empty).empty
+    assert figures.queue(empty, week).empty and figures.longest_waits(empty, week).empty
+    assert figures.rightsizing(empty, PRICES).empty

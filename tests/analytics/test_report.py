@@ -1,0 +1,103 @@
+"""The weekly report end to end on a small warehouse: golden Markdown, escaping, files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from analytics import render
+from analytics.report import WeeklyReport, build
+from analytics.store import DuckDBStore
+from analytics.week import parse_week
+from analytics.weekly import team_dir
+from exporter.config import load_config
+from exporter.prices import load_price_book
+from tests.analytics.conftest import HOSTILE
+
+GOLDEN = Path(__file__).parents[1] / "golden" / "report.md"
+PRICES = load_price_book(None, "us-central1").prices
+
+
+def report(path: Path, team: str | None = None) -> WeeklyReport:
+    store = DuckDBStore(path)
+    try:
+        return build(store, parse_week("2026-W47"), PRICES, 0.995, "c", team=team)
+    finally:
+        store.close()
+
+
+def test_markdown_matches_the_golden_file(small_warehouse: Path) -> None:
+    text = render.markdown(report(small_warehouse))
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_the_figures_of_the_small_week(small_warehouse: Path) -> None:
+    r = report(small_warehouse)
+    teams = r.tables["cost_by_team"].set_index("team")
+    assert teams.loc["alpha", "cost_usd"] == pytest.approx(7 * 24 * 0.7)   # one L4, a week
+    assert teams.loc["alpha", "change"] == pytest.approx(0.0)
+    assert teams.loc["alpha", "utilization"] == pytest.approx(0.6)
+    assert r.headline["cost_usd"] == pytest.approx(3 * 7 * 24 * 0.7)  # two held, one free
+    classes = dict(zip(r.tables["bottlenecks"].workload, r.tables["bottlenecks"].bottleneck,
+                       strict=True))
+    assert classes == {"train": "healthy", HOSTILE: "idle"}
+    assert list(r.tables["incidents"].kind) == ["xid"]
+
+
+def test_hostile_names_are_escaped_everywhere(small_warehouse: Path) -> None:
+    r = report(small_warehouse)
+    html = render.html_page(r, {"daily_cost": "a.png", "utilization": "b.png",
+                                "queue_wait": "c.png"})
+    md = render.markdown(r)
+    assert HOSTILE not in html and "&lt;script&gt;" in html
+    assert HOSTILE not in md and "&lt;script&gt;" in md
+    assert team_dir(HOSTILE).startswith("script_alert_1_script-")
+
+
+def test_a_team_slice_holds_only_that_team(small_warehouse: Path) -> None:
+    r = report(small_warehouse, team="alpha")
+    assert list(r.tables["cost_by_team"].team) == ["alpha"]
+    assert "availability" not in r.tables and HOSTILE not in render.markdown(r)
+    assert r.headline["cost_usd"] == pytest.approx(7 * 24 * 0.7)
+
+
+def test_every_format_is_written(small_warehouse: Path, tmp_path: Path) -> None:
+    r = report(small_warehouse)
+    render.write(r, tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["week"] == "2026-W47" and set(data["tables"]) == set(r.tables)
+    for name in r.tables:
+        assert (tmp_path / f"{name}.csv").exists()
+    for chart in ("daily_cost", "utilization", "queue_wait"):
+        assert (tmp_path / f"{chart}.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "report.html").read_text().count('<img src="') == 3
+
+
+def test_report_command_writes_platform_and_team_reports(small_warehouse: Path,
+                                                         tmp_path: Path) -> None:
+    from exporter.cli import main
+
+    out = tmp_path / "out"
+    assert main(["report", "weekly", "--week", "2026-W47", "--store",
+                 f"duckdb:{small_warehouse}", "--out", str(out)]) == 0
+    assert (out / "report.md").exists()
+    assert sorted(p.name.split("-")[0] for p in (out / "teams").iterdir()) == [
+        "alpha", "script_alert_1_script"]
+    assert main(["report", "weekly", "--week", "2026-W99", "--store",
+                 f"duckdb:{small_warehouse}"]) == 2
+    assert main(["report", "weekly", "--store", f"duckdb:{tmp_path / 'nope.duckdb'}"]) == 2
+
+
+def test_config_rejects_line_breaks_in_headers() -> None:
+    from exporter.errors import ConfigError
+
+    for bad in ({"subject": "weekly\r\nBcc: x@example.com"},
+                {"platform_recipients": ["a@example.com\r\nBcc: x@example.com"]},
+                {"team_recipients": {"alpha": ["not-an-address"]}}):
+        with pytest.raises(ConfigError):
+            load_config(None, {"report": bad})
