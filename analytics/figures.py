@@ -297,26 +297,33 @@ def bottlenecks(classified: pd.DataFrame) -> pd.DataFrame:
     means over its pods of that class) and what to try."""
     cols = ["namespace", "workload", "team", "gpu_model", "bottleneck", "pods", "gpu_hours",
             "evidence", "advice"]
-    rows = []
-    for (ns, workload), grp in classified.groupby(["namespace", "workload"], dropna=False):
-        by_class = grp.groupby("bottleneck").gpu_seconds.sum()
-        cls = str(by_class.sort_values(ascending=False).index[0])
-        mine = grp[grp.bottleneck == cls]
-        weights = mine.gpu_seconds.to_numpy()
-        keys = sorted({k for ev in mine.evidence for k in ev})
-        evidence = {}
-        for k in keys:
-            vals = np.array([ev.get(k, np.nan) for ev in mine.evidence], dtype=float)
-            ok = ~np.isnan(vals)
-            if ok.any() and weights[ok].sum() > 0:
-                evidence[k] = float(np.average(vals[ok], weights=weights[ok]))
-        rows.append((ns, workload, grp.team.iloc[0], grp.gpu_model.iloc[0], cls, len(grp),
-                     float(grp.gpu_seconds.sum()) / HOUR, evidence, ADVICE[cls]))
-    out = pd.DataFrame(rows, columns=cols)
-    order = {c: i for i, c in enumerate(ADVICE)}
-    return out.sort_values(["bottleneck", "gpu_hours", "workload"],
-                           key=lambda s: s.map(order) if s.name == "bottleneck" else
-                           (-s if s.name == "gpu_hours" else s), ignore_index=True)
+    if classified.empty:
+        return pd.DataFrame(columns=cols)
+    key = ["namespace", "workload"]
+    c = classified.assign(namespace=classified.namespace.fillna(""),
+                          workload=classified.workload.fillna(""))
+    per_class = c.groupby([*key, "bottleneck"], as_index=False).gpu_seconds.sum()
+    winner = per_class.sort_values(["gpu_seconds", "bottleneck"], ascending=[False, True]) \
+        .drop_duplicates(key)[[*key, "bottleneck"]]
+    totals = c.groupby(key, as_index=False).agg(
+        team=("team", "first"), gpu_model=("gpu_model", "first"), pods=("pod_uid", "count"),
+        gpu_seconds=("gpu_seconds", "sum"))
+    mine = c.merge(winner, on=[*key, "bottleneck"])
+    ev = pd.DataFrame(list(mine.evidence), index=mine.index, dtype=float)
+    w = mine.gpu_seconds
+    weighted = ev.mul(w, axis=0).assign(**{k: mine[k] for k in key}).groupby(key).sum()
+    weights = ev.notna().mul(w, axis=0).assign(**{k: mine[k] for k in key}).groupby(key).sum()
+    means = (weighted / weights.where(weights > 0)).reset_index()
+    evidence = [{k: float(v) for k, v in row.items() if k not in key and pd.notna(v)}
+                for row in means.to_dict("records")]
+    means = means[key].assign(evidence=evidence)
+    out = totals.merge(winner, on=key).merge(means, on=key, how="left")
+    out["gpu_hours"] = out.pop("gpu_seconds") / HOUR
+    out["advice"] = out.bottleneck.map(ADVICE)
+    order = {cls: i for i, cls in enumerate(ADVICE)}
+    out = out.assign(_order=out.bottleneck.map(order)).sort_values(
+        ["_order", "gpu_hours", "workload"], ascending=[True, False, True])
+    return out[cols].reset_index(drop=True)
 
 
 def bottleneck_summary(workloads: pd.DataFrame) -> pd.DataFrame:
@@ -407,18 +414,15 @@ def spot_candidates(pods: pd.DataFrame, pod_states: pd.DataFrame,
     kinds = pod_states[["cluster", "pod_uid", "owner_kind"]]
     p = pods.merge(kinds, on=["cluster", "pod_uid"], how="left")
     p = p[(p.provisioning == "on-demand") & p.owner_kind.isin(BATCH_KINDS)]
-    rows = []
-    for (ns, workload, team, model), grp in p.groupby(
-            ["namespace", "workload", "team", "gpu_model"], dropna=False):
-        on_demand, spot = prices.get((model, "on-demand")), prices.get((model, "spot"))
-        if not on_demand or spot is None:
-            continue
-        cost = float(grp.cost_usd.sum())
-        rows.append((ns, workload, team, model, cost, cost * spot / on_demand,
-                     cost * (1 - spot / on_demand)))
-    out = pd.DataFrame(rows, columns=cols)
-    return out.sort_values(["weekly_saving_usd", "workload"], ascending=[False, True],
-                           ignore_index=True)
+    g = p.groupby(["namespace", "workload", "team", "gpu_model"], as_index=False,
+                  dropna=False).cost_usd.sum()
+    on_demand = g.gpu_model.map(lambda m: prices.get((m, "on-demand"))).astype(float)
+    spot = g.gpu_model.map(lambda m: prices.get((m, "spot"))).astype(float)
+    g = g[on_demand.notna() & spot.notna() & (on_demand > 0)]
+    ratio = (spot / on_demand)[g.index]
+    g = g.assign(spot_cost_usd=g.cost_usd * ratio, weekly_saving_usd=g.cost_usd * (1 - ratio))
+    return g[cols].sort_values(["weekly_saving_usd", "workload"], ascending=[False, True],
+                               ignore_index=True)
 
 
 def savings(spot: pd.DataFrame, rightsize: pd.DataFrame, unallocated: pd.DataFrame,

@@ -39,8 +39,13 @@ def parse_week(text: str) -> Week:
     return Week(start, start + timedelta(days=7))
 
 
+def week_containing(t: datetime) -> Week:
+    t = t.astimezone(UTC)
+    monday = (t - timedelta(days=t.weekday())).replace(hour=0, minute=0, second=0,
+                                                       microsecond=0)
+    return Week(monday, monday + timedelta(days=7))
+
+
 def last_complete_week(now: datetime) -> Week:
     """The most recent ISO week that has ended by ``now``."""
-    monday = (now.astimezone(UTC) - timedelta(days=now.astimezone(UTC).weekday())).replace(
-        hour=0, minute=0, second=0, microsecond=0)
-    return Week(monday - timedelta(days=7), monday)
+    return week_containing(now).previous

@@ -17,6 +17,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from analytics.store import DuckDBStore
+from analytics.week import week_containing
+from analytics.weekly import run_weekly
 from exporter import compute
 from exporter.app import open_exporter, serve
 from exporter.config import Config, load_config
@@ -110,6 +113,7 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
             print()
             print(f"Outputs in {out}/: warehouse.duckdb (gpu_usage, gpu_pods, "
                   "availability_events), metrics.prom, kubeconfig, targets.txt")
+            print(await asyncio.to_thread(write_report, exporter, scenario, out))
             if emulator is not None and exporter.bigquery is not None:
                 print()
                 print(await asyncio.to_thread(bigquery_summary, exporter, exporter.bigquery,
@@ -132,6 +136,23 @@ def _fresh_outputs(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "warehouse.duckdb").unlink(missing_ok=True)
     shutil.rmtree(out / "bigquery", ignore_errors=True)
+    shutil.rmtree(out / "report", ignore_errors=True)
+
+
+def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:
+    """The weekly report of the simulated week (the week the simulation starts in)."""
+    wh = exporter.warehouse
+    assert wh is not None
+    wh.flush(exporter.last_cycle_time, partial=True)
+    week = week_containing(scenario.start)
+    prices = exporter.prices.prices
+    report = run_weekly(DuckDBStore(con=wh.con), week, exporter.config, prices,
+                        out / "report", email=False)
+    h = report.headline
+    return (f"Weekly report {week.label}: ${h['cost_usd'] or 0:,.2f}, "
+            f"{len(report.tables['bottlenecks'])} workloads diagnosed -> "
+            f"{out}/report/report.html (and report.md, report.json, a CSV per table, "
+            "teams/ for each team's slice)")
 
 
 def bigquery_summary(exporter: Exporter, sink: BigQuerySink, emulator: Emulator) -> str:

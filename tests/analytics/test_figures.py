@@ -264,3 +264,9 @@ def test_empty_inputs_give_empty_tables() -> None:
     assert figures.idle_offenders(empty).empty
     assert figures.queue(empty, week).empty and figures.longest_waits(empty, week).empty
     assert figures.rightsizing(empty, PRICES).empty
+
+
+def test_spot_candidates_of_a_team_without_batch_jobs() -> None:
+    s = states(("c", "u1", "ns", "p1", "t", "w", "ReplicaSet", "", 1, None, None, None, None,
+                "", None, ""))
+    assert figures.spot_candidates(pods(), s, PRICES).empty
