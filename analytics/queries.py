@@ -43,7 +43,8 @@ GROUP BY team, namespace, node_pool, gpu_model, provisioning, state, this_week
 """
 
 DAILY = """
-SELECT TIMESTAMP_TRUNC(time, DAY) AS day, team, SUM(COALESCE(cost_usd, 0)) AS cost_usd
+SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 86400) * 86400) AS day, team,
+       SUM(COALESCE(cost_usd, 0)) AS cost_usd
 FROM {gpu_usage}
 WHERE time >= @start AND time < @end AND state = 'allocated'
   AND (@team IS NULL OR team = @team)

@@ -15,7 +15,8 @@ import pandas as pd
 
 from analytics.store import Param, Store
 
-GRAINS = {"hour": "HOUR", "day": "DAY"}
+GRAINS = {"hour": 3600, "day": 86400}
+"""Periods in seconds; UTC days (integer arithmetic: the same on every engine, and fast)."""
 DIMENSIONS = ("cluster", "team", "namespace", "node_pool", "gpu_model", "provisioning",
               "state", "pod", "workload")
 """Columns a rollup may group or filter by (identifiers cannot be parameters: they are
@@ -34,7 +35,7 @@ def usage(store: Store, start: datetime, end: datetime, grain: str = "day",
     group = "".join(f", {c}" for c in by)
     filters = "".join(f" AND {c} = @{c}" for c in where)
     sql = f"""
-        SELECT TIMESTAMP_TRUNC(time, {GRAINS[grain]}) AS period{group},
+        SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), @grain) * @grain) AS period{group},
                SUM(gpu_seconds) / 3600 AS gpu_hours,
                SUM(utilization * gpu_seconds) / 3600 AS utilized_gpu_hours,
                SAFE_DIVIDE(SUM(utilization * gpu_seconds),
@@ -46,5 +47,5 @@ def usage(store: Store, start: datetime, end: datetime, grain: str = "day",
         WHERE time >= @start AND time < @end{filters}
         GROUP BY period{group}
         ORDER BY period{group}"""
-    params: dict[str, Param] = {"start": start, "end": end, **where}
+    params: dict[str, Param] = {"start": start, "end": end, "grain": GRAINS[grain], **where}
     return store.query(sql, params)

@@ -13,17 +13,21 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 import pandas as pd
 import sqlglot
-from google.cloud import bigquery
 
 from exporter.sinks.schema import BY_NAME
 
+if TYPE_CHECKING:  # a heavy import, needed only for BigQuery
+    from google.cloud import bigquery
+
 Param = str | int | float | bool | datetime | Sequence[str] | None
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+MEMORY_LIMIT = "512MB"
+"""DuckDB's share of a report's memory; it spills to disk beyond."""
 
 
 class Store(Protocol):
@@ -54,8 +58,11 @@ class DuckDBStore:
         if con is not None:
             self.con = con.cursor()
             self.con.execute("SET TimeZone = 'UTC'")
+            self.con.execute("SET enable_progress_bar = false")
         else:
-            self.con = duckdb.connect(str(path), read_only=True, config={"TimeZone": "UTC"})
+            self.con = duckdb.connect(str(path), read_only=True, config={
+                "TimeZone": "UTC", "memory_limit": MEMORY_LIMIT})
+            self.con.execute("SET enable_progress_bar = false")
 
     def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
         duck = sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",
@@ -68,6 +75,8 @@ class DuckDBStore:
 
 def _parameter(name: str, value: Param) -> bigquery.ScalarQueryParameter | \
         bigquery.ArrayQueryParameter:
+    from google.cloud import bigquery
+
     if isinstance(value, bool):
         return bigquery.ScalarQueryParameter(name, "BOOL", value)
     if isinstance(value, int):
@@ -92,6 +101,8 @@ class BigQueryStore:
         self.timeout = timeout
 
     def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
+        from google.cloud import bigquery
+
         config = bigquery.QueryJobConfig(query_parameters=[
             _parameter(k, v) for k, v in _used(sql, params).items()])
         rows = self.client.query_and_wait(
