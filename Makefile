@@ -31,6 +31,7 @@ simulate: $(BIN)/gke-gpu-exporter
 bench: $(BIN)/gke-gpu-exporter
 	$(BIN)/python benchmarks/simulator_scale.py
 	$(BIN)/python benchmarks/exporter_cycle.py
+	$(BIN)/python benchmarks/weekly_report.py
 
 clean:
 	rm -rf $(VENV) demo-out sim-out .pytest_cache .mypy_cache .ruff_cache
