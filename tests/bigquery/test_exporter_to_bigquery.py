@@ -16,12 +16,17 @@ from typing import Any
 
 import aiohttp
 import duckdb
+import pandas as pd
 import pytest
 from google.cloud import bigquery
 
+from analytics.report import build
+from analytics.store import BigQueryStore, DuckDBStore
+from analytics.week import week_containing
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.emulator import PROJECT, Emulator
+from exporter.prices import load_price_book
 from exporter.simulator.scenario import Scenario, load_scenario
 from exporter.simulator.server import SimulatorServer
 from exporter.sinks.schema import TABLES
@@ -69,6 +74,22 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
         "WHERE time IS NOT NULL")
     assert cost == pytest.approx(sum(r["cost_usd"] or 0 for r in usage), abs=1e-6)
     assert secs == pytest.approx(sum(r["gpu_seconds"] for r in usage), abs=1e-6)
+    # the weekly report reads the same from either warehouse
+    week, prices = week_containing(scenario.start), load_price_book(None, "us-central1").prices
+    local_store = DuckDBStore(tmp_path / "warehouse.duckdb")
+    duck = build(local_store, week, prices, 0.995, "demo")
+    local_store.close()
+    big = build(BigQueryStore(bq, sink.dataset_ref), week, prices, 0.995, "demo")
+    assert big.headline == pytest.approx(duck.headline)
+    for name, table in duck.tables.items():
+        other = big.tables[name]
+        assert list(other.columns) == list(table.columns), name
+        assert len(other) == len(table), name
+        if name in ("cost_by_team", "cost_by_node_pool", "availability", "queue",
+                    "bottleneck_summary", "savings"):
+            pd.testing.assert_frame_equal(other.reset_index(drop=True),
+                                          table.reset_index(drop=True), check_dtype=False,
+                                          rtol=1e-9)
 
 
 async def _metrics(port: int) -> str:
