@@ -24,7 +24,6 @@ from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import ctx
 from exporter.prices import load_price_book
 from exporter.service import DCGM_FIELDS_READ, Exporter
-from exporter.sinks.bigquery import BigQuerySink
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.dcgm import DcgmSource
 from exporter.sources.kube import KubeSource
@@ -57,8 +56,11 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
     warehouse = Warehouse(cfg.warehouse.path, cfg.cluster, cfg.warehouse.interval,
                           cfg.warehouse.flush_interval, outbox=bq_cfg.enabled) \
         if cfg.warehouse.enabled else None
-    bigquery = BigQuerySink(bq_cfg, warehouse.open_outbox()) \
-        if warehouse is not None and bq_cfg.enabled else None
+    bigquery = None
+    if warehouse is not None and bq_cfg.enabled:
+        from exporter.sinks.bigquery import BigQuerySink  # a heavy import: only when used
+
+        bigquery = BigQuerySink(bq_cfg, warehouse.open_outbox())
     kube = KubeSource(api, watch_timeout=cfg.kubernetes.watch_timeout,
                       watchdog=cfg.kubernetes.watchdog,
                       request_timeout=cfg.kubernetes.request_timeout)

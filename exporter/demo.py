@@ -14,6 +14,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
@@ -28,7 +29,9 @@ from exporter.lifecycle import wait_for_shutdown
 from exporter.service import Exporter
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
-from exporter.sinks.bigquery import BigQuerySink, make_client
+
+if TYPE_CHECKING:
+    from exporter.sinks.bigquery import BigQuerySink
 from exporter.sinks.schema import TABLES
 
 KINDS = {"nodes": "Node", "pods": "Pod", "namespaces": "Namespace"}
@@ -157,6 +160,8 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:
 
 def bigquery_summary(exporter: Exporter, sink: BigQuerySink, emulator: Emulator) -> str:
     """Send what is left, then compare each BigQuery table with its DuckDB twin."""
+    from exporter.sinks.bigquery import make_client
+
     wh = exporter.warehouse
     assert wh is not None
     wh.flush(exporter.last_cycle_time, partial=True)

@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from exporter import compute, logs
 from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, classify
@@ -23,12 +24,14 @@ from exporter.config import Config
 from exporter.errors import SourceError
 from exporter.prices import PriceBook
 from exporter.selectors import label_selector
-from exporter.sinks.bigquery import BigQuerySink
 from exporter.sinks.prometheus import QUEUE_BUCKETS, MetricsView, render
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.dcgm import DcgmSource, DeviceReading, TargetScrape
 from exporter.sources.kube import KubeSource, NodeInfo, PodInfo
+
+if TYPE_CHECKING:
+    from exporter.sinks.bigquery import BigQuerySink
 
 log = logging.getLogger(__name__)
 

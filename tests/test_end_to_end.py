@@ -91,12 +91,18 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Day:
     return asyncio.run(run_day(tmp_path_factory.mktemp("e2e")))
 
 
-def test_cost_per_team_equals_ground_truth_to_the_cent(day: Day) -> None:
+def truth_cost_by_team(day: Day) -> dict[str, float]:
+    """What each team's pods really cost: true GPU-seconds at list price."""
     truth_cost: dict[str, float] = {}
     for (team, ns, accel, prov), secs in day.truth.seconds_by(
             "team", "namespace", "accelerator", "provisioning", state="allocated").items():
         name = team or ns
         truth_cost[name] = truth_cost.get(name, 0.0) + secs / 3600 * day.prices[(accel, prov)]
+    return truth_cost
+
+
+def test_cost_per_team_equals_ground_truth_to_the_cent(day: Day) -> None:
+    truth_cost = truth_cost_by_team(day)
     ours: dict[str, float] = {}
     for key, cost in day.totals.cost_usd.items():
         if key[0] == "allocated":
@@ -164,11 +170,7 @@ def precision_recall_ok(pairs: list[tuple[str, str]]) -> None:
 
 
 def test_weekly_report_cost_per_team_equals_ground_truth_to_the_cent(day: Day) -> None:
-    truth_cost: dict[str, float] = {}
-    for (team, ns, accel, prov), secs in day.truth.seconds_by(
-            "team", "namespace", "accelerator", "provisioning", state="allocated").items():
-        name = team or ns
-        truth_cost[name] = truth_cost.get(name, 0.0) + secs / 3600 * day.prices[(accel, prov)]
+    truth_cost = truth_cost_by_team(day)
     table = day.report.tables["cost_by_team"].set_index("team")
     assert set(table.index) == set(truth_cost)
     for team, cost in truth_cost.items():
