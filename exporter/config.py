@@ -188,6 +188,8 @@ class Config(BaseSettings):
     """Pod label, then namespace label, naming the team; else the namespace."""
     system_reserved_gpus: int = Field(default=0, ge=0)
     bottleneck_window: Duration = 600.0
+    budgets: dict[str, float] = Field(default_factory=dict)
+    """Monthly GPU budget per team, USD (exported as gke_gpu_team_budget_usd, for alerts)."""
     shutdown_timeout: Duration = 20.0
     dcgm: Dcgm = Dcgm()
     kubernetes: Kubernetes = Kubernetes()

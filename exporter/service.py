@@ -84,6 +84,10 @@ class Totals:
     up_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     down_seconds: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     interruptions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    xid_events: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(node, GPU UUID) -> times the GPU's last XID changed to a new code; 0 for every GPU
+    seen, so a first event is an increase."""
+    last_xid: dict[tuple[str, str], int] = field(default_factory=dict)
     queue_hist: dict[tuple[str, str, str], WaitHistogram] = field(default_factory=dict)
     """Queue waits of scheduled pods by (namespace, team, GPU model), each pod once."""
     waited: set[str] = field(default_factory=set)
@@ -236,6 +240,7 @@ class Exporter:
             if self.warehouse is not None:
                 self.warehouse.add_usage(rows)
         self.states, self.state_time = states, now
+        self._xids(states)
         self._incidents(states, nodes, frozenset(unknown), now)
         self._queue(now)
         self._bottlenecks(now, states)
@@ -278,6 +283,20 @@ class Exporter:
         self._windows.pop(pod.uid, None)
         self.diagnoses.pop(pod.uid, None)
         self.totals.waited.discard(pod.uid)
+
+    def _xids(self, states: Sequence[compute.DeviceState]) -> None:
+        """DCGM reports a GPU's last XID: a change to a new code is one more event."""
+        events, last = self.totals.xid_events, self.totals.last_xid
+        for d in states:
+            key = (d.node, d.gpu_uuid)
+            events.setdefault(key, 0)
+            xid = d.fields.get(compute.XID)
+            if xid is None:
+                continue
+            code = int(xid)
+            if code and last.get(key, 0) != code:
+                events[key] += 1
+            last[key] = code
 
     def _incidents(self, states: Sequence[compute.DeviceState], nodes: dict[str, NodeInfo],
                    unknown: frozenset[str], now: float) -> None:
@@ -341,4 +360,5 @@ class Exporter:
             rows_written=self.warehouse.rows_written if self.warehouse else {},
             bigquery=self.bigquery.stats if self.bigquery else None,
             bigquery_dataset=self.bigquery.dataset_ref if self.bigquery else "",
+            budgets=self.config.budgets, sla_target=self.config.sla.target,
         )

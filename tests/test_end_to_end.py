@@ -198,3 +198,12 @@ def test_bottleneck_classes_match_the_workload_profiles(day: Day) -> None:
              if uid in day.bottlenecks and not rec.workload.startswith(("shared", "web"))]
     assert len(pairs) > 50
     precision_recall_ok(pairs)
+
+
+def test_xid_events_are_counted_once_each(day: Day) -> None:
+    """XID 79 (fell off the bus: the GPU vanishes, so DCGM never reports the code) is seen
+    as gpu_missing; XID 48 is reported, and counted once though it stays for an hour."""
+    counted = {key: n for key, n in day.totals.xid_events.items() if n}
+    assert list(counted.values()) == [1]
+    assert "-l4-" in next(iter(counted))[0]   # the XID 48 was on the L4 node
+    assert len(day.totals.xid_events) > 10   # every GPU has its counter, at 0

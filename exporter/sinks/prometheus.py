@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from exporter import compute
@@ -117,6 +117,8 @@ class MetricsView:
     rows_written: Mapping[str, int]
     bigquery: BigQueryStats | None = None
     bigquery_dataset: str = ""
+    budgets: Mapping[str, float] = field(default_factory=dict)
+    sla_target: float = 0.995
 
 
 def label_text(names: Sequence[str], values: Sequence[str]) -> str:
@@ -221,7 +223,26 @@ def _families(v: MetricsView) -> Iterator[Metric]:
                                "preemption, by node pool.", labels=["cluster", "pool"])
     for pool, count in sorted(v.totals.interruptions.items()):
         spot.add_metric([c, pool], count)
-    yield from (up, down, spot)
+    xid = CounterMetricFamily(P + "xid_events", "XID errors seen: each time a GPU's last XID "
+                              "(DCGM_FI_DEV_XID_ERRORS) changes to a new code.",
+                              labels=["cluster", "node", "uuid"])
+    for (node, uuid), count in sorted(v.totals.xid_events.items()):
+        xid.add_metric([c, node, uuid], count)
+    last = GaugeMetricFamily(P + "last_xid", "The GPU's last XID error code (absent: none).",
+                             labels=["cluster", "node", "uuid"])
+    for (node, uuid), code in sorted(v.totals.last_xid.items()):
+        if code:
+            last.add_metric([c, node, uuid], code)
+    sla = GaugeMetricFamily(P + "sla_target_ratio", "Availability objective (config: "
+                            "sla.target), for the SLO alerts.", labels=["cluster"])
+    sla.add_metric([c], v.sla_target)
+    yield from (up, down, spot, xid, last, sla)
+    if v.budgets:
+        budget = GaugeMetricFamily(P + "team_budget_usd", "Monthly GPU budget of the team "
+                                   "(config: budgets).", labels=["cluster", "team"])
+        for team, usd in sorted(v.budgets.items()):
+            budget.add_metric([c, team], usd)
+        yield budget
 
     bottleneck = GaugeMetricFamily(P + "pod_bottleneck", "1 for the pod's bottleneck class "
                                    "over the sliding window.",
