@@ -3,7 +3,7 @@ VENV   ?= .venv
 PYTHON ?= $(shell command -v python3.13 2>/dev/null || echo python3)
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint tools simulate bench clean
+.PHONY: demo test lint tools simulate bench clean alerts dashboards
 
 $(BIN)/gke-gpu-exporter: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,14 @@ bench: $(BIN)/gke-gpu-exporter
 	$(BIN)/python benchmarks/simulator_scale.py
 	$(BIN)/python benchmarks/exporter_cycle.py
 	$(BIN)/python benchmarks/weekly_report.py
+
+alerts: $(BIN)/gke-gpu-exporter
+	$(BIN)/python alerts/build.py
+	promtool check rules alerts/rules.yaml
+	cd alerts && promtool test rules tests.yaml tests-slow.yaml
+
+dashboards: $(BIN)/gke-gpu-exporter
+	$(BIN)/python dashboards/build.py
 
 clean:
 	rm -rf $(VENV) demo-out sim-out .pytest_cache .mypy_cache .ruff_cache

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from exporter import compute
+from exporter.sources.dcgm import REJECT_REASONS
 from exporter.sources.kube import NodeInfo, PodInfo
 
 if TYPE_CHECKING:
@@ -351,8 +352,8 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
         relists.add_metric([kind, "watchdog"], st.watchdog_relists)
     rejected = CounterMetricFamily(P + "exporter_rejected_samples", "DCGM samples dropped, by "
                                    "reason.", labels=["reason"])
-    for reason, n in sorted(h.rejected.items()):
-        rejected.add_metric([reason], n)
+    for reason in sorted(REJECT_REASONS | h.rejected.keys()):
+        rejected.add_metric([reason], h.rejected.get(reason, 0))
     rows = CounterMetricFamily(P + "exporter_rows_written", "Rows written to the warehouse, "
                                "by sink (duckdb, bigquery) and table.", labels=["sink", "table"])
     for table, n in sorted(v.rows_written.items()):

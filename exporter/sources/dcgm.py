@@ -35,6 +35,9 @@ BLANK_THRESHOLD = 9.2e18
 """DCGM's blank values (DCGM_INT64_BLANK and friends) start just above this."""
 MAX_LINE_BYTES = 64 * 1024
 MAX_DEVICES_PER_TARGET = 1024
+REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "duplicate",
+                            "too_long", "too_many_series"})
+"""Why a sample is dropped."""
 IDENTITY_CACHE_SIZE = 65536
 """Label sets whose parse is remembered across scrapes (8 per node, more when shared)."""
 MAX_CACHED_LABELS = 1024
@@ -75,8 +78,7 @@ class ParseResult:
     devices: list[DeviceReading]
     samples: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
-    """Counts of dropped lines by reason: malformed, no_gpu_uuid, blank, not_finite,
-    duplicate, too_long, too_many_series."""
+    """Counts of dropped lines by reason (``REJECT_REASONS``)."""
 
     def reject(self, reason: str, n: int = 1) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + n

@@ -1,0 +1,199 @@
+"""Dashboards and alert rules: promtool, unit tests for every alert, the Grafana dashboard
+linter's rules, and every expression parsing and naming metrics that exist."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).parents[1]
+ALERTS, DASHBOARDS = ROOT / "alerts", ROOT / "dashboards"
+RULES: dict[str, Any] = yaml.safe_load((ALERTS / "rules.yaml").read_text())
+ALL_RULES = [r for g in RULES["groups"] for r in g["rules"]]
+ALERT_RULES = [r for r in ALL_RULES if "alert" in r]
+RECORDED = {r["record"] for r in ALL_RULES if "record" in r}
+UNIT_TESTS = ("tests.yaml", "tests-slow.yaml")
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.parent.name + "_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BOARDS = {name: json.loads(text) for name, text in _load(DASHBOARDS / "build.py").render().items()}
+PANELS = [(name, p) for name, board in BOARDS.items() for p in board["panels"]]
+GRAFANA_VARS = {"$__rate_interval": "1m", "$cluster": ".*", "$team": ".*",
+                "$namespace": ".*"}
+
+
+def grafana_expr(expr: str) -> str:
+    """A panel's query as Prometheus sees it once Grafana substitutes its variables."""
+    for var, value in GRAFANA_VARS.items():
+        expr = expr.replace(var, value)
+    return expr
+
+
+def panel_exprs() -> list[tuple[str, str, str]]:
+    return [(name, p["title"], grafana_expr(t["expr"])) for name, p in PANELS
+            for t in p["targets"]]
+
+
+def exported_metrics() -> set[str]:
+    """Every series name the exporter can expose (its catalogue, from the source)."""
+    source = (ROOT / "exporter" / "sinks" / "prometheus.py").read_text()
+    names = set()
+    for kind, name in re.findall(r'(Counter|Gauge|Histogram)MetricFamily\(P \+ "(\w+)"',
+                                 source):
+        base = "gke_gpu_" + name
+        names |= {f"{base}_total"} if kind == "Counter" else \
+            {f"{base}_bucket", f"{base}_sum", f"{base}_count"} if kind == "Histogram" else {base}
+    return names
+
+
+def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["promtool", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+# ---------------------------------------------------------------------------- rules
+
+
+def test_rules_pass_promtool_check() -> None:
+    proc = promtool("check", "rules", "alerts/rules.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_alert_unit_test_passes_and_repeats(tmp_path: Path) -> None:
+    for _ in range(2):  # deterministic: the same result twice
+        proc = promtool("test", "rules", *UNIT_TESTS, cwd=ALERTS)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
+    tests = [t for f in UNIT_TESTS for t in yaml.safe_load((ALERTS / f).read_text())["tests"]]
+    firing, quiet = set(), set()
+    for t in tests:
+        for case in t["alert_rule_test"]:
+            (firing if case["exp_alerts"] else quiet).add(case["alertname"])
+    names = {r["alert"] for r in ALERT_RULES}
+    assert firing == names and quiet == names
+
+
+@pytest.mark.parametrize("rule", ALERT_RULES, ids=[r["alert"] for r in ALERT_RULES])
+def test_every_alert_is_actionable(rule: dict[str, Any]) -> None:
+    assert rule["labels"]["severity"] in ("page", "ticket")
+    assert rule.get("for"), "every alert waits before firing"
+    ann = rule["annotations"]
+    assert ann["summary"] and ann["description"]
+    page, anchor = ann["runbook_url"].split("#")
+    runbook = (ROOT / page).read_text()
+    anchors = {re.sub(r"[^a-z0-9-]", "", h.lower().replace(" ", "-"))
+               for h in re.findall(r"^## (.+)$", runbook, re.M)}
+    assert anchor in anchors, f"no runbook section for {rule['alert']}"
+
+
+def test_manifests_are_generated_from_the_rules() -> None:
+    build = _load(ALERTS / "build.py")
+    for name, text in build.manifests().items():
+        assert (ALERTS / name).read_text() == text, f"{name} is stale: make alerts"
+        doc = yaml.safe_load(text)
+        groups = [{k: v for k, v in g.items() if k != "interval"} for g in doc["spec"]["groups"]]
+        assert groups == RULES["groups"]
+    gmp = yaml.safe_load((ALERTS / "gmp-rules.yaml").read_text())
+    assert (gmp["apiVersion"], gmp["kind"]) == ("monitoring.googleapis.com/v1", "Rules")
+    assert all(g["interval"] for g in gmp["spec"]["groups"])
+    operator = yaml.safe_load((ALERTS / "prometheusrule.yaml").read_text())
+    assert (operator["apiVersion"], operator["kind"]) == ("monitoring.coreos.com/v1",
+                                                          "PrometheusRule")
+
+
+# ---------------------------------------------------------------------------- dashboards
+
+
+def test_dashboards_are_generated_from_code() -> None:
+    for name, board in BOARDS.items():
+        committed = json.loads((DASHBOARDS / name).read_text())
+        assert committed == board, f"{name} is stale: make dashboards"
+
+
+def test_dashboard_uids_are_unique_and_stable() -> None:
+    uids = [b["uid"] for b in BOARDS.values()]
+    assert len(set(uids)) == len(uids) == 6
+    assert all(u.startswith("gke-gpu-") for u in uids)
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_dashboard_lint(name: str) -> None:
+    """The Grafana dashboard linter's rules."""
+    board = BOARDS[name]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert "cluster" in variables
+    for v in variables.values():
+        if v["type"] == "query":
+            assert v["datasource"]["uid"] == "${datasource}", v["name"]
+    titles = [p["title"] for p in board["panels"]]
+    assert len(set(titles)) == len(titles), "panel titles are unique"
+    assert board["title"] and board["description"]
+    cells: set[tuple[int, int]] = set()
+    for p in board["panels"]:
+        where = f"{name}: {p['title']}"
+        assert p["datasource"]["uid"] == "${datasource}", where
+        assert p["description"], where
+        assert p["fieldConfig"]["defaults"]["unit"], where
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, where
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"])
+                for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & mine, f"{where} overlaps another panel"
+        cells |= mine
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == "${datasource}", where
+            for fn in re.findall(r"\b(rate|irate|increase)\(", t["expr"]):
+                assert re.search(rf"{fn}\([^\[]*\[\$__rate_interval\]", t["expr"]), \
+                    f"{where}: {fn} without $__rate_interval"
+            if "gke_gpu_exporter" not in t["expr"] and name != "exporter-health.json":
+                assert "$cluster" in t["expr"], f"{where} ignores the cluster variable"
+
+
+def test_provisioning_points_grafana_at_the_dashboards() -> None:
+    prov = yaml.safe_load((DASHBOARDS / "provisioning.yaml").read_text())
+    (provider,) = prov["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"]
+
+
+# ---------------------------------------------------------------------------- expressions
+
+
+def test_every_expression_parses(tmp_path: Path) -> None:
+    """Dashboard queries (variables substituted) checked by promtool as recording rules."""
+    rules = {"groups": [{"name": "panels", "rules": [
+        {"record": f"panel:{i}", "expr": expr} for i, (_, _, expr) in enumerate(panel_exprs())]}]}
+    path = tmp_path / "panels.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    proc = promtool("check", "rules", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+_METRIC = re.compile(r"\b(gke_gpu[:_][a-zA-Z0-9_:]*)")
+
+
+def test_every_metric_named_exists() -> None:
+    known = exported_metrics() | RECORDED
+    exprs = [e for _, _, e in panel_exprs()] + [r["expr"] for r in ALL_RULES]
+    exprs += [v["query"]["query"] for b in BOARDS.values() for v in b["templating"]["list"]
+              if v["type"] == "query"]
+    named = {m for e in exprs for m in _METRIC.findall(e)}
+    assert named and not named - known, sorted(named - known)
