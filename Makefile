@@ -19,6 +19,7 @@ test: lint tools
 
 tools:
 	@command -v promtool >/dev/null || { echo "promtool is missing: apt-get install prometheus"; exit 1; }
+	@command -v prometheus >/dev/null || { echo "prometheus is missing: apt-get install prometheus"; exit 1; }
 	@command -v kubectl >/dev/null || { echo "kubectl is missing: apt-get install kubernetes-client (or kubectl)"; exit 1; }
 
 lint: $(BIN)/gke-gpu-exporter

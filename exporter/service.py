@@ -157,6 +157,7 @@ class Exporter:
         self._target_nodes: dict[str, str] = {}
         self._windows: dict[str, collections.deque[tuple[float, dict[str, float]]]] = {}
         self._logged: set[tuple[str, str]] = set()
+        self._interrupted_pods: set[str] = set()
         self._pool_of: dict[str, str] = {}
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
@@ -274,9 +275,16 @@ class Exporter:
         return {(p.namespace, p.name): self._owner(p) for p in self.kube.pods.values()
                 if p.gpus > 0}
 
-    def _pod_gone(self, pod: PodInfo, now: float) -> None:
-        if pod.reason == "Terminated" and pod.phase == "Failed":  # spot preemption
+    def _interrupted(self, pod: PodInfo) -> None:
+        """Count a spot preemption once per pod: when it is seen terminated, or gone."""
+        if pod.reason == "Terminated" and pod.phase == "Failed" and \
+                pod.uid not in self._interrupted_pods:
+            self._interrupted_pods.add(pod.uid)
             self.totals.interruptions[self._pool_of.get(pod.node or "", "")] += 1
+
+    def _pod_gone(self, pod: PodInfo, now: float) -> None:
+        self._interrupted(pod)
+        self._interrupted_pods.discard(pod.uid)
         if self.warehouse is not None:
             self.warehouse.add_pods([pod], now, self._team)
             self.warehouse.forget_pod(pod.uid)
@@ -314,6 +322,7 @@ class Exporter:
 
     def _queue(self, now: float) -> None:
         for pod in self.kube.pods.values():
+            self._interrupted(pod)
             if pod.gpus > 0 and pod.scheduled is not None:
                 key = (pod.namespace, self._team(pod), pod.accelerator or "")
                 self.totals.observe_wait(pod.uid, key, compute.queue_wait_seconds(pod, now))

@@ -1,0 +1,130 @@
+"""A real Prometheus scrapes the exporter running on the simulated cluster: every dashboard
+query and every recording rule returns data, and every rule loads."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from exporter.simulator.scenario import load_scenario
+from exporter.simulator.server import SimulatorServer
+from tests.test_dashboards_alerts import ALERTS, RECORDED, panel_exprs
+
+RATE_INTERVAL = "10s"
+"""What Grafana's $__rate_interval is for a 1 s scrape interval (4 scrapes), rounded up."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _exporter(kubeconfig: Path, tmp: Path) -> tuple[asyncio.subprocess.Process, int]:
+    env = os.environ | {
+        "GKE_GPU_EXPORTER_INTERVAL": "1", "GKE_GPU_EXPORTER_PORT": "0",
+        "GKE_GPU_EXPORTER_LISTEN_ADDRESS": "127.0.0.1", "GKE_GPU_EXPORTER_CLUSTER": "live",
+        "GKE_GPU_EXPORTER_DCGM__TIMEOUT": "0.8",
+        "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(kubeconfig),
+        "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp / "w.duckdb"),
+        "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "1",
+        "GKE_GPU_EXPORTER_WAREHOUSE__FLUSH_INTERVAL": "1",
+        "GKE_GPU_EXPORTER_BUDGETS": '{"research": 1000}'}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "exporter", "run", env=env, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    async with asyncio.timeout(60):
+        while True:
+            line = (await proc.stderr.readline()).decode()
+            assert line, "the exporter exited before serving"
+            if m := re.search(r'"event": "serving".*"port": (\d+)', line):
+                return proc, int(m.group(1))
+
+
+async def _prometheus(exporter_port: int, tmp: Path) -> tuple[asyncio.subprocess.Process, str]:
+    port = _free_port()
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "rule_files": [str(ALERTS / "rules.yaml")],
+              "scrape_configs": [{"job_name": "gke-gpu-exporter", "static_configs": [
+                  {"targets": [f"127.0.0.1:{exporter_port}"]}]}]}
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    proc = await asyncio.create_subprocess_exec(
+        "prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as s, asyncio.timeout(60):
+        while True:
+            try:
+                async with s.get(f"{url}/-/ready") as r:
+                    if r.status == 200:
+                        return proc, url
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+
+
+async def _query(s: aiohttp.ClientSession, url: str, expr: str) -> list[object]:
+    async with s.get(f"{url}/api/v1/query", params={"query": expr}) as r:
+        body = await r.json()
+    assert body["status"] == "success", (expr, body)
+    return list(body["data"]["result"])
+
+
+@pytest.mark.timeout(240)
+async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path: Path) -> None:
+    sim = SimulatorServer(load_scenario("default"))
+    await sim.start()
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        await sim.advance(6 * 3600)  # six hours of the cluster's life
+        for _ in range(4):           # more pretraining than the H100s hold: a queue
+            sim.cluster.submit("llm-pretrain")
+        sim.cluster.submit("hparam-sweep", run_seconds=86400)  # a spot job to preempt
+        await sim.advance(15 * 60)   # the spot pool scales up for it
+        kubeconfig = sim.write_outputs(tmp_path).kubeconfig
+        exporter, port = await _exporter(kubeconfig, tmp_path)
+        procs.append(exporter)
+        prometheus, url = await _prometheus(port, tmp_path)
+        procs.append(prometheus)
+        api = sim.api_url
+        async with aiohttp.ClientSession() as s:
+            await asyncio.sleep(3)  # the exporter's first cycles, before the faults
+            for fault in ({"kind": "xid", "node": "a100-ondemand/0", "gpu": 0, "code": 48,
+                           "duration": "6h"},
+                          {"kind": "spot_preemption", "pool": "h100-spot"}):
+                async with s.post(f"{api}/sim/faults", json=fault) as r:
+                    assert r.status < 300, await r.text()
+            for _ in range(3):
+                await sim.advance(sim.cluster.step)
+                await asyncio.sleep(1)
+            await asyncio.sleep(12)  # rates need a few scrapes; rules a few evaluations
+            empty = []
+            for board, title, expr in panel_exprs():
+                expr = expr.replace("[1m]", f"[{RATE_INTERVAL}]")
+                if not await _query(s, url, expr):
+                    empty.append(f"{board}: {title}: {expr}")
+            for record in sorted(RECORDED):
+                if not await _query(s, url, record):
+                    empty.append(f"recording rule {record}")
+            assert not empty, "\n".join(empty)
+            async with s.get(f"{url}/api/v1/rules") as r:
+                groups = (await r.json())["data"]["groups"]
+            rules = [rule for g in groups for rule in g["rules"]]
+            assert len(rules) == 25
+            assert all(rule["health"] == "ok" for rule in rules), [
+                (rule["name"], rule.get("lastError")) for rule in rules if rule["health"] != "ok"]
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.terminate()
+                await proc.wait()
+        await sim.stop()
