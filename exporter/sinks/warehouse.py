@@ -100,7 +100,7 @@ class Warehouse:
         self.interval = interval
         self.flush_interval = max(interval, flush_interval or interval)
         # A small appender, not an analytics engine: bound DuckDB's memory and threads.
-        self.con = duckdb.connect(str(path), config={"memory_limit": "128MB", "threads": 1,
+        self.con = duckdb.connect(str(path), config={"memory_limit": "64MB", "threads": 1,
                                                      "TimeZone": "UTC"})
         for table in TABLES:
             self.con.execute(table.duckdb_ddl())
@@ -210,12 +210,16 @@ class Warehouse:
         try:
             if batch is not None:
                 self.con.register("_batch", batch)
-            fresh = self.con.execute(
-                f"INSERT OR IGNORE INTO {table.name} {source} RETURNING *", params or []
-            ).to_arrow_table()
-            if self.with_outbox and fresh.num_rows:
-                self.con.register("_fresh", fresh)
-                self.con.execute(outbox.add_sql(table.name, "_fresh", table.partition_by))
+            insert = f"INSERT OR IGNORE INTO {table.name} {source}"
+            if self.with_outbox:  # the new rows themselves, for the outbox
+                fresh = self.con.execute(f"{insert} RETURNING *", params or []).to_arrow_table()
+                added = fresh.num_rows
+                if added:
+                    self.con.register("_fresh", fresh)
+                    self.con.execute(outbox.add_sql(table.name, "_fresh", table.partition_by))
+            else:
+                row = self.con.execute(insert, params or []).fetchone()
+                added = int(row[0]) if row else 0
             if after is not None:
                 self.con.execute(*after)
             self.con.execute("COMMIT")
@@ -226,7 +230,7 @@ class Warehouse:
             for name in ("_batch", "_fresh"):
                 with contextlib.suppress(duckdb.Error):
                     self.con.unregister(name)
-        self.rows_written[table.name] += fresh.num_rows
+        self.rows_written[table.name] += added
 
     def open_outbox(self) -> outbox.Outbox:
         """The outbox, for a sender in another thread."""
