@@ -27,6 +27,7 @@ from exporter.service import DCGM_FIELDS_READ, Exporter
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.dcgm import DcgmSource
 from exporter.sources.kube import KubeSource
+from exporter.sources.prometheus_api import PrometheusApiSource
 
 log = logging.getLogger(__name__)
 _TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -64,8 +65,13 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
     kube = KubeSource(api, watch_timeout=cfg.kubernetes.watch_timeout,
                       watchdog=cfg.kubernetes.watchdog,
                       request_timeout=cfg.kubernetes.request_timeout)
-    dcgm = DcgmSource(session, cfg.dcgm.timeout, cfg.dcgm.max_body_bytes,
-                      cfg.dcgm.max_devices_per_target, read=DCGM_FIELDS_READ)
+    dcgm: DcgmSource | PrometheusApiSource = DcgmSource(
+        session, cfg.dcgm.timeout, cfg.dcgm.max_body_bytes, cfg.dcgm.max_devices_per_target,
+        read=DCGM_FIELDS_READ)
+    if cfg.dcgm.prometheus.url:
+        dcgm = PrometheusApiSource(session, cfg.dcgm.prometheus.url, DCGM_FIELDS_READ,
+                                   cfg.dcgm.prometheus.selector, cfg.dcgm.timeout,
+                                   cfg.dcgm.discovery.namespace)
     exporter = Exporter(cfg, prices, kube, dcgm, warehouse, bigquery)
     kube.start()
     if bigquery is not None:

@@ -34,17 +34,28 @@ class DcgmDiscovery(_Section):
     path: str = "/metrics"
 
 
+class DcgmPrometheus(_Section):
+    """Read DCGM from a Prometheus HTTP API instead of scraping dcgm-exporter: a cluster
+    Prometheus, or Google Managed Prometheus' endpoint (through its frontend)."""
+
+    url: str | None = None
+    """e.g. http://prometheus.monitoring:9090, or the GMP frontend's URL."""
+    selector: str = ""
+    """Extra label matchers for the query, e.g. ``cluster="prod"``."""
+
+
 class Dcgm(_Section):
     targets: list[str] = Field(default_factory=list)
     """Static dcgm-exporter URLs; leave empty to use discovery."""
     discovery: DcgmDiscovery = DcgmDiscovery()
+    prometheus: DcgmPrometheus = DcgmPrometheus()
     timeout: Duration = 10.0
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_devices_per_target: int = Field(default=1024, ge=1)
 
     @model_validator(mode="after")
     def _urls(self) -> Self:
-        for url in self.targets:
+        for url in [*self.targets, *([self.prometheus.url] if self.prometheus.url else [])]:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"target {url!r} is not an http(s) URL")
         return self

@@ -29,6 +29,7 @@ from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.dcgm import DcgmSource, DeviceReading, TargetScrape
 from exporter.sources.kube import KubeSource, NodeInfo, PodInfo
+from exporter.sources.prometheus_api import PrometheusApiSource
 
 if TYPE_CHECKING:
     from exporter.sinks.bigquery import BigQuerySink
@@ -132,7 +133,8 @@ class SourceHealth:
 class Exporter:
     """The exporter's state between cycles; ``cycle`` is the only thing that changes it."""
 
-    def __init__(self, config: Config, prices: PriceBook, kube: KubeSource, dcgm: DcgmSource,
+    def __init__(self, config: Config, prices: PriceBook, kube: KubeSource,
+                 dcgm: DcgmSource | PrometheusApiSource,
                  warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None
                  ) -> None:
         self.config = config
@@ -171,6 +173,8 @@ class Exporter:
     def targets(self) -> dict[str, str | None]:
         """Target URL -> the node it belongs to (None while unknown)."""
         cfg = self.config.dcgm
+        if cfg.prometheus.url:
+            return {cfg.prometheus.url.rstrip("/"): None}  # every node, through one API
         if cfg.targets:
             return {t: self._target_nodes.get(t) for t in cfg.targets}
         d = cfg.discovery
@@ -206,15 +210,17 @@ class Exporter:
                     # the discovered pod's node is authoritative; else DCGM's Hostname label
                     node = targets[url] or dev.hostname
                     readings[node].append(dev)
-                    self._target_nodes[url] = node
+                    if not self.dcgm.whole_cluster:
+                        self._target_nodes[url] = node
             else:
                 assert isinstance(res, SourceError)
                 self.health.up[key] = False
                 self.health.errors[key] += 1
                 self._log_once(url, type(res).__name__, "dcgm scrape failed",
                                error=res.reason)
-                lost = targets[url] or self._target_nodes.get(url)
-                if lost:
+                if self.dcgm.whole_cluster:
+                    unknown |= set(self.kube.nodes)
+                elif lost := targets[url] or self._target_nodes.get(url):
                     unknown.add(lost)
         for gone in [k for k in self.health.up if k[0] == "dcgm" and k[1] not in targets]:
             for table in (self.health.up, self.health.duration, self.health.errors):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -147,6 +147,11 @@ def _identity(raw: str) -> _Identity | str:
     labels = _parse_labels(raw)
     if labels is None:
         return "malformed"
+    return identity_of(labels)
+
+
+def identity_of(labels: Mapping[str, str]) -> _Identity | str:
+    """The entity parsed labels name (any dcgm-exporter variant), or why they are refused."""
     uuid = labels.get("UUID") or labels.get("uuid")
     if not uuid:
         return "no_gpu_uuid"
@@ -245,7 +250,13 @@ def _parse_lines(text: str, max_devices: int) -> ParseResult:
 
 def _new_series(raw: str, devices: dict[tuple[str, str], DeviceReading],
                 max_devices: int) -> tuple[DeviceReading, bool] | str:
-    ident = _identity_of(raw)
+    return add_series(_identity_of(raw), devices, max_devices)
+
+
+def add_series(ident: _Identity | str, devices: dict[tuple[str, str], DeviceReading],
+               max_devices: int) -> tuple[DeviceReading, bool] | str:
+    """The device a series belongs to (created if new), and whether it is the device's
+    first label set; or why the series is refused."""
     if isinstance(ident, str):
         return ident
     device = devices.get(ident.key)
@@ -273,6 +284,8 @@ class DcgmSource:
     """Scrapes dcgm-exporter endpoints concurrently, each with its own timeout and cap."""
 
     name = "dcgm"
+    whole_cluster = False
+    """Each target is one node."""
 
     def __init__(self, session: aiohttp.ClientSession, timeout_seconds: float,
                  max_body_bytes: int, max_devices: int = MAX_DEVICES_PER_TARGET,
