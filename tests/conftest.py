@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import re
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -90,3 +93,16 @@ async def make_server() -> AsyncIterator[Callable[..., Any]]:
     yield make
     for server in servers:
         await server.stop()
+
+
+async def start_exporter(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, int]:
+    """``gke-gpu-exporter run`` in a child process; returns it and its /metrics port."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "exporter", "run", env=env, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    async with asyncio.timeout(60):
+        while True:
+            line = (await proc.stderr.readline()).decode()
+            assert line, "the exporter exited before serving"
+            if m := re.search(r'"event": "serving".*"port": (\d+)', line):
+                return proc, int(m.group(1))

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import socket
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +14,7 @@ import yaml
 
 from exporter.simulator.scenario import load_scenario
 from exporter.simulator.server import SimulatorServer
+from tests.conftest import start_exporter
 from tests.test_dashboards_alerts import ALERTS, RECORDED, panel_exprs
 
 RATE_INTERVAL = "10s"
@@ -38,15 +37,7 @@ async def _exporter(kubeconfig: Path, tmp: Path) -> tuple[asyncio.subprocess.Pro
         "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "1",
         "GKE_GPU_EXPORTER_WAREHOUSE__FLUSH_INTERVAL": "1",
         "GKE_GPU_EXPORTER_BUDGETS": '{"research": 1000}'}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter", "run", env=env, stderr=asyncio.subprocess.PIPE)
-    assert proc.stderr is not None
-    async with asyncio.timeout(60):
-        while True:
-            line = (await proc.stderr.readline()).decode()
-            assert line, "the exporter exited before serving"
-            if m := re.search(r'"event": "serving".*"port": (\d+)', line):
-                return proc, int(m.group(1))
+    return await start_exporter(env)
 
 
 async def _prometheus(exporter_port: int, tmp: Path) -> tuple[asyncio.subprocess.Process, str]:

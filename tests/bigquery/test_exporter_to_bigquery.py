@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from exporter.simulator.scenario import Scenario, load_scenario
 from exporter.simulator.server import SimulatorServer
 from exporter.sinks.schema import TABLES
 from tests.bigquery.conftest import client_for, duck_rows, rows_of
+from tests.conftest import start_exporter
 
 DAY = 86400.0
 
@@ -102,18 +102,6 @@ def _value(text: str, series: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-async def _start(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter", "run", env=env, stderr=asyncio.subprocess.PIPE)
-    assert proc.stderr is not None
-    async with asyncio.timeout(30):
-        while True:
-            line = (await proc.stderr.readline()).decode()
-            assert line, "the exporter exited before serving"
-            if m := re.search(r'"event": "serving".*"port": (\d+)', line):
-                return proc, int(m.group(1))
-
-
 async def _until(port: int, ok: Callable[[str], bool]) -> str:
     async with asyncio.timeout(60):
         while True:
@@ -149,14 +137,14 @@ async def test_sigkilled_exporter_replays_its_spool_after_restart(
         "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__FLUSH_INTERVAL": "0.5",
         "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__DEADLINE": "1",
         "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__REQUEST_TIMEOUT": "1"}
-    proc, port = await _start(env)
+    proc, port = await start_exporter(env)
     text = await _until(port, lambda t: _value(t, SPOOL) >= 20)
     assert _value(text, SENT) == 0
     proc.send_signal(signal.SIGKILL)                  # no shutdown, no last flush
     await proc.wait()
     await asyncio.to_thread(em.start)                 # BigQuery is back
     try:
-        proc, port = await _start(env)
+        proc, port = await start_exporter(env)
         await _until(port, lambda t: _value(t, SENT) >= 20 and _value(t, SPOOL) == 0)
         proc.terminate()
         async with asyncio.timeout(30):

@@ -6,7 +6,6 @@ import asyncio
 import os
 import re
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from exporter.demo import caught_up, demo_config, step_both
 from exporter.service import Exporter
 from exporter.simulator.scenario import Fault, Scenario
 from exporter.simulator.server import SimulatorServer
+from tests.conftest import start_exporter
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"
 VOLATILE = {"gke_gpu_exporter_cycle_duration_seconds", "gke_gpu_exporter_scrape_duration_seconds"}
@@ -144,16 +144,7 @@ async def test_run_serves_and_stops_on_sigterm(make_server: Callable[..., Any],
                         "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "2",
                         "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp_path / "w.duckdb"),
                         "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(kubeconfig)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter", "run", env=env, stderr=asyncio.subprocess.PIPE)
-    assert proc.stderr is not None
-    port = None
-    async with asyncio.timeout(30):
-        while port is None:
-            line = (await proc.stderr.readline()).decode()
-            assert line, "the exporter exited before serving"
-            if m := re.search(r'"event": "serving".*"port": (\d+)', line):
-                port = int(m.group(1))
+    proc, port = await start_exporter(env)
     async with aiohttp.ClientSession() as s, asyncio.timeout(30):
         while True:
             async with s.get(f"http://127.0.0.1:{port}/readyz") as resp:
