@@ -24,6 +24,7 @@ from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import ctx
 from exporter.prices import load_price_book
 from exporter.service import DCGM_FIELDS_READ, Exporter
+from exporter.sinks.remote_write import RemoteWriter
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.dcgm import DcgmSource
 from exporter.sources.kube import KubeSource
@@ -118,7 +119,11 @@ async def serve(exporter: Exporter, host: str, port: int) -> tuple[web.AppRunner
 
 async def run(cfg: Config) -> int:
     """The service, until SIGTERM or SIGINT."""
-    async with open_exporter(cfg) as exporter:
+    async with open_exporter(cfg) as exporter, aiohttp.ClientSession() as session:
+        writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
+                              cfg.remote_write.timeout) if cfg.remote_write.url else None
+        pushing = asyncio.create_task(writer.run()) if writer is not None else None
+        exporter.remote_write = writer.stats if writer is not None else None
         runner, port = await serve(exporter, cfg.listen_address, cfg.port)
         log.info("serving", extra=ctx(address=cfg.listen_address, port=port,
                                       interval_seconds=cfg.interval))
@@ -131,12 +136,17 @@ async def run(cfg: Config) -> int:
                 began = time.monotonic()
                 try:
                     await exporter.cycle(time.time())
+                    if writer is not None:
+                        writer.add_cycle(exporter.metrics_text.decode(),
+                                         exporter.last_cycle_time)
                 except Exception:  # a bug in one cycle must not end the service
                     log.exception("cycle failed")
                 wait = max(0.0, cfg.interval - (time.monotonic() - began))
                 await asyncio.wait([stop], timeout=wait)
         finally:
             stop.cancel()
+            if pushing is not None:
+                pushing.cancel()
             await runner.cleanup()
     log.info("stopped")
     return 0

@@ -149,6 +149,16 @@ class Warehouse(_Section):
         return self
 
 
+class RemoteWrite(_Section):
+    """Also push every cycle's series to a Prometheus remote-write receiver."""
+
+    url: str | None = None
+    """e.g. http://prometheus:9090/api/v1/write"""
+    queue_size: int = Field(default=60, ge=1)
+    """Cycles kept while the receiver is unreachable; past it the oldest are dropped."""
+    timeout: Duration = 30.0
+
+
 _NO_CRLF = r"^[^\r\n]*$"
 
 
@@ -208,6 +218,7 @@ class Config(BaseSettings):
     sla: Sla = Sla()
     warehouse: Warehouse = Warehouse()
     report: Report = Report()
+    remote_write: RemoteWrite = RemoteWrite()
 
     @model_validator(mode="after")
     def _intervals(self) -> Self:

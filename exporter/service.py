@@ -33,6 +33,7 @@ from exporter.sources.prometheus_api import PrometheusApiSource
 
 if TYPE_CHECKING:
     from exporter.sinks.bigquery import BigQuerySink
+    from exporter.sinks.remote_write import RemoteWriteStats
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,8 @@ class Exporter:
         self.dcgm = dcgm
         self.warehouse = warehouse
         self.bigquery = bigquery
+        self.remote_write: RemoteWriteStats | None = None
+        """Set when the service also pushes by remote write."""
         self.totals = Totals()
         self.health = SourceHealth()
         self.inventory: dict[str, dict[str, compute.DeviceIdentity]] = {}
@@ -376,4 +379,5 @@ class Exporter:
             bigquery=self.bigquery.stats if self.bigquery else None,
             bigquery_dataset=self.bigquery.dataset_ref if self.bigquery else "",
             budgets=self.config.budgets, sla_target=self.config.sla.target,
+            remote_write=self.remote_write,
         )

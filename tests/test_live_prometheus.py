@@ -27,8 +27,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _exporter(kubeconfig: Path, tmp: Path) -> tuple[asyncio.subprocess.Process, int]:
+async def _exporter(kubeconfig: Path, tmp: Path, push_to: int
+                    ) -> tuple[asyncio.subprocess.Process, int]:
     env = os.environ | {
+        "GKE_GPU_EXPORTER_REMOTE_WRITE__URL": f"http://127.0.0.1:{push_to}/api/v1/write",
         "GKE_GPU_EXPORTER_INTERVAL": "1", "GKE_GPU_EXPORTER_PORT": "0",
         "GKE_GPU_EXPORTER_LISTEN_ADDRESS": "127.0.0.1", "GKE_GPU_EXPORTER_CLUSTER": "live",
         "GKE_GPU_EXPORTER_DCGM__TIMEOUT": "0.8",
@@ -40,8 +42,8 @@ async def _exporter(kubeconfig: Path, tmp: Path) -> tuple[asyncio.subprocess.Pro
     return await start_exporter(env)
 
 
-async def _prometheus(exporter_port: int, tmp: Path) -> tuple[asyncio.subprocess.Process, str]:
-    port = _free_port()
+async def _prometheus(exporter_port: int, port: int, tmp: Path
+                      ) -> tuple[asyncio.subprocess.Process, str]:
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
               "rule_files": [str(ALERTS / "rules.yaml")],
               "scrape_configs": [{"job_name": "gke-gpu-exporter", "static_configs": [
@@ -50,6 +52,7 @@ async def _prometheus(exporter_port: int, tmp: Path) -> tuple[asyncio.subprocess
     proc = await asyncio.create_subprocess_exec(
         "prometheus", f"--config.file={tmp / 'prometheus.yml'}",
         f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-remote-write-receiver",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     async with aiohttp.ClientSession() as s, asyncio.timeout(60):
@@ -82,9 +85,10 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
         sim.cluster.submit("hparam-sweep", run_seconds=86400)  # a spot job to preempt
         await sim.advance(15 * 60)   # the spot pool scales up for it
         kubeconfig = sim.write_outputs(tmp_path).kubeconfig
-        exporter, port = await _exporter(kubeconfig, tmp_path)
+        prometheus_port = _free_port()
+        exporter, port = await _exporter(kubeconfig, tmp_path, prometheus_port)
         procs.append(exporter)
-        prometheus, url = await _prometheus(port, tmp_path)
+        prometheus, url = await _prometheus(port, prometheus_port, tmp_path)
         procs.append(prometheus)
         api = sim.api_url
         async with aiohttp.ClientSession() as s:
@@ -107,6 +111,12 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
                 if not await _query(s, url, record):
                     empty.append(f"recording rule {record}")
             assert not empty, "\n".join(empty)
+            # the exporter also pushed its series by remote write (no job label: not scraped)
+            pushed = await _query(s, url, 'gke_gpu_sla_target_ratio{job=""}')
+            assert [p["metric"]["cluster"] for p in pushed] == ["live"]  # type: ignore[index]
+            sent = await _query(s, url, 'gke_gpu_exporter_remote_write_requests_total'
+                                        '{job="gke-gpu-exporter", outcome="sent"} > 0')
+            assert sent
             async with s.get(f"{url}/api/v1/rules") as r:
                 groups = (await r.json())["data"]["groups"]
             rules = [rule for g in groups for rule in g["rules"]]

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from exporter.bottleneck import Diagnosis
     from exporter.service import SourceHealth, Totals
     from exporter.sinks.bigquery import BigQueryStats
+    from exporter.sinks.remote_write import RemoteWriteStats
     from exporter.sources.kube import KubeSource
 
 P = "gke_gpu_"
@@ -120,6 +121,7 @@ class MetricsView:
     bigquery_dataset: str = ""
     budgets: Mapping[str, float] = field(default_factory=dict)
     sla_target: float = 0.995
+    remote_write: RemoteWriteStats | None = None
 
 
 def label_text(names: Sequence[str], values: Sequence[str]) -> str:
@@ -367,6 +369,17 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
     yield from (up, dur, errors, relists, rejected, rows)
     if v.bigquery is not None:
         yield from _spool_families(v.bigquery)
+    if v.remote_write is not None:
+        rw = v.remote_write
+        requests = CounterMetricFamily(P + "exporter_remote_write_requests", "Remote-write "
+                                       "requests by outcome: sent, dropped (refused, or the "
+                                       "queue was full), retried.", labels=["outcome"])
+        for outcome, n in (("sent", rw.requests_sent), ("dropped", rw.requests_dropped),
+                           ("retried", rw.retries)):
+            requests.add_metric([outcome], n)
+        yield requests
+        yield GaugeMetricFamily(P + "exporter_remote_write_queue", "Requests waiting to be "
+                                "sent.", value=rw.queued)
     unpriced = GaugeMetricFamily(P + "exporter_unpriced_gpus", "GPUs whose model the price "
                                  "book does not price: their cost is unknown, not zero.",
                                  labels=["model", "provisioning"])

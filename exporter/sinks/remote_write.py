@@ -1,0 +1,185 @@
+"""Push the exporter's series to a Prometheus remote-write 1.0 receiver.
+
+Each cycle's ``/metrics`` becomes one WriteRequest (protobuf, snappy block format) with the
+cycle's timestamp; a series that disappears gets a staleness marker, so a receiver stops
+showing it at once. Requests wait in a bounded queue (the oldest dropped and counted when
+it is full); 5xx and 429 answers are retried with capped backoff, other 4xx never (the
+request is dropped and counted: the receiver will not take it however often it is sent).
+Timestamps are strictly increasing per series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import cramjam
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from exporter.backoff import Backoff
+from exporter.logs import ctx
+
+log = logging.getLogger(__name__)
+
+STALE_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+"""Prometheus' staleness marker: a NaN with this exact bit pattern."""
+
+
+def _messages() -> tuple[Any, ...]:
+    """remote.proto's WriteRequest, TimeSeries, Label, Sample (remote-write 1.0)."""
+    f = descriptor_pb2.FileDescriptorProto(name="gke_gpu_remote.proto", package="prometheus",
+                                           syntax="proto3")
+    scalar = descriptor_pb2.FieldDescriptorProto
+    for name, fields in (("Label", [("name", 1, scalar.TYPE_STRING, None),
+                                    ("value", 2, scalar.TYPE_STRING, None)]),
+                         ("Sample", [("value", 1, scalar.TYPE_DOUBLE, None),
+                                     ("timestamp", 2, scalar.TYPE_INT64, None)]),
+                         ("TimeSeries", [("labels", 1, scalar.TYPE_MESSAGE, ".prometheus.Label"),
+                                         ("samples", 2, scalar.TYPE_MESSAGE,
+                                          ".prometheus.Sample")]),
+                         ("WriteRequest", [("timeseries", 1, scalar.TYPE_MESSAGE,
+                                            ".prometheus.TimeSeries")])):
+        m = f.message_type.add(name=name)
+        for fname, number, ftype, type_name in fields:
+            field = m.field.add(name=fname, number=number, type=ftype,
+                                label=scalar.LABEL_REPEATED if type_name else
+                                scalar.LABEL_OPTIONAL)
+            if type_name:
+                field.type_name = type_name
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"prometheus.{n}"))
+                 for n in ("WriteRequest", "TimeSeries", "Label", "Sample"))
+
+
+WriteRequest, TimeSeries, Label, Sample = _messages()
+
+
+def _labels(text: str) -> list[tuple[str, str]] | None:
+    """``a="x",b="y"`` (the exporter's own escaping) to pairs; None if malformed."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        eq = text.find('="', i)
+        if eq < 0:
+            return None
+        j, chars = eq + 2, []
+        while j < n and text[j] != '"':
+            if text[j] == "\\" and j + 1 < n:
+                j += 1
+                chars.append({"n": "\n"}.get(text[j], text[j]))
+            else:
+                chars.append(text[j])
+            j += 1
+        out.append((text[i:eq], "".join(chars)))
+        i = j + 2  # past the quote and the comma
+    return out
+
+
+def samples(exposition: str) -> dict[str, float]:
+    """Series line (name and labels, as printed) -> value, for every sample line."""
+    out = {}
+    for line in exposition.split("\n"):
+        if line and line[0] != "#":
+            key, _, value = line.rpartition(" ")
+            try:
+                out[key] = float(value)
+            except ValueError:
+                continue
+    return out
+
+
+def _series(key: str, value: float, ts_ms: int) -> Any:
+    name, _, rest = key.partition("{")
+    pairs = _labels(rest[:-1]) if rest else []
+    ts = TimeSeries()
+    ts.labels.add(name="__name__", value=name)
+    for k, v in sorted(pairs or []):
+        if v:  # an empty label is no label
+            ts.labels.add(name=k, value=v)
+    ts.samples.add(value=value, timestamp=ts_ms)
+    return ts
+
+
+@dataclass(slots=True)
+class RemoteWriteStats:
+    requests_sent: int = 0
+    requests_dropped: int = 0
+    """Refused (4xx) or pushed out of a full queue."""
+    retries: int = 0
+    queued: int = 0
+
+
+class RemoteWriter:
+    def __init__(self, session: aiohttp.ClientSession, url: str, queue_size: int = 60,
+                 timeout: float = 30.0, backoff: Backoff | None = None) -> None:
+        self._session = session
+        self.url = url
+        self._timeout = timeout
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._queue_size = queue_size
+        self._backoff = backoff or Backoff(base=0.5, cap=30.0)
+        self._last: dict[str, float] = {}
+        self._last_ts = 0
+        self._wake = asyncio.Event()
+        self.stats = RemoteWriteStats()
+
+    def add_cycle(self, exposition: str, now: float) -> None:
+        """Queue one cycle's series at ``now`` (seconds), with staleness markers for the
+        series the previous cycle had and this one has not."""
+        ts = max(int(now * 1000), self._last_ts + 1)  # strictly increasing
+        current = samples(exposition)
+        req = WriteRequest()
+        for key, value in current.items():
+            req.timeseries.append(_series(key, value, ts))
+        for key in self._last.keys() - current.keys():
+            req.timeseries.append(_series(key, STALE_NAN, ts))
+        self._last, self._last_ts = current, ts
+        if len(self._queue) >= self._queue_size:
+            self._queue.popleft()
+            self.stats.requests_dropped += 1
+            log.warning("remote write queue full: oldest request dropped",
+                        extra=ctx(url=self.url, queue_size=self._queue_size))
+        self._queue.append(bytes(cramjam.snappy.compress_raw(req.SerializeToString())))
+        self.stats.queued = len(self._queue)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Send queued requests in order until cancelled."""
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            outcome = await self._send(self._queue[0])
+            if outcome == "retry":
+                self.stats.retries += 1
+                await asyncio.sleep(self._backoff.next())
+                continue
+            self._backoff.reset()
+            self._queue.popleft()
+            self.stats.queued = len(self._queue)
+            if outcome == "sent":
+                self.stats.requests_sent += 1
+            else:
+                self.stats.requests_dropped += 1
+
+    async def _send(self, body: bytes) -> str:
+        headers = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
+                   "X-Prometheus-Remote-Write-Version": "0.1.0"}
+        try:
+            async with asyncio.timeout(self._timeout), self._session.post(
+                    self.url, data=body, headers=headers) as resp:
+                if resp.status < 300:
+                    return "sent"
+                if resp.status == 429 or resp.status >= 500:
+                    return "retry"
+                log.warning("remote write refused: request dropped", extra=ctx(
+                    url=self.url, status=resp.status, answer=(await resp.text())[:200]))
+                return "dropped"
+        except (TimeoutError, aiohttp.ClientError):
+            return "retry"
