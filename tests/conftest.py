@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import re
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+import yaml
 
 from exporter.simulator.scenario import Scenario, parse_scenario
 from exporter.simulator.server import SimulatorServer
@@ -106,3 +109,30 @@ async def start_exporter(env: dict[str, str]) -> tuple[asyncio.subprocess.Proces
             assert line, "the exporter exited before serving"
             if m := re.search(r'"event": "serving".*"port": (\d+)', line):
                 return proc, int(m.group(1))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def start_prometheus(tmp: Path, config: dict[str, Any], *flags: str,
+                           port: int | None = None) -> tuple[asyncio.subprocess.Process, str]:
+    """Debian's Prometheus server on loopback with ``config``; returns it once ready."""
+    port = port or free_port()
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    proc = await asyncio.create_subprocess_exec(
+        "prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+        *flags, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as s, asyncio.timeout(60):
+        while True:
+            try:
+                async with s.get(f"{url}/-/ready") as r:
+                    if r.status == 200:
+                        return proc, url
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)

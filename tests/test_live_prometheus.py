@@ -5,26 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from pathlib import Path
 
 import aiohttp
 import pytest
-import yaml
 
 from exporter.simulator.scenario import load_scenario
 from exporter.simulator.server import SimulatorServer
-from tests.conftest import start_exporter
+from tests.conftest import free_port, start_exporter, start_prometheus
 from tests.test_dashboards_alerts import ALERTS, RECORDED, panel_exprs
 
 RATE_INTERVAL = "10s"
 """What Grafana's $__rate_interval is for a 1 s scrape interval (4 scrapes), rounded up."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _exporter(kubeconfig: Path, tmp: Path, push_to: int
@@ -48,22 +40,8 @@ async def _prometheus(exporter_port: int, port: int, tmp: Path
               "rule_files": [str(ALERTS / "rules.yaml")],
               "scrape_configs": [{"job_name": "gke-gpu-exporter", "static_configs": [
                   {"targets": [f"127.0.0.1:{exporter_port}"]}]}]}
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    proc = await asyncio.create_subprocess_exec(
-        "prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
-        "--web.enable-remote-write-receiver",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as s, asyncio.timeout(60):
-        while True:
-            try:
-                async with s.get(f"{url}/-/ready") as r:
-                    if r.status == 200:
-                        return proc, url
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
+    return await start_prometheus(tmp, config, "--web.enable-remote-write-receiver",
+                                  port=port)
 
 
 async def _query(s: aiohttp.ClientSession, url: str, expr: str) -> list[object]:
@@ -85,7 +63,7 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
         sim.cluster.submit("hparam-sweep", run_seconds=86400)  # a spot job to preempt
         await sim.advance(15 * 60)   # the spot pool scales up for it
         kubeconfig = sim.write_outputs(tmp_path).kubeconfig
-        prometheus_port = _free_port()
+        prometheus_port = free_port()
         exporter, port = await _exporter(kubeconfig, tmp_path, prometheus_port)
         procs.append(exporter)
         prometheus, url = await _prometheus(port, prometheus_port, tmp_path)

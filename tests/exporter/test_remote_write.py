@@ -4,7 +4,6 @@ series goes stale at once, a refused request is not retried, a failing one is.""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from aiohttp import web
 
 from exporter.backoff import Backoff
 from exporter.sinks.remote_write import RemoteWriter, samples
+from tests.conftest import start_prometheus
 
 TWO = 'gke_gpu_test_ratio{cluster="c",uuid="a"} 1\ngke_gpu_test_ratio{cluster="c",uuid="b"} 2\n'
 ONE = '# HELP gke_gpu_test_ratio A test.\ngke_gpu_test_ratio{cluster="c",uuid="a"} 3\n'
@@ -22,25 +22,8 @@ ONE = '# HELP gke_gpu_test_ratio A test.\ngke_gpu_test_ratio{cluster="c",uuid="a
 
 @pytest.fixture
 async def prometheus(tmp_path: Path) -> AsyncIterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (tmp_path / "prometheus.yml").write_text("global: {}\n")
-    proc = await asyncio.create_subprocess_exec(
-        "prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
-        "--web.enable-remote-write-receiver",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as s, asyncio.timeout(60):
-        while True:
-            try:
-                async with s.get(f"{url}/-/ready") as r:
-                    if r.status == 200:
-                        break
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
+    proc, url = await start_prometheus(tmp_path, {"global": {}},
+                                       "--web.enable-remote-write-receiver")
     yield url
     proc.terminate()
     await proc.wait()

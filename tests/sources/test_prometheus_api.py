@@ -4,13 +4,11 @@ real Prometheus scraping the simulated cluster gives the exporter the same GPUs.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from exporter.app import open_exporter
 from exporter.demo import demo_config
@@ -18,6 +16,7 @@ from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
 from exporter.sources.dcgm import PodOnDevice
 from exporter.sources.prometheus_api import readings
+from tests.conftest import start_prometheus
 
 U = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 
@@ -52,12 +51,6 @@ def test_vector_labels_read_like_dcgm_exporter() -> None:
     assert result.rejected == {"blank": 1, "not_finite": 1, "malformed": 1, "no_gpu_uuid": 1}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_exporter_reads_the_cluster_through_a_real_prometheus(
         make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
         tmp_path: Path) -> None:
@@ -68,18 +61,12 @@ async def test_exporter_reads_the_cluster_through_a_real_prometheus(
     outputs = sim.write_outputs(tmp_path)
     targets = [t.removeprefix("http://").removesuffix("/metrics")
                for t in outputs.targets.read_text().split() if t.startswith("http")]
-    port = _free_port()
     # target labels pod/namespace, as a ServiceMonitor adds: the scraped ones become exported_*
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+    prometheus, url = await start_prometheus(tmp_path, {
         "global": {"scrape_interval": "1s"},
         "scrape_configs": [{"job_name": "dcgm", "static_configs": [
             {"targets": targets, "labels": {"pod": "dcgm-exporter-x",
-                                            "namespace": "gke-managed-system"}}]}]}))
-    prometheus = await asyncio.create_subprocess_exec(
-        "prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+                                            "namespace": "gke-managed-system"}}]}]})
     try:
         async with aiohttp.ClientSession() as s, asyncio.timeout(60):
             while True:  # every target scraped at least once
