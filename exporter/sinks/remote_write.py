@@ -23,6 +23,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from exporter.backoff import Backoff
 from exporter.logs import ctx
+from exporter.sources.dcgm import parse_labels
 
 log = logging.getLogger(__name__)
 
@@ -60,26 +61,6 @@ def _messages() -> tuple[Any, ...]:
 WriteRequest, TimeSeries, Label, Sample = _messages()
 
 
-def _labels(text: str) -> list[tuple[str, str]] | None:
-    """``a="x",b="y"`` (the exporter's own escaping) to pairs; None if malformed."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        eq = text.find('="', i)
-        if eq < 0:
-            return None
-        j, chars = eq + 2, []
-        while j < n and text[j] != '"':
-            if text[j] == "\\" and j + 1 < n:
-                j += 1
-                chars.append({"n": "\n"}.get(text[j], text[j]))
-            else:
-                chars.append(text[j])
-            j += 1
-        out.append((text[i:eq], "".join(chars)))
-        i = j + 2  # past the quote and the comma
-    return out
-
-
 def samples(exposition: str) -> dict[str, float]:
     """Series line (name and labels, as printed) -> value, for every sample line."""
     out = {}
@@ -95,10 +76,10 @@ def samples(exposition: str) -> dict[str, float]:
 
 def _series(key: str, value: float, ts_ms: int) -> Any:
     name, _, rest = key.partition("{")
-    pairs = _labels(rest[:-1]) if rest else []
+    labels = parse_labels(rest[:-1]) if rest else {}
     ts = TimeSeries()
     ts.labels.add(name="__name__", value=name)
-    for k, v in sorted(pairs or []):
+    for k, v in sorted((labels or {}).items()):
         if v:  # an empty label is no label
             ts.labels.add(name=k, value=v)
     ts.samples.add(value=value, timestamp=ts_ms)

@@ -84,7 +84,7 @@ class ParseResult:
         self.rejected[reason] = self.rejected.get(reason, 0) + n
 
 
-def _parse_labels(text: str) -> dict[str, str] | None:
+def parse_labels(text: str) -> dict[str, str] | None:
     """``a="x",b="y"`` to a dict; None if malformed. Handles escaped quotes."""
     if "\\" not in text:
         body = text.rstrip(",")
@@ -144,7 +144,7 @@ class _Identity:
 
 def _identity(raw: str) -> _Identity | str:
     """The entity a label set names, or the reason it is refused."""
-    labels = _parse_labels(raw)
+    labels = parse_labels(raw)
     if labels is None:
         return "malformed"
     return identity_of(labels)
