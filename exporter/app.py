@@ -20,12 +20,15 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
 from exporter.config import Config
+from exporter.google_monitoring import metric_client
 from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import ctx
 from exporter.prices import load_price_book
 from exporter.service import DCGM_FIELDS_READ, Exporter
+from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.remote_write import RemoteWriter
 from exporter.sinks.warehouse import Warehouse
+from exporter.sources.cloud_monitoring import CloudMonitoringSource
 from exporter.sources.dcgm import DcgmSource
 from exporter.sources.kube import KubeSource
 from exporter.sources.prometheus_api import PrometheusApiSource
@@ -66,13 +69,21 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
     kube = KubeSource(api, watch_timeout=cfg.kubernetes.watch_timeout,
                       watchdog=cfg.kubernetes.watchdog,
                       request_timeout=cfg.kubernetes.request_timeout)
-    dcgm: DcgmSource | PrometheusApiSource = DcgmSource(
+    dcgm: DcgmSource | PrometheusApiSource | CloudMonitoringSource = DcgmSource(
         session, cfg.dcgm.timeout, cfg.dcgm.max_body_bytes, cfg.dcgm.max_devices_per_target,
         read=DCGM_FIELDS_READ)
     if cfg.dcgm.prometheus.url:
         dcgm = PrometheusApiSource(session, cfg.dcgm.prometheus.url, DCGM_FIELDS_READ,
                                    cfg.dcgm.prometheus.selector, cfg.dcgm.timeout,
                                    cfg.dcgm.discovery.namespace)
+    cm = cfg.dcgm.cloud_monitoring
+    monitoring = None
+    if cm.project:
+        monitoring = metric_client(cm.endpoint, cm.anonymous)
+        dcgm = CloudMonitoringSource(
+            monitoring, cm.project, cm.cluster or cfg.cluster, DCGM_FIELDS_READ,
+            cfg.dcgm.timeout, cm.lookback, cm.location, cm.fallback_system_metrics,
+            cfg.dcgm.discovery.namespace)
     exporter = Exporter(cfg, prices, kube, dcgm, warehouse, bigquery)
     kube.start()
     if bigquery is not None:
@@ -89,6 +100,8 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
             warehouse.close()
         await session.close()
         await api.close()
+        if monitoring is not None:
+            await monitoring.transport.close()  # type: ignore[no-untyped-call]
 
 
 def http_app(exporter: Exporter) -> web.Application:
@@ -124,6 +137,15 @@ async def run(cfg: Config) -> int:
                               cfg.remote_write.timeout) if cfg.remote_write.url else None
         pushing = asyncio.create_task(writer.run()) if writer is not None else None
         exporter.remote_write = writer.stats if writer is not None else None
+        gcm = cfg.cloud_monitoring
+        gcm_client = metric_client(gcm.endpoint, gcm.anonymous) if gcm.enabled else None
+        gcm_writer = CloudMonitoringWriter(
+            gcm_client, gcm.project or "", gcm.location or "", cfg.cluster, gcm.families,
+            started=time.time(), interval=gcm.interval, batch_size=gcm.batch_size,
+            requests_per_second=gcm.requests_per_second, timeout=gcm.timeout) \
+            if gcm_client is not None else None
+        writing = asyncio.create_task(gcm_writer.run()) if gcm_writer is not None else None
+        exporter.cloud_monitoring = gcm_writer.stats if gcm_writer is not None else None
         runner, port = await serve(exporter, cfg.listen_address, cfg.port)
         log.info("serving", extra=ctx(address=cfg.listen_address, port=port,
                                       interval_seconds=cfg.interval))
@@ -136,17 +158,23 @@ async def run(cfg: Config) -> int:
                 began = time.monotonic()
                 try:
                     await exporter.cycle(time.time())
-                    if writer is not None:
-                        writer.add_cycle(exporter.metrics_text.decode(),
-                                         exporter.last_cycle_time)
+                    if writer is not None or gcm_writer is not None:
+                        text = exporter.metrics_text.decode()
+                        if writer is not None:
+                            writer.add_cycle(text, exporter.last_cycle_time)
+                        if gcm_writer is not None:
+                            gcm_writer.add_cycle(text, exporter.last_cycle_time)
                 except Exception:  # a bug in one cycle must not end the service
                     log.exception("cycle failed")
                 wait = max(0.0, cfg.interval - (time.monotonic() - began))
                 await asyncio.wait([stop], timeout=wait)
         finally:
             stop.cancel()
-            if pushing is not None:
-                pushing.cancel()
+            for task in (pushing, writing):
+                if task is not None:
+                    task.cancel()
+            if gcm_client is not None:
+                await gcm_client.transport.close()  # type: ignore[no-untyped-call]
             await runner.cleanup()
     log.info("stopped")
     return 0

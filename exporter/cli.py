@@ -231,12 +231,19 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: invalid configuration\n{exc}", file=sys.stderr)
         return 1
     if args.check_config:
-        targets = f"{len(cfg.dcgm.targets)} static targets" if cfg.dcgm.targets else \
-            f"discovery in {cfg.dcgm.discovery.namespace} ({cfg.dcgm.discovery.label_selector})"
+        d = cfg.dcgm
+        targets = f"{len(d.targets)} static targets" if d.targets else \
+            f"discovery in {d.discovery.namespace} ({d.discovery.label_selector})"
+        if d.prometheus.url:
+            targets = f"from the Prometheus API at {d.prometheus.url}"
+        elif d.cloud_monitoring.project:
+            targets = f"from Cloud Monitoring in project {d.cloud_monitoring.project}"
+        gcm = cfg.cloud_monitoring
         print(f"config ok: cluster {cfg.cluster}, every {cfg.interval:g} s, dcgm {targets}, "
               f"prices {book.region} as of {book.as_of}, warehouse "
               f"{cfg.warehouse.path if cfg.warehouse.enabled else 'off'}, bigquery "
-              f"{_bigquery(cfg)}")
+              f"{_bigquery(cfg)}, cloud monitoring "
+              f"{f'project {gcm.project}' if gcm.enabled else 'off'}")
         return 0
     return asyncio.run(run(cfg))
 

@@ -5,7 +5,8 @@ figure              definition
 ==================  =====================================================================
 utilisation         ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (0-1); without profiling,
                     ``DCGM_FI_DEV_GPU_UTIL / 100`` (which overstates work: it only says a
-                    kernel ran). The source used is recorded.
+                    kernel ran); without DCGM, GKE's container accelerator duty cycle / 100
+                    (the same NVML figure as GPU_UTIL). The source used is recorded.
 allocation state    ``unavailable`` (node not Ready; GPU gone from DCGM on a Ready node;
                     fatal XID) before ``allocated`` (a pod holds it) before
                     ``unallocated``. A node whose dcgm-exporter did not answer is
@@ -40,6 +41,10 @@ GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 XID = "DCGM_FI_DEV_XID_ERRORS"
 FB_USED, FB_FREE, FB_RESERVED = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
                                  "DCGM_FI_DEV_FB_RESERVED")
+DUTY_CYCLE = "kubernetes.io/container/accelerator/duty_cycle"
+ACCELERATOR_MEMORY_USED = "kubernetes.io/container/accelerator/memory_used"
+ACCELERATOR_MEMORY_TOTAL = "kubernetes.io/container/accelerator/memory_total"
+"""GKE system metrics (percent, bytes, bytes): the readings where no DCGM is collected."""
 MIB = 1024 * 1024
 FIELDS_READ = (GR_ENGINE, GPU_UTIL, XID, FB_USED, FB_FREE, FB_RESERVED)
 """The DCGM fields these definitions read."""
@@ -74,7 +79,7 @@ class DeviceState:
     reason: str | None  # node_not_ready | gpu_missing | xid
     owners: tuple[Owner, ...]
     utilization: float | None
-    utilization_source: str | None  # gr_engine_active | gpu_util
+    utilization_source: str | None  # gr_engine_active | gpu_util | duty_cycle
     price_usd_per_hour: float | None
     """List price x (1 - discount) x fraction; None when the book has no price."""
     fields: Mapping[str, float] = field(default_factory=dict)
@@ -114,15 +119,19 @@ def utilization(fields: Mapping[str, float]) -> tuple[float | None, str | None]:
     util = fields.get(GPU_UTIL)
     if util is not None:
         return min(1.0, max(0.0, util / 100.0)), "gpu_util"
+    duty = fields.get(DUTY_CYCLE)
+    if duty is not None:
+        return min(1.0, max(0.0, duty / 100.0)), "duty_cycle"
     return None, None
 
 
 def memory_bytes(fields: Mapping[str, float]) -> tuple[float | None, float | None]:
     """Framebuffer memory in use and its size, in bytes; None where unknown. DCGM reports
-    MiB; the size is used + free + reserved (reserved is absent on older drivers: 0)."""
+    MiB; the size is used + free + reserved (reserved is absent on older drivers: 0). GKE's
+    system metrics give both in bytes."""
     used, free = fields.get(FB_USED), fields.get(FB_FREE)
     if used is None:
-        return None, None
+        return fields.get(ACCELERATOR_MEMORY_USED), fields.get(ACCELERATOR_MEMORY_TOTAL)
     if free is None:
         return used * MIB, None
     return used * MIB, (used + free + fields.get(FB_RESERVED, 0.0)) * MIB
@@ -181,11 +190,16 @@ def device_states(
     price: Mapping[tuple[str, str], float],
     discounts: Mapping[str, float],
     default_discount: float = 0.0,
+    complete: bool = True,
 ) -> list[DeviceState]:
     """Every known device's state at one snapshot.
 
     ``readings`` maps node name to the devices its dcgm-exporter reported; nodes in
-    ``unknown_nodes`` did not answer. ``inventory`` is every device seen before, by node.
+    ``unknown_nodes`` did not answer. ``complete`` says the readings list every GPU of the
+    nodes they cover; they do not when they come per container (GKE's system metrics):
+    then a known GPU not in them is idle (unallocated, no readings), not missing, and a GPU
+    is known only once a container has used it. ``inventory`` is every device seen before,
+    by node.
     ``owners`` resolves (namespace, pod) from DCGM's pod labels; ``price`` maps
     (accelerator, provisioning) to USD per GPU-hour.
     """
@@ -218,10 +232,10 @@ def device_states(
             for ident in known.values():
                 out.append(make(ident, "unavailable", "node_not_ready", (), {}))
             continue
-        if name in unknown_nodes or name not in readings:
+        if name in unknown_nodes or (complete and name not in readings):
             continue  # unknown: absent, never zero
         seen: set[str] = set()
-        for dev in readings[name]:
+        for dev in readings.get(name, ()):
             ident = DeviceIdentity(dev.uuid, dev.device_id, dev.gpu_index, dev.mig_profile)
             seen.add(ident.device_id)
             xid = int(dev.fields.get(XID, 0))
@@ -236,7 +250,8 @@ def device_states(
                 out.append(make(ident, "unallocated", None, (), dev.fields))
         for device_id, ident in known.items():
             if device_id not in seen:
-                out.append(make(ident, "unavailable", "gpu_missing", (), {}))
+                out.append(make(ident, "unavailable", "gpu_missing", (), {}) if complete
+                           else make(ident, "unallocated", None, (), {}))
     return out
 
 

@@ -7,6 +7,7 @@ wins over the file. Everything is validated once at start-up (``--check-config``
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -44,11 +45,39 @@ class DcgmPrometheus(_Section):
     """Extra label matchers for the query, e.g. ``cluster="prod"``."""
 
 
+PROJECT_ID = r"^(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+"""A Google Cloud project ID (6-30 characters), optionally domain-scoped."""
+_FILTER_VALUE = r'^[^"\\\r\n]*$'
+"""A value quoted into a Cloud Monitoring filter: no quotes, backslashes or line breaks."""
+
+
+class DcgmCloudMonitoring(_Section):
+    """Read DCGM from Cloud Monitoring: GKE's managed DCGM metrics (kept there by Google
+    Managed Prometheus), else GKE's per-container accelerator system metrics."""
+
+    project: str | None = Field(default=None, pattern=PROJECT_ID)
+    """The cluster's project; setting it selects this source."""
+    cluster: str | None = Field(default=None, pattern=_FILTER_VALUE)
+    """The GKE cluster's name there; default: ``cluster``."""
+    location: str | None = Field(default=None, pattern=_FILTER_VALUE)
+    """The cluster's region or zone, when clusters in several locations share the name."""
+    lookback: Duration = 180.0
+    """How old a point may be and still count as the current reading."""
+    fallback_system_metrics: bool = True
+    """Without DCGM series, read kubernetes.io/container/accelerator/* instead."""
+    endpoint: str | None = None
+    """API endpoint override (``host:port``); default: Google's."""
+    anonymous: bool = False
+    """No credentials, plaintext gRPC to ``endpoint`` (a local server). Otherwise
+    Application Default Credentials (Workload Identity on GKE)."""
+
+
 class Dcgm(_Section):
     targets: list[str] = Field(default_factory=list)
     """Static dcgm-exporter URLs; leave empty to use discovery."""
     discovery: DcgmDiscovery = DcgmDiscovery()
     prometheus: DcgmPrometheus = DcgmPrometheus()
+    cloud_monitoring: DcgmCloudMonitoring = DcgmCloudMonitoring()
     timeout: Duration = 10.0
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_devices_per_target: int = Field(default=1024, ge=1)
@@ -58,6 +87,9 @@ class Dcgm(_Section):
         for url in [*self.targets, *([self.prometheus.url] if self.prometheus.url else [])]:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"target {url!r} is not an http(s) URL")
+        if self.prometheus.url and self.cloud_monitoring.project:
+            raise ValueError("choose one DCGM source: dcgm.prometheus.url or "
+                             "dcgm.cloud_monitoring.project")
         return self
 
 
@@ -94,8 +126,6 @@ class Sla(_Section):
     window: Duration = 30 * 86400.0
 
 
-PROJECT_ID = r"^(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
-"""A Google Cloud project ID (6-30 characters), optionally domain-scoped."""
 DATASET_ID = r"^[A-Za-z0-9_]{1,1024}$"
 
 
@@ -159,6 +189,49 @@ class RemoteWrite(_Section):
     timeout: Duration = 30.0
 
 
+CLOUD_MONITORING_FAMILIES = (
+    "cost_usd", "gpu_seconds", "utilized_gpu_seconds", "effective_cost_usd_per_utilized_hour",
+    "cluster_available_gpus", "pending_pods", "pending_gpus", "oldest_pending_seconds",
+    "node_allocatable_gpus", "node_allocated_gpus", "up_seconds", "down_seconds",
+    "spot_interruptions")
+"""Written by default: per-owner cost and time, capacity, queue and availability; not the
+per-GPU series (8 per GPU: costly at fleet scale, and Prometheus already has them)."""
+
+
+class CloudMonitoring(_Section):
+    """Also write the exporter's figures to Cloud Monitoring as custom metrics
+    (``custom.googleapis.com/gke_gpu/<name>`` on the ``k8s_cluster`` resource)."""
+
+    enabled: bool = False
+    project: str | None = Field(default=None, pattern=PROJECT_ID)
+    location: str | None = Field(default=None, pattern=r"^[a-z0-9-]{2,40}$")
+    """The cluster's region or zone (a label of the k8s_cluster resource)."""
+    families: list[str] = Field(default_factory=lambda: list(CLOUD_MONITORING_FAMILIES))
+    """Which ``gke_gpu_`` families to write (names without the prefix and ``_total``)."""
+    interval: Duration = 60.0
+    """How often a point is written per series (Cloud Monitoring refuses points of one
+    series closer than its sampling period; 10 s is the least allowed here)."""
+    batch_size: int = Field(default=200, ge=1, le=200)
+    """Time series per CreateTimeSeries request (the API takes at most 200)."""
+    requests_per_second: float = Field(default=5.0, gt=0.0)
+    """Pace of CreateTimeSeries requests, under the project's write quota."""
+    timeout: Duration = 30.0
+    """Timeout of one request."""
+    endpoint: str | None = None
+    """API endpoint override (``host:port``); default: Google's."""
+    anonymous: bool = False
+    """No credentials, plaintext gRPC to ``endpoint`` (a local server)."""
+
+    @model_validator(mode="after")
+    def _where(self) -> Self:
+        if self.enabled and not (self.project and self.location):
+            raise ValueError("cloud_monitoring.project and .location are required when "
+                             "cloud_monitoring is enabled")
+        if self.interval < 10:
+            raise ValueError("cloud_monitoring.interval must be at least 10 s")
+        return self
+
+
 _NO_CRLF = r"^[^\r\n]*$"
 
 
@@ -219,6 +292,7 @@ class Config(BaseSettings):
     warehouse: Warehouse = Warehouse()
     report: Report = Report()
     remote_write: RemoteWrite = RemoteWrite()
+    cloud_monitoring: CloudMonitoring = CloudMonitoring()
 
     @model_validator(mode="after")
     def _intervals(self) -> Self:
@@ -228,6 +302,10 @@ class Config(BaseSettings):
             raise ValueError("warehouse.interval must be >= interval")
         if self.dcgm.timeout >= self.interval:
             raise ValueError("dcgm.timeout must be shorter than interval")
+        cm = self.dcgm.cloud_monitoring
+        if cm.project and not cm.cluster and re.search(r'["\\\r\n]', self.cluster):
+            raise ValueError("cluster cannot be quoted into a Cloud Monitoring filter: set "
+                             "dcgm.cloud_monitoring.cluster")
         return self
 
     @classmethod

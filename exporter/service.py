@@ -27,12 +27,14 @@ from exporter.selectors import label_selector
 from exporter.sinks.prometheus import QUEUE_BUCKETS, MetricsView, render
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
+from exporter.sources.cloud_monitoring import CloudMonitoringSource
 from exporter.sources.dcgm import DcgmSource, DeviceReading, TargetScrape
 from exporter.sources.kube import KubeSource, NodeInfo, PodInfo
 from exporter.sources.prometheus_api import PrometheusApiSource
 
 if TYPE_CHECKING:
     from exporter.sinks.bigquery import BigQuerySink
+    from exporter.sinks.cloud_monitoring import CloudMonitoringStats
     from exporter.sinks.remote_write import RemoteWriteStats
 
 log = logging.getLogger(__name__)
@@ -135,7 +137,7 @@ class Exporter:
     """The exporter's state between cycles; ``cycle`` is the only thing that changes it."""
 
     def __init__(self, config: Config, prices: PriceBook, kube: KubeSource,
-                 dcgm: DcgmSource | PrometheusApiSource,
+                 dcgm: DcgmSource | PrometheusApiSource | CloudMonitoringSource,
                  warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None
                  ) -> None:
         self.config = config
@@ -146,6 +148,8 @@ class Exporter:
         self.bigquery = bigquery
         self.remote_write: RemoteWriteStats | None = None
         """Set when the service also pushes by remote write."""
+        self.cloud_monitoring: CloudMonitoringStats | None = None
+        """Set when the service also writes to Cloud Monitoring."""
         self.totals = Totals()
         self.health = SourceHealth()
         self.inventory: dict[str, dict[str, compute.DeviceIdentity]] = {}
@@ -176,6 +180,8 @@ class Exporter:
     def targets(self) -> dict[str, str | None]:
         """Target URL -> the node it belongs to (None while unknown)."""
         cfg = self.config.dcgm
+        if isinstance(self.dcgm, CloudMonitoringSource):
+            return {self.dcgm.target: None}  # every node, through one API
         if cfg.prometheus.url:
             return {cfg.prometheus.url.rstrip("/"): None}  # every node, through one API
         if cfg.targets:
@@ -200,6 +206,8 @@ class Exporter:
         results = await self.dcgm.fetch(list(targets))
         readings: dict[str, list[DeviceReading]] = defaultdict(list)
         unknown: set[str] = set()
+        complete = True
+        pod_nodes: dict[tuple[str, str], str] | None = None
         for url, res in zip(targets, results, strict=True):
             key = ("dcgm", url)
             if isinstance(res, TargetScrape):
@@ -209,9 +217,22 @@ class Exporter:
                     self.health.rejected[reason] += n
                     self._log_once(url, f"rejected:{reason}", "dcgm samples rejected",
                                    reason=reason, count=n)
+                complete &= res.complete
                 for dev in res.result.devices:
-                    # the discovered pod's node is authoritative; else DCGM's Hostname label
+                    # the discovered pod's node is authoritative; else DCGM's Hostname
+                    # label; else (per-container readings) the node of the pod on the GPU
                     node = targets[url] or dev.hostname
+                    if not node:
+                        if pod_nodes is None:
+                            pod_nodes = {(p.namespace, p.name): p.node
+                                         for p in self.kube.pods.values() if p.node}
+                        node = next((on for p in dev.pods
+                                     if (on := pod_nodes.get((p.namespace, p.pod)))), "")
+                    if not node:
+                        self.health.rejected["no_node"] += len(dev.fields)
+                        self._log_once(url, "rejected:no_node", "gpu readings name no node",
+                                       gpu=dev.uuid, pods=[p.pod for p in dev.pods])
+                        continue
                     readings[node].append(dev)
                     if not self.dcgm.whole_cluster:
                         self._target_nodes[url] = node
@@ -237,7 +258,7 @@ class Exporter:
             self._pod_gone(pod, now)
         states = compute.device_states(
             nodes, readings, frozenset(unknown), self.inventory, owners, self._price,
-            self.config.prices.discounts, self.config.prices.default_discount)
+            self.config.prices.discounts, self.config.prices.default_discount, complete)
         self.inventory = compute.remember(self.inventory, readings, nodes)
         for d in states:
             if d.price_usd_per_hour is None:
@@ -379,5 +400,5 @@ class Exporter:
             bigquery=self.bigquery.stats if self.bigquery else None,
             bigquery_dataset=self.bigquery.dataset_ref if self.bigquery else "",
             budgets=self.config.budgets, sla_target=self.config.sla.target,
-            remote_write=self.remote_write,
+            remote_write=self.remote_write, cloud_monitoring=self.cloud_monitoring,
         )

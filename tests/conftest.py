@@ -17,6 +17,7 @@ import yaml
 
 from exporter.simulator.scenario import Scenario, parse_scenario
 from exporter.simulator.server import SimulatorServer
+from tests.cloud_monitoring_fake import FakeMetricService
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -136,3 +137,12 @@ async def start_prometheus(tmp: Path, config: dict[str, Any], *flags: str,
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.2)
+
+
+@pytest.fixture
+async def metric_service() -> AsyncIterator[tuple[FakeMetricService, str]]:
+    """A Cloud Monitoring MetricService on loopback gRPC, and its ``host:port``."""
+    service = FakeMetricService()
+    server, address = await service.start()
+    yield service, address
+    await server.stop(None)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from exporter.bottleneck import Diagnosis
     from exporter.service import SourceHealth, Totals
     from exporter.sinks.bigquery import BigQueryStats
+    from exporter.sinks.cloud_monitoring import CloudMonitoringStats
     from exporter.sinks.remote_write import RemoteWriteStats
     from exporter.sources.kube import KubeSource
 
@@ -122,6 +123,7 @@ class MetricsView:
     budgets: Mapping[str, float] = field(default_factory=dict)
     sla_target: float = 0.995
     remote_write: RemoteWriteStats | None = None
+    cloud_monitoring: CloudMonitoringStats | None = None
 
 
 def label_text(names: Sequence[str], values: Sequence[str]) -> str:
@@ -366,6 +368,9 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
         errors.add_metric(["bigquery", v.bigquery_dataset], bq.errors)
         for table, n in sorted(dict(bq.rows_written).items()):
             rows.add_metric(["bigquery", table], n)
+    if v.cloud_monitoring is not None:
+        up.add_metric(["cloud_monitoring", v.cloud_monitoring.project],
+                      1.0 if v.cloud_monitoring.up else 0.0)
     yield from (up, dur, errors, relists, rejected, rows)
     if v.bigquery is not None:
         yield from _spool_families(v.bigquery)
@@ -380,6 +385,16 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
         yield requests
         yield GaugeMetricFamily(P + "exporter_remote_write_queue", "Requests waiting to be "
                                 "sent.", value=rw.queued)
+    if v.cloud_monitoring is not None:
+        cm = v.cloud_monitoring
+        written = CounterMetricFamily(P + "exporter_cloud_monitoring_points", "Points "
+                                      "written to Cloud Monitoring by outcome: written, "
+                                      "refused, dropped (superseded by a newer snapshot "
+                                      "while the API failed).", labels=["outcome"])
+        for outcome, n in (("written", cm.points_written), ("refused", cm.points_refused),
+                           ("dropped", cm.points_dropped)):
+            written.add_metric([outcome], n)
+        yield written
     unpriced = GaugeMetricFamily(P + "exporter_unpriced_gpus", "GPUs whose model the price "
                                  "book does not price: their cost is unknown, not zero.",
                                  labels=["model", "provisioning"])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -36,7 +36,7 @@ BLANK_THRESHOLD = 9.2e18
 MAX_LINE_BYTES = 64 * 1024
 MAX_DEVICES_PER_TARGET = 1024
 REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "duplicate",
-                            "too_long", "too_many_series"})
+                            "too_long", "too_many_series", "no_node"})
 """Why a sample is dropped."""
 IDENTITY_CACHE_SIZE = 65536
 """Label sets whose parse is remembered across scrapes (8 per node, more when shared)."""
@@ -270,6 +270,35 @@ def add_series(ident: _Identity | str, devices: dict[tuple[str, str], DeviceRead
     return device, primary
 
 
+def collect(samples: Iterable[tuple[str, Mapping[str, str], float | None]],
+            max_devices: int) -> ParseResult:
+    """Devices from samples whose labels come parsed (from a query API rather than text):
+    (field, labels, value; None when the value was unreadable), rejects counted as the
+    text parser counts them."""
+    out = ParseResult(devices=[])
+    devices: dict[tuple[str, str], DeviceReading] = {}
+    for name, labels, value in samples:
+        entry = add_series(identity_of(labels), devices, max_devices)
+        if isinstance(entry, str):
+            out.reject(entry)
+            continue
+        if value is None:
+            out.reject("malformed")
+            continue
+        if not abs(value) < BLANK_THRESHOLD:
+            out.reject("not_finite" if math.isnan(value) or math.isinf(value) else "blank")
+            continue
+        device, primary = entry
+        if name in device.fields:
+            if primary:
+                out.reject("duplicate")
+            continue
+        device.fields[name] = value
+        out.samples += 1
+    out.devices = list(devices.values())
+    return out
+
+
 @dataclass(slots=True)
 class TargetScrape:
     """What one target gave this cycle."""
@@ -278,6 +307,8 @@ class TargetScrape:
     result: ParseResult
     duration_seconds: float
     bytes_read: int
+    complete: bool = True
+    """Whether the devices are every GPU of their nodes (per-container sources: not)."""
 
 
 class DcgmSource:

@@ -14,21 +14,13 @@ comes from one target, so when it fails every node is unknown.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Collection, Sequence
 from typing import Any
 
 import aiohttp
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.sources.dcgm import (
-    BLANK_THRESHOLD,
-    DeviceReading,
-    ParseResult,
-    TargetScrape,
-    add_series,
-    identity_of,
-)
+from exporter.sources.dcgm import ParseResult, TargetScrape, collect
 
 _Failure = SourceUnavailable | SourceTimeout | SourceDataError
 MAX_DEVICES = 1_000_000
@@ -42,34 +34,19 @@ def readings(result: Sequence[dict[str, Any]], max_devices: int,
              exporter_namespace: str = "") -> ParseResult:
     """Devices from an instant query's vector result, rejects counted as the parser does.
     ``exporter_namespace``: where the dcgm-exporters run (their pods hold no GPU)."""
-    out = ParseResult(devices=[])
-    devices: dict[tuple[str, str], DeviceReading] = {}
-    for sample in result:
-        labels = sample.get("metric") or {}
-        if exporter_namespace and labels.get("namespace") == exporter_namespace:
-            labels = {k: v for k, v in labels.items() if k not in _POD_LABELS}
-        name = labels.get("__name__", "")
-        entry = add_series(identity_of(labels), devices, max_devices)
-        if isinstance(entry, str):
-            out.reject(entry)
-            continue
-        try:
-            value = float(sample["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            out.reject("malformed")
-            continue
-        if not abs(value) < BLANK_THRESHOLD:
-            out.reject("not_finite" if math.isnan(value) or math.isinf(value) else "blank")
-            continue
-        device, primary = entry
-        if name in device.fields:
-            if primary:
-                out.reject("duplicate")
-            continue
-        device.fields[name] = value
-        out.samples += 1
-    out.devices = list(devices.values())
-    return out
+    return collect((_sample(s, exporter_namespace) for s in result), max_devices)
+
+
+def _sample(sample: dict[str, Any], exporter_namespace: str
+            ) -> tuple[str, dict[str, str], float | None]:
+    labels = sample.get("metric") or {}
+    if exporter_namespace and labels.get("namespace") == exporter_namespace:
+        labels = {k: v for k, v in labels.items() if k not in _POD_LABELS}
+    try:
+        value: float | None = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        value = None
+    return labels.get("__name__", ""), labels, value
 
 
 class PrometheusApiSource:

@@ -20,6 +20,8 @@ U = "GPU-0000"
     ({"DCGM_FI_DEV_GPU_UTIL": 91}, (0.91, "gpu_util")),
     ({"DCGM_FI_DEV_FB_USED": 10}, (None, None)),          # unknown stays unknown
     ({"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 1.2}, (1.0, "gr_engine_active")),
+    ({compute.DUTY_CYCLE: 37}, (0.37, "duty_cycle")),  # GKE system metric, no DCGM
+    ({compute.DUTY_CYCLE: 37, "DCGM_FI_DEV_GPU_UTIL": 40}, (0.40, "gpu_util")),
 ])
 def test_utilization(fields: dict[str, float], expected: tuple[Any, Any]) -> None:
     assert compute.utilization(fields) == expected
@@ -34,6 +36,8 @@ MIB = 1024 * 1024
     ({"DCGM_FI_DEV_FB_USED": 10, "DCGM_FI_DEV_FB_FREE": 20}, (10 * MIB, 30 * MIB)),
     ({"DCGM_FI_DEV_FB_USED": 10}, (10 * MIB, None)),
     ({"DCGM_FI_DEV_FB_FREE": 20}, (None, None)),
+    ({compute.ACCELERATOR_MEMORY_USED: 5 * MIB, compute.ACCELERATOR_MEMORY_TOTAL: 16 * MIB},
+     (5 * MIB, 16 * MIB)),
     ({"DCGM_FI_DEV_FB_USED": 0, "DCGM_FI_DEV_FB_FREE": 0}, (0.0, 0.0)),
 ])
 def test_memory_bytes(fields: dict[str, float], expected: tuple[Any, Any]) -> None:
@@ -144,6 +148,18 @@ def test_allocation_state(case: str, n: NodeInfo, readings: dict[str, list[Devic
         assert got == []
     else:
         assert [(d.state, d.reason) for d in got] == [(state, reason)]
+
+
+@pytest.mark.parametrize(("case", "readings", "state"), [
+    ("known GPU no container holds: idle", {"n1": [reading("GPU-other")]}, "unallocated"),
+    ("node with no GPU in use: its known GPUs idle", {}, "unallocated"),
+    ("held", {"n1": [reading(pods=("a",))]}, "allocated"),
+])
+def test_per_container_readings_cannot_tell_missing_from_idle(
+        case: str, readings: dict[str, list[DeviceReading]], state: str) -> None:
+    got = compute.device_states({"n1": node()}, readings, frozenset(), KNOWN, OWNERS, PRICE,
+                                {}, complete=False)
+    assert [(d.state, d.reason) for d in got if d.gpu_uuid == U] == [(state, None)]
 
 
 @pytest.mark.parametrize(("case", "n", "dev", "discounts", "costs"), [

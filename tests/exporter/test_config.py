@@ -38,6 +38,15 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
     ("prices: {discounts: {p: 1.5}}", "discount for pool 'p' must be in [0, 1)"),
     ("sla: {target: 1.5}", "sla.target: Input should be less than 1"),
     ("[1, 2]", "a config is a YAML mapping"),
+    ("dcgm: {prometheus: {url: 'http://p:9090'}, cloud_monitoring: {project: my-proj-1}}",
+     "choose one DCGM source"),
+    ("{cluster: 'a\" OR x', dcgm: {cloud_monitoring: {project: my-proj-1}}}",
+     "cluster cannot be quoted into a Cloud Monitoring filter"),
+    ("dcgm: {cloud_monitoring: {project: my-proj-1, cluster: 'a\"'}}",
+     "dcgm.cloud_monitoring.cluster: String should match pattern"),
+    ("cloud_monitoring: {enabled: true, project: my-proj-1}",
+     "cloud_monitoring.project and .location are required"),
+    ("cloud_monitoring: {interval: 5s}", "cloud_monitoring.interval must be at least 10 s"),
 ])
 def test_bad_settings_are_named(tmp_path: Path, yaml: str, message: str) -> None:
     path = tmp_path / "c.yaml"

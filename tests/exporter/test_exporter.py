@@ -15,10 +15,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import http_app, open_exporter
+from exporter.config import CLOUD_MONITORING_FAMILIES
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.service import Exporter
 from exporter.simulator.scenario import Fault, Scenario
 from exporter.simulator.server import SimulatorServer
+from exporter.sinks.cloud_monitoring import points
 from tests.conftest import start_exporter
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"
@@ -93,6 +95,22 @@ async def test_catalogue(running: tuple[SimulatorServer, Exporter]) -> None:
     assert any(lbl["state"] == "allocated" and v > 0
                for lbl, v in fams["gke_gpu_cost_usd_total"])
     assert fams["gke_gpu_effective_cost_usd_per_utilized_hour"]
+
+
+async def test_cloud_monitoring_writes_catalogue_families(
+        running: tuple[SimulatorServer, Exporter]) -> None:
+    """The families written to Cloud Monitoring by default exist, named without prefix and
+    ``_total``; cluster goes to the resource and empty labels are no labels."""
+    _, exporter = running
+    text = exporter.metrics_text.decode()
+    for f in CLOUD_MONITORING_FAMILIES:
+        assert f"# TYPE gke_gpu_{f} gauge" in text or f"# TYPE gke_gpu_{f}_total counter" in text
+    got = list(points(text, CLOUD_MONITORING_FAMILIES))
+    assert {"cost_usd", "gpu_seconds", "up_seconds", "cluster_available_gpus"} <= \
+        {p.family for p in got}
+    assert {p.kind for p in got if p.family == "cost_usd"} == {"counter"}
+    assert {p.kind for p in got if p.family == "pending_gpus"} <= {"gauge"}
+    assert all("cluster" not in dict(p.labels) and all(v for _, v in p.labels) for p in got)
 
 
 async def test_failing_target_is_absent_not_zero_and_comes_back(
