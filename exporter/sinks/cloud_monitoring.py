@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.backoff import Backoff
@@ -51,7 +51,6 @@ class CloudMonitoringStats:
     up: bool = True
     """The last request was answered (written or refused), not failed."""
     project: str = ""
-    causes: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +114,7 @@ class CloudMonitoringWriter:
         self._next_request = 0.0
         self._wake = asyncio.Event()
         self.stats = CloudMonitoringStats(project=self._name)
+        self._logged: set[str] = set()
 
     def add_cycle(self, exposition: str, now: float) -> None:
         """Offer one cycle's figures at ``now``; taken at most once per interval."""
@@ -205,9 +205,9 @@ class CloudMonitoringWriter:
         return True
 
     def _log_once(self, cause: str, event: str, **fields: object) -> None:
-        if cause in self.stats.causes:
+        if cause in self._logged:
             return
-        self.stats.causes.add(cause)
+        self._logged.add(cause)
         log.warning(event, extra=ctx(project=self._name, **fields))
 
 
