@@ -17,8 +17,8 @@ CreateTimeSeriesSummary, as Google's is.
 
 from __future__ import annotations
 
-import json
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,8 +132,6 @@ class FakeMetricService:
 
     async def create_time_series(self, request: Any, context: grpc.aio.ServicerContext
                                  ) -> Any:
-        import time
-
         self.creates.append((time.monotonic(), len(request.time_series)))
         if self.create_errors:
             await context.abort(self.create_errors.pop(0), "injected failure")
@@ -210,9 +208,3 @@ class FakeMetricService:
         await server.start()
         return server, f"127.0.0.1:{port}"
 
-
-def dump(series: Iterable[Any]) -> str:
-    """Series as a ListTimeSeries response in JSON (for writing fixtures)."""
-    response = ListTimeSeriesResponse.pb()()
-    response.time_series.extend(series)
-    return json.dumps(json_format.MessageToDict(response), indent=1)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.backoff import Backoff
 from exporter.logs import ctx
-from exporter.sources.dcgm import parse_labels
+from exporter.sinks.prometheus import series_labels
 
 if TYPE_CHECKING:
     from google.cloud.monitoring_v3 import MetricServiceAsyncClient
@@ -83,13 +83,12 @@ def points(exposition: str, families: Sequence[str]) -> Iterator[Point]:
         if line[0] == "#":
             continue
         key, _, value = line.rpartition(" ")
-        name, _, rest = key.partition("{")
-        if name not in kinds:
+        if key.partition("{")[0] not in kinds:
             continue
-        labels = parse_labels(rest[:-1]) if rest else {}
+        name, labels = series_labels(key)
+        labels.pop("cluster", None)  # the resource's
         family, kind = kinds[name]
-        yield Point(family, kind, tuple(sorted((k, v) for k, v in (labels or {}).items()
-                                               if v and k != "cluster")), float(value))
+        yield Point(family, kind, tuple(sorted(labels.items())), float(value))
 
 
 class CloudMonitoringWriter:

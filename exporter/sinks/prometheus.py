@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from exporter import compute
-from exporter.sources.dcgm import REJECT_REASONS
+from exporter.sources.dcgm import REJECT_REASONS, parse_labels
 from exporter.sources.kube import NodeInfo, PodInfo
 
 if TYPE_CHECKING:
@@ -429,6 +429,14 @@ def _spool_families(bq: BigQueryStats) -> Iterator[Metric]:
                              "sent.", labels=["sink"])
     size.add_metric(["bigquery"], bq.spool_bytes)
     yield from (refused, dropped, spooled, size)
+
+
+def series_labels(key: str) -> tuple[str, dict[str, str]]:
+    """A rendered sample's name and labels, from its line without the value; an empty
+    label is no label (as Prometheus stores it)."""
+    name, _, rest = key.partition("{")
+    labels = (parse_labels(rest[:-1]) or {}) if rest else {}
+    return name, {k: v for k, v in labels.items() if v}
 
 
 def render(view: MetricsView) -> bytes:

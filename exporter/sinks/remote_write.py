@@ -23,7 +23,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from exporter.backoff import Backoff
 from exporter.logs import ctx
-from exporter.sources.dcgm import parse_labels
+from exporter.sinks.prometheus import series_labels
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +75,11 @@ def samples(exposition: str) -> dict[str, float]:
 
 
 def _series(key: str, value: float, ts_ms: int) -> Any:
-    name, _, rest = key.partition("{")
-    labels = parse_labels(rest[:-1]) if rest else {}
+    name, labels = series_labels(key)
     ts = TimeSeries()
     ts.labels.add(name="__name__", value=name)
-    for k, v in sorted((labels or {}).items()):
-        if v:  # an empty label is no label
-            ts.labels.add(name=k, value=v)
+    for k, v in sorted(labels.items()):
+        ts.labels.add(name=k, value=v)
     ts.samples.add(value=value, timestamp=ts_ms)
     return ts
 
