@@ -19,6 +19,7 @@ import duckdb
 import pandas as pd
 import sqlglot
 
+from exporter import duck
 from exporter.sinks.schema import BY_NAME
 
 if TYPE_CHECKING:  # a heavy import, needed only for BigQuery
@@ -58,11 +59,11 @@ class DuckDBStore:
         if con is not None:
             self.con = con.cursor()
             self.con.execute("SET TimeZone = 'UTC'")
-            self.con.execute("SET enable_progress_bar = false")
+        elif path is not None:
+            self.con = duck.connect(path, read_only=True, memory_limit=MEMORY_LIMIT)
         else:
-            self.con = duckdb.connect(str(path), read_only=True, config={
-                "TimeZone": "UTC", "memory_limit": MEMORY_LIMIT})
-            self.con.execute("SET enable_progress_bar = false")
+            raise ValueError("DuckDBStore needs a path or a connection")
+        self.con.execute("SET enable_progress_bar = false")
 
     def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
         duck = sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",

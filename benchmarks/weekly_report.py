@@ -17,8 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import duckdb
-
+from exporter import duck
 from exporter.sinks.schema import AVAILABILITY_EVENTS, GPU_PODS, GPU_USAGE
 from exporter.sinks.warehouse import CURRENT_PODS_VIEW
 
@@ -27,7 +26,7 @@ MODELS = "['nvidia-h100-80gb', 'nvidia-tesla-a100', 'nvidia-l4', 'nvidia-tesla-t
 
 
 def generate(path: Path, gpus: int) -> int:
-    con = duckdb.connect(str(path), config={"TimeZone": "UTC"})
+    con = duck.connect(path)
     con.execute(GPU_USAGE.duckdb_ddl().replace(" PRIMARY KEY", ""))
     con.execute(GPU_PODS.duckdb_ddl().replace(" PRIMARY KEY", ""))
     con.execute(AVAILABILITY_EVENTS.duckdb_ddl())

@@ -23,6 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from exporter import duck
 from exporter.bottleneck import CLOCK_REASONS
 from exporter.compute import XID, UsageRow, memory_bytes
 from exporter.sinks import outbox
@@ -100,8 +101,7 @@ class Warehouse:
         self.interval = interval
         self.flush_interval = max(interval, flush_interval or interval)
         # A small appender, not an analytics engine: bound DuckDB's memory and threads.
-        self.con = duckdb.connect(str(path), config={"memory_limit": "64MB", "threads": 1,
-                                                     "TimeZone": "UTC"})
+        self.con = duck.connect(path, memory_limit="64MB", threads=1)
         for table in TABLES:
             self.con.execute(table.duckdb_ddl())
         self.con.execute(CURRENT_PODS_VIEW)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import duckdb
 import pandas as pd
 import pytest
 from google.cloud import bigquery
@@ -22,6 +21,7 @@ from google.cloud import bigquery
 from analytics.report import build
 from analytics.store import BigQueryStore, DuckDBStore
 from analytics.week import week_containing
+from exporter import duck
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.emulator import PROJECT, Emulator
@@ -77,11 +77,11 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
     # the weekly report reads the same from either warehouse
     week, prices = week_containing(scenario.start), load_price_book(None, "us-central1").prices
     local_store = DuckDBStore(tmp_path / "warehouse.duckdb")
-    duck = build(local_store, week, prices, 0.995, "demo")
+    local = build(local_store, week, prices, 0.995, "demo")
     local_store.close()
     big = build(BigQueryStore(bq, sink.dataset_ref), week, prices, 0.995, "demo")
-    assert big.headline == pytest.approx(duck.headline)
-    for name, table in duck.tables.items():
+    assert big.headline == pytest.approx(local.headline)
+    for name, table in local.tables.items():
         other = big.tables[name]
         assert list(other.columns) == list(table.columns), name
         assert len(other) == len(table), name
@@ -149,7 +149,7 @@ async def test_sigkilled_exporter_replays_its_spool_after_restart(
         proc.terminate()
         async with asyncio.timeout(30):
             assert await proc.wait() == 0
-        con = duckdb.connect(str(path), read_only=True, config={"TimeZone": "UTC"})
+        con = duck.connect(path, read_only=True)
         local = duck_rows(con, "gpu_usage")
         assert con.execute("SELECT count(*) FROM outbox").fetchone() == (0,)
         con.close()
