@@ -3,7 +3,7 @@ FROM python:3.13-slim AS build
 WORKDIR /src
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY exporter ./exporter
 COPY analytics ./analytics
 RUN pip install --no-cache-dir --upgrade pip && pip install --no-cache-dir .

@@ -8,16 +8,11 @@ Every query takes ``@start``/``@end`` (and partition filters BigQuery requires) 
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pandas as pd
 
 from analytics.store import Param, Store
-from analytics.week import Week
+from analytics.week import POD_LOOKBACK, Week
 from exporter.bottleneck import STALL_GR, THROTTLE_BITS
-
-POD_LOOKBACK = timedelta(days=35)
-"""How far back a pod's latest state is looked for (a pod pending since before the week)."""
 
 
 def _mean(column: str) -> str:

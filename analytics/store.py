@@ -74,6 +74,31 @@ class DuckDBStore:
         self.con.close()
 
 
+class ParquetStore(DuckDBStore):
+    """A week's snapshot of the warehouse: one Parquet file per table, as the running
+    exporter writes it for its scheduled report (``gpu_usage.parquet``, ...), queried in an
+    in-memory DuckDB. A table without a file is empty."""
+
+    def __init__(self, directory: Path | str) -> None:
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise ValueError(f"no warehouse snapshot at {directory}")
+        con = duck.connect(memory_limit=MEMORY_LIMIT)
+        for name, table in BY_NAME.items():
+            file = directory / f"{name}.parquet"
+            if file.exists():
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet("
+                            f"{duck.quote(str(file))})")
+            else:
+                con.execute(table.duckdb_ddl())
+        super().__init__(con=con)
+        self._owner = con
+
+    def close(self) -> None:
+        super().close()
+        self._owner.close()
+
+
 def _parameter(name: str, value: Param) -> bigquery.ScalarQueryParameter | \
         bigquery.ArrayQueryParameter:
     from google.cloud import bigquery

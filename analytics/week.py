@@ -1,4 +1,6 @@
-"""Report weeks: ISO weeks, Monday 00:00 UTC to the next Monday."""
+"""Report weeks: ISO weeks, Monday 00:00 UTC to the next Monday, and what of the warehouse
+a week's report reads. Light on purpose: the exporter imports it to snapshot a week without
+loading the report stack."""
 
 from __future__ import annotations
 
@@ -24,6 +26,19 @@ class Week:
     @property
     def days(self) -> list[datetime]:
         return [self.start + timedelta(days=i) for i in range(7)]
+
+
+POD_LOOKBACK = timedelta(days=35)
+"""How far back a pod's latest state is looked for (a pod pending since before the week)."""
+
+
+def reads(week: Week) -> dict[str, tuple[datetime, datetime]]:
+    """The rows of each warehouse table the week's report reads, as a range of the table's
+    partition time (``time``, ``updated``, ``end_time``): the week and the week before it
+    for the week-over-week figures, and pods seen up to ``POD_LOOKBACK`` before it."""
+    return {"gpu_usage": (week.previous.start, week.end),
+            "gpu_pods": (week.start - POD_LOOKBACK, week.end),
+            "availability_events": (week.start, week.end)}
 
 
 def parse_week(text: str) -> Week:

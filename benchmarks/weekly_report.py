@@ -25,9 +25,12 @@ START = "2026-11-16 00:00:00+00"
 MODELS = "['nvidia-h100-80gb', 'nvidia-tesla-a100', 'nvidia-l4', 'nvidia-tesla-t4']"
 
 
-def generate(path: Path, gpus: int) -> int:
+def generate(path: Path, gpus: int, minutes: int = 10080, key: bool = False) -> int:
+    """``gpu_usage`` rows for ``gpus`` GPUs x ``minutes`` from START (with the table's
+    primary key, as the exporter creates it, when ``key``), and their pods."""
     con = duck.connect(path)
-    con.execute(GPU_USAGE.duckdb_ddl().replace(" PRIMARY KEY", ""))
+    con.execute(GPU_USAGE.duckdb_ddl() if key else
+                GPU_USAGE.duckdb_ddl().replace(" PRIMARY KEY", ""))
     con.execute(GPU_PODS.duckdb_ddl().replace(" PRIMARY KEY", ""))
     con.execute(AVAILABILITY_EVENTS.duckdb_ddl())
     con.execute(CURRENT_PODS_VIEW)
@@ -49,7 +52,7 @@ def generate(path: Path, gpus: int) -> int:
         FROM (SELECT g, m, hash(g, m // 360) % 10 < 8 AS alloc,
                      (hash(g, m) % 1000) / 1000.0 AS util,
                      [11.06, 2.93, 0.71, 0.35][1 + g % 4] AS price
-              FROM range({gpus}) r(g), range(10080) t(m))""")
+              FROM range({gpus}) r(g), range({minutes}) t(m))""")
     con.execute(f"""
         INSERT INTO gpu_pods
         SELECT md5(uid), 'fleet', uid, 'ns-' || (g % 40), 'job-' || g || '-' || j || '-0',
@@ -58,7 +61,7 @@ def generate(path: Path, gpus: int) -> int:
                600, NULL, 0, '', NULL, t
         FROM (SELECT g, j, 'uid-' || g || '-' || j AS uid,
                      TIMESTAMPTZ '{START}' + to_minutes(j * 360) AS t
-              FROM range({gpus}) r(g), range(28) s(j))""")
+              FROM range({gpus}) r(g), range({max(1, minutes // 360)}) s(j))""")
     rows = con.execute("SELECT count(*) FROM gpu_usage").fetchone()
     con.close()
     return int(rows[0]) if rows else 0

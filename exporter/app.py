@@ -24,6 +24,7 @@ from exporter.google_monitoring import metric_client
 from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import ctx
 from exporter.prices import load_price_book
+from exporter.scheduled_report import Schedule, ScheduledReport
 from exporter.service import DCGM_FIELDS_READ, Exporter
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.remote_write import RemoteWriter
@@ -58,8 +59,10 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
         connector=connector, read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar(),
         headers={"Accept-Encoding": "identity"})  # compressing text on loopback costs both ends
     bq_cfg = cfg.warehouse.bigquery
+    retention = cfg.warehouse.retention
     warehouse = Warehouse(cfg.warehouse.path, cfg.cluster, cfg.warehouse.interval,
-                          cfg.warehouse.flush_interval, outbox=bq_cfg.enabled) \
+                          cfg.warehouse.flush_interval, outbox=bq_cfg.enabled,
+                          raw_retention=retention.raw, retention=retention.keep) \
         if cfg.warehouse.enabled else None
     bigquery = None
     if warehouse is not None and bq_cfg.enabled:
@@ -130,9 +133,23 @@ async def serve(exporter: Exporter, host: str, port: int) -> tuple[web.AppRunner
     return runner, runner.addresses[0][1]
 
 
-async def run(cfg: Config) -> int:
+def scheduled_report(cfg: Config, warehouse: Warehouse | None,
+                     config_file: str | None) -> ScheduledReport | None:
+    """The weekly report the service makes itself, when ``report.schedule`` is set."""
+    r = cfg.report
+    if r.schedule is None or warehouse is None:
+        return None
+    return ScheduledReport(
+        warehouse, Schedule.parse(r.schedule, r.timezone),
+        r.directory or cfg.warehouse.path.parent / "reports", config_file,
+        email=bool(r.platform_recipients or r.team_recipients))
+
+
+async def run(cfg: Config, config_file: str | None = None) -> int:
     """The service, until SIGTERM or SIGINT."""
     async with open_exporter(cfg) as exporter, aiohttp.ClientSession() as session:
+        report = scheduled_report(cfg, exporter.warehouse, config_file)
+        exporter.report = report.stats if report is not None else None
         writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
                               cfg.remote_write.timeout) if cfg.remote_write.url else None
         pushing = asyncio.create_task(writer.run()) if writer is not None else None
@@ -158,6 +175,8 @@ async def run(cfg: Config) -> int:
                 began = time.monotonic()
                 try:
                     await exporter.cycle(time.time())
+                    if report is not None:
+                        report.maybe_run(time.time())
                     if writer is not None or gcm_writer is not None:
                         text = exporter.metrics_text.decode()
                         if writer is not None:
@@ -170,6 +189,8 @@ async def run(cfg: Config) -> int:
                 await asyncio.wait([stop], timeout=wait)
         finally:
             stop.cancel()
+            if report is not None:
+                await report.stop()
             for task in (pushing, writing):
                 if task is not None:
                     task.cancel()

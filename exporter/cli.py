@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from exporter import __version__
 from exporter.durations import parse_duration
 from exporter.lifecycle import wait_for_shutdown
 
 if TYPE_CHECKING:
     from exporter.config import Config
-from exporter.logs import configure
+from exporter.logs import LEVELS, configure, ctx, set_level
 from exporter.simulator.scenario import Scenario, ScenarioError, load_scenario
+
+log = logging.getLogger(__name__)
 
 
 def _duration(text: str) -> float:
@@ -47,10 +54,15 @@ def _load(args: argparse.Namespace) -> Scenario:
     return scenario
 
 
+_LOG_LEVEL_HELP = "least severe log level written (default: the config's log_level, else info)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gke-gpu-exporter",
         description="GPU observability and cost analytics for GKE.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--log-level", choices=LEVELS, help=_LOG_LEVEL_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser("simulate", help="serve a simulated GKE GPU cluster: dcgm-exporter "
@@ -79,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "from GKE_GPU_EXPORTER_* environment variables)")
     run.add_argument("--check-config", action="store_true",
                      help="validate the config and price book, then exit 0 or 1")
+    run.add_argument("--log-level", choices=LEVELS, default=argparse.SUPPRESS,
+                     help=_LOG_LEVEL_HELP)
 
     demo = sub.add_parser("demo", help="the product on a simulated cluster, no cloud needed")
     _scenario_args(demo)
@@ -103,8 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     weekly.add_argument("--week", metavar="YYYY-Www",
                         help="ISO week, e.g. 2026-W47 (default: the last complete week)")
     source = weekly.add_mutually_exclusive_group()
-    source.add_argument("--store", metavar="duckdb:PATH",
-                        help="a DuckDB warehouse (default: warehouse.path of the config)")
+    source.add_argument("--store", metavar="duckdb:PATH|parquet:DIR",
+                        help="a DuckDB warehouse (default: warehouse.path of the config), or "
+                             "a week's snapshot the running exporter wrote for its scheduled "
+                             "report")
     source.add_argument("--bigquery", metavar="PROJECT.DATASET",
                         help="the warehouse in BigQuery (credentials: Application Default "
                              "Credentials; endpoint as in warehouse.bigquery)")
@@ -118,9 +134,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _matplotlib_dir() -> None:
+    """Give matplotlib a private temporary directory where it cannot write under HOME.
+
+    matplotlib keeps its font cache in ``~/.cache/matplotlib`` and reads its settings from
+    ``~/.config/matplotlib``. With a read-only HOME (a container's read-only root file
+    system) it falls back to a temporary directory by itself, but logs two warnings every
+    time; this is the same fallback, quietly. ``MPLCONFIGDIR``, when set, wins.
+    """
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    try:
+        if sys.platform.startswith(("linux", "freebsd")):
+            dirs = [Path(os.environ.get(var) or Path.home() / default) / "matplotlib"
+                    for var, default in (("XDG_CONFIG_HOME", ".config"),
+                                         ("XDG_CACHE_HOME", ".cache"))]
+        else:
+            dirs = [Path.home() / ".matplotlib"]
+    except RuntimeError:  # no HOME, and no home directory in the user database
+        dirs = []
+    if dirs and all(_writable_dir(d) for d in dirs):
+        return
+    path = tempfile.mkdtemp(prefix="gke-gpu-exporter-matplotlib-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    os.environ["MPLCONFIGDIR"] = path
+
+
+def _writable_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory this process can write, or could create as one."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return p.is_dir() and os.access(p, os.W_OK | os.X_OK)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure(os.environ.get("GKE_GPU_EXPORTER_LOG_FORMAT", "auto"))
+    configure(os.environ.get("GKE_GPU_EXPORTER_LOG_FORMAT", "auto"), args.log_level or "info")
+    _matplotlib_dir()
     if args.command == "run":
         return _run(args)
     if args.command == "report":
@@ -161,10 +212,11 @@ def _report(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from analytics.store import BigQueryStore, DuckDBStore, Store
+    from analytics.store import BigQueryStore, DuckDBStore, ParquetStore, Store
     from analytics.week import last_complete_week, parse_week
     from analytics.weekly import run_weekly
     from exporter.config import DATASET_ID, PROJECT_ID, load_config
+    from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
     from exporter.prices import load_price_book
     from exporter.sinks.bigquery import make_client
@@ -183,12 +235,18 @@ def _report(args: argparse.Namespace) -> int:
             store = BigQueryStore(make_client(bq), f"{project}.{dataset}")
         else:
             spec = args.store or f"duckdb:{cfg.warehouse.path}"
-            if not spec.startswith("duckdb:"):
-                raise ConfigError(f"--store {spec!r}: expected duckdb:PATH")
-            path = Path(spec.removeprefix("duckdb:"))
+            kind, _, location = spec.partition(":")
+            if kind not in ("duckdb", "parquet") or not location:
+                raise ConfigError(f"--store {spec!r}: expected duckdb:PATH or parquet:DIR")
+            path = Path(location)
             if not path.exists():
                 raise ConfigError(f"no warehouse at {path}")
-            store = DuckDBStore(path)
+            store = DuckDBStore(path) if kind == "duckdb" else ParquetStore(path)
+    except WarehouseLocked as exc:
+        print(f"error: {exc}. The running exporter makes the weekly report itself "
+              "(report.schedule); to make one now, stop the exporter or use BigQuery "
+              "(--bigquery).", file=sys.stderr)
+        return 2
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -230,6 +288,9 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: invalid configuration\n{exc}", file=sys.stderr)
         return 1
+    if args.log_level is None:
+        set_level(cfg.log_level)
+    log.debug("config loaded", extra=ctx(file=args.config, settings=cfg.model_dump(mode="json")))
     if args.check_config:
         d = cfg.dcgm
         targets = f"{len(d.targets)} static targets" if d.targets else \
@@ -245,7 +306,8 @@ def _run(args: argparse.Namespace) -> int:
               f"{_bigquery(cfg)}, cloud monitoring "
               f"{f'project {gcm.project}' if gcm.enabled else 'off'}")
         return 0
-    return asyncio.run(run(cfg))
+    log.info("starting", extra=ctx(version=__version__, cluster=cfg.cluster))
+    return asyncio.run(run(cfg, config_file=args.config))
 
 
 def describe(scenario: Scenario) -> str:

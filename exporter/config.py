@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any, Literal, Self
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -17,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from exporter.durations import Duration
 from exporter.errors import ConfigError
+from exporter.logs import LogLevel
 
 ENV_PREFIX = "GKE_GPU_EXPORTER_"
 
@@ -162,6 +164,23 @@ class BigQuery(_Section):
         return self
 
 
+class Retention(_Section):
+    """How long the local warehouse keeps its rows. BigQuery keeps what it was sent: set a
+    partition expiration on its dataset for the same effect there."""
+
+    raw: Duration = 35 * 86400.0
+    """``gpu_usage`` rows keep the warehouse interval this long, then become one row per
+    GPU, pod and state per hour (totals and means unchanged); 0: never."""
+    keep: Duration = 400 * 86400.0
+    """Rows of every table older than this are deleted; 0: never."""
+
+    @model_validator(mode="after")
+    def _order(self) -> Self:
+        if self.keep and self.raw > self.keep:
+            raise ValueError("retention.raw cannot be longer than retention.keep")
+        return self
+
+
 class Warehouse(_Section):
     enabled: bool = True
     path: Path = Path("gke-gpu-exporter.duckdb")
@@ -169,6 +188,7 @@ class Warehouse(_Section):
     """Length of one ``gpu_usage`` row's interval."""
     flush_interval: Duration = 60.0
     """How often complete intervals are written (one transaction each time)."""
+    retention: Retention = Retention()
     bigquery: BigQuery = BigQuery()
 
     @model_validator(mode="after")
@@ -249,6 +269,10 @@ class Smtp(_Section):
     timeout: Duration = 30.0
 
 
+SCHEDULE = r"(?i)^(mon|tue|wed|thu|fri|sat|sun)[a-z]*\s+([01]?\d|2[0-3]):[0-5]\d$"
+"""A weekday (its first three letters or more) and a 24-hour time."""
+
+
 class Report(_Section):
     """The weekly report and who gets it."""
 
@@ -260,6 +284,22 @@ class Report(_Section):
     team_recipients: dict[str, list[str]] = Field(default_factory=dict)
     """Team -> addresses; each gets only its team's slice."""
     smtp: Smtp = Smtp()
+    schedule: str | None = Field(default=None, pattern=SCHEDULE)
+    """When the running exporter writes (and mails, with recipients) the last week's report
+    from its warehouse: a weekday and a time, e.g. ``mon 07:00``; default: never."""
+    timezone: str = "UTC"
+    """The schedule's time zone (IANA name, e.g. ``Europe/Paris``)."""
+    directory: Path | None = None
+    """Where scheduled reports are written, one folder per week; default: ``reports/``
+    beside the warehouse file."""
+
+    @model_validator(mode="after")
+    def _zone(self) -> Self:
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {self.timezone!r}") from None
+        return self
 
     @model_validator(mode="after")
     def _addresses(self) -> Self:
@@ -285,6 +325,8 @@ class Config(BaseSettings):
     budgets: dict[str, float] = Field(default_factory=dict)
     """Monthly GPU budget per team, USD (exported as gke_gpu_team_budget_usd, for alerts)."""
     shutdown_timeout: Duration = 20.0
+    log_level: LogLevel = "info"
+    """The least severe log level written; ``--log-level`` on the command line wins."""
     dcgm: Dcgm = Dcgm()
     kubernetes: Kubernetes = Kubernetes()
     prices: Prices = Prices()
@@ -302,6 +344,8 @@ class Config(BaseSettings):
             raise ValueError("warehouse.interval must be >= interval")
         if self.dcgm.timeout >= self.interval:
             raise ValueError("dcgm.timeout must be shorter than interval")
+        if self.report.schedule and not self.warehouse.enabled:
+            raise ValueError("report.schedule needs the warehouse: the report is read from it")
         cm = self.dcgm.cloud_monitoring
         if cm.project and not cm.cluster and re.search(r'["\\\r\n]', self.cluster):
             raise ValueError("cluster cannot be quoted into a Cloud Monitoring filter: set "

@@ -31,6 +31,12 @@ class WarehouseLocked(ConfigError):
                          "open it")
 
 
+def quote(text: str) -> str:
+    """A SQL string literal, for the few statements that take no parameters (a view over a
+    file, ``COPY ... TO``)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def connect(path: Path | str = ":memory:", *, read_only: bool = False,
             memory_limit: str | None = None, threads: int | None = None
             ) -> duckdb.DuckDBPyConnection:

@@ -1,8 +1,9 @@
 """Structured logs: short lowercase event names with context as fields.
 
 ``log.warning("scrape failed", extra=ctx(target=url, error=msg))``. Text on a terminal
-(``time LEVEL logger event k=v ...``), JSON lines with a ``severity`` field otherwise, which
-Cloud Logging on GKE reads as structured entries.
+(``time LEVEL logger event k=v ...``), JSON lines otherwise, which Cloud Logging on GKE reads
+as structured entries: ``severity`` is the entry's level and ``message`` its summary line
+(the event name, also kept as ``event``), the context fields follow.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 _CTX = "ctx"
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 
 
 def ctx(**fields: Any) -> dict[str, dict[str, Any]]:
@@ -26,7 +30,8 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "severity": record.levelname, "logger": record.name,
-            "event": record.getMessage(), **getattr(record, _CTX, {})}
+            "message": record.getMessage(), "event": record.getMessage(),
+            **getattr(record, _CTX, {})}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
@@ -42,7 +47,7 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure(fmt: str = "auto", level: int = logging.INFO) -> None:
+def configure(fmt: str = "auto", level: LogLevel = "info") -> None:
     """``fmt``: ``text``, ``json``, or ``auto`` (text on a terminal, else JSON)."""
     if fmt == "auto":
         fmt = "text" if sys.stderr.isatty() else "json"
@@ -50,4 +55,9 @@ def configure(fmt: str = "auto", level: int = logging.INFO) -> None:
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    set_level(level)
+
+
+def set_level(level: LogLevel) -> None:
+    """The least severe level logged, from now on."""
+    logging.getLogger().setLevel(level.upper())

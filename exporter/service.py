@@ -33,6 +33,7 @@ from exporter.sources.kube import KubeSource, NodeInfo, PodInfo
 from exporter.sources.prometheus_api import PrometheusApiSource
 
 if TYPE_CHECKING:
+    from exporter.scheduled_report import ReportStats
     from exporter.sinks.bigquery import BigQuerySink
     from exporter.sinks.cloud_monitoring import CloudMonitoringStats
     from exporter.sinks.remote_write import RemoteWriteStats
@@ -150,6 +151,8 @@ class Exporter:
         """Set when the service also pushes by remote write."""
         self.cloud_monitoring: CloudMonitoringStats | None = None
         """Set when the service also writes to Cloud Monitoring."""
+        self.report: ReportStats | None = None
+        """Set when the service also makes the weekly report on a schedule."""
         self.totals = Totals()
         self.health = SourceHealth()
         self.inventory: dict[str, dict[str, compute.DeviceIdentity]] = {}
@@ -401,4 +404,6 @@ class Exporter:
             bigquery_dataset=self.bigquery.dataset_ref if self.bigquery else "",
             budgets=self.config.budgets, sla_target=self.config.sla.target,
             remote_write=self.remote_write, cloud_monitoring=self.cloud_monitoring,
+            rows_removed=self.warehouse.rows_removed if self.warehouse else {},
+            report=self.report,
         )

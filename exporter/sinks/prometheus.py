@@ -9,17 +9,20 @@ directly: at 8,000 GPUs a generic client library spends seconds per render.
 from __future__ import annotations
 
 import functools
+import platform
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import TYPE_CHECKING
 
-from exporter import compute
+from exporter import __version__, compute
 from exporter.sources.dcgm import REJECT_REASONS, parse_labels
 from exporter.sources.kube import NodeInfo, PodInfo
 
 if TYPE_CHECKING:
     from exporter.bottleneck import Diagnosis
+    from exporter.scheduled_report import ReportStats
     from exporter.service import SourceHealth, Totals
     from exporter.sinks.bigquery import BigQueryStats
     from exporter.sinks.cloud_monitoring import CloudMonitoringStats
@@ -33,6 +36,9 @@ DEVICE_LABELS = ["cluster", "node", "pool", "zone", "model", "provisioning", "gp
                  "mig_profile", "mig_instance"]
 GROUP_LABELS = ["cluster", "state", "namespace", "team", "pool", "model", "provisioning"]
 COST_GROUP = ["cluster", "namespace", "team", "pool", "model", "provisioning"]
+BUILD_INFO = {"version": __version__, "python_version": platform.python_version(),
+              "duckdb_version": metadata.version("duckdb")}
+"""What is running: the exporter, the Python and the DuckDB (the warehouse file's format)."""
 
 
 def _escape(value: str) -> str:
@@ -124,6 +130,8 @@ class MetricsView:
     sla_target: float = 0.995
     remote_write: RemoteWriteStats | None = None
     cloud_monitoring: CloudMonitoringStats | None = None
+    rows_removed: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    report: ReportStats | None = None
 
 
 def label_text(names: Sequence[str], values: Sequence[str]) -> str:
@@ -374,6 +382,23 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
     yield from (up, dur, errors, relists, rejected, rows)
     if v.bigquery is not None:
         yield from _spool_families(v.bigquery)
+    if v.rows_removed:  # the local warehouse is on
+        removed = CounterMetricFamily(P + "exporter_warehouse_rows_removed", "Warehouse rows "
+                                      "taken out by the retention: rolled_up (into hourly "
+                                      "rows), expired.", labels=["table", "reason"])
+        for (table, reason), n in sorted(v.rows_removed.items()):
+            removed.add_metric([table, reason], n)
+        yield removed
+    if v.report is not None:
+        runs = CounterMetricFamily(P + "exporter_reports", "Scheduled weekly reports by "
+                                   "outcome: ok, failed.", labels=["outcome"])
+        for outcome, n in sorted(v.report.runs.items()):
+            runs.add_metric([outcome], n)
+        yield runs
+        if v.report.last_success is not None:
+            yield GaugeMetricFamily(P + "exporter_report_last_success_timestamp_seconds",
+                                    "When the last scheduled weekly report was made.",
+                                    value=v.report.last_success)
     if v.remote_write is not None:
         rw = v.remote_write
         requests = CounterMetricFamily(P + "exporter_remote_write_requests", "Remote-write "
@@ -409,6 +434,11 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
                             "cycle.", value=v.cycle_seconds)
     yield GaugeMetricFamily(P + "exporter_last_cycle_timestamp_seconds", "When the last "
                             "cycle ran (Unix time of its snapshot).", value=v.now)
+    build = GaugeMetricFamily(P + "exporter_build_info", "Always 1; the labels say which "
+                              "exporter, Python and DuckDB versions are running.",
+                              labels=list(BUILD_INFO))
+    build.add_metric(list(BUILD_INFO.values()), 1.0)
+    yield build
 
 
 def _spool_families(bq: BigQueryStats) -> Iterator[Metric]:

@@ -11,6 +11,7 @@ and node pool where it has them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import pyarrow as pa
 
@@ -38,12 +39,19 @@ _ARROW = {STRING: pa.string(), TIMESTAMP: pa.timestamp("us", tz="UTC"),
 _DUCKDB = {STRING: "VARCHAR", TIMESTAMP: "TIMESTAMPTZ", FLOAT: "DOUBLE", INTEGER: "BIGINT"}
 
 
+Rollup = Literal["key", "sum", "mean", "max", "or", "any"]
+"""How a ``gpu_usage`` column is combined when old rows are rolled up to hourly ones: a
+grouping key, a sum, a GPU-second-weighted mean, a maximum, a bitwise OR, or any value (the
+same for every row of a group)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     name: str
     type: str
     description: str
     required: bool = False
+    rollup: Rollup = "any"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +80,9 @@ class Table:
         return f"CREATE TABLE IF NOT EXISTS {self.name} ({cols})"
 
 
-def _c(name: str, type_: str, description: str, required: bool = False) -> Column:
-    return Column(name, type_, description, required)
+def _c(name: str, type_: str, description: str, required: bool = False,
+       rollup: Rollup = "any") -> Column:
+    return Column(name, type_, description, required, rollup)
 
 
 GPU_USAGE = Table(
@@ -82,8 +91,9 @@ GPU_USAGE = Table(
     (
         _c("id", STRING, "Hash of cluster, interval, device, pod and state.", True),
         _c("time", TIMESTAMP, "Start of the interval.", True),
-        _c("interval_seconds", FLOAT, "Length of the interval.", True),
-        _c("cluster", STRING, "Cluster name.", True),
+        _c("interval_seconds", FLOAT, "Length of the interval: the warehouse interval, or "
+           "3600 for rows rolled up to hours once older than warehouse.retention.raw.", True),
+        _c("cluster", STRING, "Cluster name.", True, rollup="key"),
         _c("node", STRING, "Node name."),
         _c("node_pool", STRING, "GKE node pool."),
         _c("zone", STRING, "Zone of the node."),
@@ -92,26 +102,29 @@ GPU_USAGE = Table(
         _c("gpu_uuid", STRING, "The physical GPU."),
         _c("gpu_index", STRING, "GPU index on the node."),
         _c("mig_profile", STRING, "MIG profile of the instance; null for a whole GPU."),
-        _c("device_id", STRING, "GPU UUID, or UUID/instance for a MIG instance.", True),
+        _c("device_id", STRING, "GPU UUID, or UUID/instance for a MIG instance.", True,
+           rollup="key"),
         _c("namespace", STRING, "Namespace of the pod holding the device."),
         _c("pod", STRING, "Pod holding the device."),
-        _c("pod_uid", STRING, "UID of that pod."),
+        _c("pod_uid", STRING, "UID of that pod.", rollup="key"),
         _c("team", STRING, "Team of that pod."),
         _c("workload", STRING, "The pod's controller (Job, Deployment, ...)."),
-        _c("state", STRING, "allocated, unallocated or unavailable.", True),
+        _c("state", STRING, "allocated, unallocated or unavailable.", True, rollup="key"),
         _c("reason", STRING, "Why unavailable: node_not_ready, gpu_missing, xid."),
         _c("gpu_seconds", FLOAT, "Device-seconds in this state (a pod's share when "
-           "time-shared).", True),
-        _c("utilization", FLOAT, "Mean utilisation 0-1; null when unknown."),
-        *[_c(name, FLOAT, f"GPU-second-weighted mean of {field}.")
+           "time-shared).", True, rollup="sum"),
+        _c("utilization", FLOAT, "Mean utilisation 0-1; null when unknown.", rollup="mean"),
+        *[_c(name, FLOAT, f"GPU-second-weighted mean of {field}.", rollup="mean")
           for name, field in FIELDS.items()],
-        _c("memory_used_bytes", FLOAT, "Peak framebuffer memory in use."),
-        _c("memory_total_bytes", FLOAT, "Framebuffer memory size."),
-        _c("last_xid", INTEGER, "Last XID error code reported."),
+        _c("memory_used_bytes", FLOAT, "Peak framebuffer memory in use.", rollup="max"),
+        _c("memory_total_bytes", FLOAT, "Framebuffer memory size.", rollup="max"),
+        _c("last_xid", INTEGER, "Last XID error code reported.", rollup="max"),
         _c("clock_event_reasons", INTEGER, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits seen in the "
-           "interval (OR): 0x20 thermal, 0x4/0x80 power, 0x8/0x40 hardware slowdown."),
-        _c("price_usd_per_hour", FLOAT, "Hourly price after discount; null if unpriced."),
-        _c("cost_usd", FLOAT, "Cost of the row's GPU-seconds; null if unpriced."),
+           "interval (OR): 0x20 thermal, 0x4/0x80 power, 0x8/0x40 hardware slowdown.",
+           rollup="or"),
+        _c("price_usd_per_hour", FLOAT, "Hourly price after discount; null if unpriced.",
+           rollup="mean"),
+        _c("cost_usd", FLOAT, "Cost of the row's GPU-seconds; null if unpriced.", rollup="sum"),
     ),
     partition_by="time",
     cluster_by=("cluster", "namespace", "node_pool"),

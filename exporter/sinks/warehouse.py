@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,16 @@ from exporter.bottleneck import CLOCK_REASONS
 from exporter.compute import XID, UsageRow, memory_bytes
 from exporter.sinks import outbox
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
-from exporter.sinks.schema import AVAILABILITY_EVENTS, FIELDS, GPU_PODS, GPU_USAGE, TABLES, Table
+from exporter.sinks.schema import (
+    AVAILABILITY_EVENTS,
+    BY_NAME,
+    FIELDS,
+    GPU_PODS,
+    GPU_USAGE,
+    TABLES,
+    Column,
+    Table,
+)
 from exporter.sources.kube import PodInfo
 
 
@@ -83,6 +93,49 @@ QUALIFY row_number() OVER (PARTITION BY cluster, pod_uid ORDER BY updated DESC) 
 """Each pod's latest row: its current (or final) state."""
 
 
+REPORT_RUNS_DDL = """CREATE TABLE IF NOT EXISTS report_runs (
+    week VARCHAR PRIMARY KEY, finished TIMESTAMPTZ NOT NULL, directory VARCHAR)"""
+"""Weeks whose scheduled report has been written (and mailed): each is reported once."""
+
+HOUR = 3600.0
+MAINTENANCE_INTERVAL = HOUR
+"""How often old rows are rolled up and expired rows deleted."""
+ROLLUP_BUDGET_SECONDS = 2.0
+"""Longest a maintenance pass rolls up for; a backlog (a file older than the retention
+when it is first set) is worked off over the following flushes."""
+
+
+def _rolled(c: Column) -> str:
+    """The column's hourly value over a group of rows (see ``schema.Rollup``)."""
+    match c.rollup:
+        case "key":
+            return c.name
+        case "sum":
+            return f"sum({c.name})"
+        case "mean":
+            return (f"sum({c.name} * gpu_seconds) / "
+                    f"sum(CASE WHEN {c.name} IS NOT NULL THEN gpu_seconds END)")
+        case "max":
+            return f"max({c.name})"
+        case "or":
+            return f"bit_or({c.name})"
+        case "any":
+            return f"any_value({c.name})"
+
+
+_HOUR_OF = "to_timestamp(floor(epoch(time) / 3600) * 3600)"
+_KEYS = [c.name for c in GPU_USAGE.columns if c.rollup == "key"]
+_ROLLUP_RANGE = "interval_seconds < 3600 AND time >= to_timestamp(?) AND time < to_timestamp(?)"
+_ROLLUP = "SELECT " + ", ".join({
+    "id": f"md5(concat_ws('|', cluster, epoch({_HOUR_OF}), device_id, coalesce(pod_uid, ''), "
+          "state, 'hour'))",
+    "time": _HOUR_OF, "interval_seconds": "3600.0"}.get(c.name) or _rolled(c)
+    for c in GPU_USAGE.columns) + \
+    f" FROM gpu_usage WHERE {_ROLLUP_RANGE} GROUP BY {', '.join([_HOUR_OF, *_KEYS])}"
+"""One row per hour, device, pod and state of the ``gpu_usage`` rows in a range, in the
+table's column order: totals and GPU-second-weighted means stay what they were."""
+
+
 def row_id(*parts: object) -> str:
     return hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=16).hexdigest()
 
@@ -95,17 +148,23 @@ class Warehouse:
     """Buffers usage rows per interval and appends complete intervals to DuckDB."""
 
     def __init__(self, path: Path, cluster: str, interval: float,
-                 flush_interval: float | None = None, outbox: bool = False) -> None:
+                 flush_interval: float | None = None, outbox: bool = False,
+                 raw_retention: float = 0.0, retention: float = 0.0) -> None:
         self.path = path
         self.cluster = cluster
         self.interval = interval
         self.flush_interval = max(interval, flush_interval or interval)
+        self.raw_retention = raw_retention
+        """``gpu_usage`` rows older than this are rolled up to hourly ones (0: never)."""
+        self.retention = retention
+        """Rows older than this are deleted (0: never)."""
         # A small appender, not an analytics engine: bound DuckDB's memory and threads.
         self.con = duck.connect(path, memory_limit="64MB", threads=1)
         for table in TABLES:
             self.con.execute(table.duckdb_ddl())
         self.con.execute(CURRENT_PODS_VIEW)
         self.con.execute(_STAGE_DDL)
+        self.con.execute(REPORT_RUNS_DDL)
         self.with_outbox = outbox
         """Also queue every new row for BigQuery (see ``exporter.sinks.outbox``)."""
         if outbox:
@@ -117,7 +176,11 @@ class Warehouse:
         self._pod_signatures: dict[str, tuple[Any, ...]] = {}
         self._events: list[dict[str, Any]] = []
         self.rows_written: dict[str, int] = defaultdict(int)
+        self.rows_removed: dict[tuple[str, str], int] = {
+            (GPU_USAGE.name, "rolled_up"): 0, **{(t.name, "expired"): 0 for t in TABLES}}
+        """Rows taken out by the retention, by table and why (rolled_up, expired)."""
         self._next_flush = 0.0
+        self._next_maintenance = 0.0
 
     def add_usage(self, rows: Sequence[UsageRow]) -> None:
         """Buffer one cycle's rows; DuckDB aggregates them per interval when they flush."""
@@ -169,9 +232,86 @@ class Warehouse:
             "start_time": _ts(start), "end_time": _ts(end), "seconds": end - start})
 
     def maybe_flush(self, now: float) -> None:
-        """``flush`` when the flush interval has passed."""
+        """``flush`` when the flush interval has passed; apply the retention hourly."""
         if now >= self._next_flush:
             self.flush(now)
+        if now >= self._next_maintenance:
+            self.maintain(now)
+
+    def maintain(self, now: float) -> None:
+        """Roll up ``gpu_usage`` rows older than ``raw_retention`` and delete rows older than
+        ``retention``."""
+        done = True
+        if self.raw_retention > 0:
+            done = self.roll_up(now - self.raw_retention)
+        if self.retention > 0:
+            self.expire(now - self.retention)
+        self._next_maintenance = now + (0.0 if not done else MAINTENANCE_INTERVAL)
+
+    def roll_up(self, before: float, budget_seconds: float = ROLLUP_BUDGET_SECONDS) -> bool:
+        """Replace the ``gpu_usage`` rows that started before ``before`` (an hour boundary
+        at most) by one row per hour, device, pod and state, an hour at a time (a bounded
+        transaction in DuckDB's small memory) for at most
+        ``budget_seconds``. True when no such row is left. Local only: BigQuery keeps its
+        rows as they were sent (its retention is the dataset's partition expiration)."""
+        before -= before % HOUR
+        deadline = time.monotonic() + budget_seconds
+        while True:
+            row = self.con.execute(
+                "SELECT epoch(min(time)) FROM gpu_usage WHERE interval_seconds < 3600 "
+                "AND time < to_timestamp(?)", [before]).fetchone()
+            if row is None or row[0] is None:
+                return True
+            lo = row[0] - row[0] % HOUR
+            span = [lo, min(before, lo + HOUR)]
+            self.con.execute("BEGIN")
+            try:
+                self.con.execute(f"CREATE TEMP TABLE _rolled AS {_ROLLUP}", span)
+                gone = self.con.execute(f"DELETE FROM gpu_usage WHERE {_ROLLUP_RANGE}",
+                                        span).fetchone()
+                self.con.execute("INSERT INTO gpu_usage SELECT * FROM _rolled")
+                self.con.execute("DROP TABLE _rolled")
+                self.con.execute("COMMIT")
+            except BaseException:
+                self.con.execute("ROLLBACK")
+                raise
+            self.rows_removed[GPU_USAGE.name, "rolled_up"] += int(gone[0]) if gone else 0
+            if time.monotonic() > deadline:
+                return False
+
+    def expire(self, before: float) -> None:
+        """Delete every row whose event time is before ``before``."""
+        for table in TABLES:
+            gone = self.con.execute(f"DELETE FROM {table.name} WHERE {table.partition_by} "
+                                    "< to_timestamp(?)", [before]).fetchone()
+            self.rows_removed[table.name, "expired"] += int(gone[0]) if gone else 0
+
+    def snapshot(self, ranges: Mapping[str, tuple[datetime, datetime]],
+                 directory: Path) -> None:
+        """Copy the rows of each table named in ``ranges`` whose event time is in its range
+        to ``<table>.parquet`` in ``directory`` (what ``analytics.store.ParquetStore``
+        reads). On a cursor of its own, so it may run in a thread while cycles go on."""
+        directory.mkdir(parents=True, exist_ok=True)
+        cur = self.con.cursor()
+        try:
+            cur.execute("SET TimeZone = 'UTC'")
+            for name, (start, end) in ranges.items():
+                col = BY_NAME[name].partition_by
+                part = directory / f"{name}.parquet.part"
+                cur.execute(f"COPY (SELECT * FROM {name} WHERE {col} >= ? AND {col} < ?) "
+                            f"TO {duck.quote(str(part))} (FORMAT parquet)", [start, end])
+                part.replace(directory / f"{name}.parquet")
+        finally:
+            cur.close()
+
+    def report_done(self, week: str) -> bool:
+        """Whether the scheduled report of ``week`` (``2026-W47``) has been made."""
+        return self.con.execute("SELECT count(*) FROM report_runs WHERE week = ?",
+                                [week]).fetchone() != (0,)
+
+    def record_report(self, week: str, finished: float, directory: Path) -> None:
+        self.con.execute("INSERT OR REPLACE INTO report_runs VALUES (?, to_timestamp(?), ?)",
+                         [week, finished, str(directory)])
 
     def flush(self, now: float, partial: bool = False) -> None:
         """Write every interval that ended by ``now``; the rest stays staged in the file, so

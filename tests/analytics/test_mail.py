@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import email
-import email.policy
 import logging
 import smtplib
-import socket
-import ssl
-from collections.abc import Iterator
-from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
-from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from analytics import mail
 from analytics.report import build
@@ -25,46 +16,7 @@ from analytics.week import parse_week
 from analytics.weekly import run_weekly
 from exporter.config import Config, load_config
 from exporter.prices import load_price_book
-from tests.analytics.conftest import HOSTILE
-
-PASSWORD = "s3cret-Pa55word"
-
-
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], EmailMessage]] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        assert isinstance(msg, EmailMessage)
-        self.messages.append((list(envelope.rcpt_tos), msg))
-        return "250 OK"
-
-
-def _auth(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
-    ok = isinstance(data, LoginPassword) and data.login == b"reports" and \
-        data.password == PASSWORD.encode()
-    return AuthResult(success=ok, handled=False)
-
-
-@pytest.fixture
-def smtp_server(tmp_path: Path) -> Iterator[tuple[Inbox, int, Path]]:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    cert.configure_cert(server_ctx)
-    ca_file = tmp_path / "ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port, tls_context=server_ctx,
-                            require_starttls=True, authenticator=_auth,
-                            auth_require_tls=True)
-    controller.start()
-    yield inbox, port, ca_file
-    controller.stop()
+from tests.analytics.conftest import HOSTILE, PASSWORD, Inbox
 
 
 def config(port: int, ca_file: Path, **report: Any) -> Config:

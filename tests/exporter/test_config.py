@@ -47,6 +47,7 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
     ("cloud_monitoring: {enabled: true, project: my-proj-1}",
      "cloud_monitoring.project and .location are required"),
     ("cloud_monitoring: {interval: 5s}", "cloud_monitoring.interval must be at least 10 s"),
+    ("log_level: loud", "log_level: Input should be 'debug', 'info', 'warning' or 'error'"),
 ])
 def test_bad_settings_are_named(tmp_path: Path, yaml: str, message: str) -> None:
     path = tmp_path / "c.yaml"
@@ -69,6 +70,16 @@ def test_check_config_exit_codes(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "no prices for region 'mars-north1'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_check_config_rejects_a_bad_log_level(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("log_level: verbose")
+    proc = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(bad),
+                           "--check-config"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 1
+    assert "log_level: Input should be 'debug', 'info', 'warning' or 'error'" in proc.stderr
 
 
 def test_shipped_price_book_prices_every_known_gpu() -> None:

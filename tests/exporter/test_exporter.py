@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
 import re
 import subprocess
 from collections.abc import AsyncIterator, Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import http_app, open_exporter
 from exporter.config import CLOUD_MONITORING_FAMILIES
 from exporter.demo import caught_up, demo_config, step_both
+from exporter.scheduled_report import ReportStats
 from exporter.service import Exporter
 from exporter.simulator.scenario import Fault, Scenario
 from exporter.simulator.server import SimulatorServer
@@ -25,6 +28,8 @@ from tests.conftest import start_exporter
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"
 VOLATILE = {"gke_gpu_exporter_cycle_duration_seconds", "gke_gpu_exporter_scrape_duration_seconds"}
+VERSIONS = {"gke_gpu_exporter_build_info"}
+"""Families whose label values are versions of the installed software: masked."""
 
 
 @pytest.fixture
@@ -52,14 +57,16 @@ def families(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def normalised(text: bytes) -> list[str]:
-    """Sample lines, volatile families dropped, ports masked, sorted: golden-file form."""
+    """Sample lines, volatile families dropped, ports and versions masked, sorted:
+    golden-file form."""
     lines = []
     for fam in text_string_to_metric_families(text.decode()):
         if fam.name in VOLATILE:
             continue
         for s in fam.samples:
-            labels = ",".join(f'{k}="{re.sub(r":[0-9]+/", ":PORT/", v)}"'
-                              for k, v in sorted(s.labels.items()))
+            labels = ",".join(
+                f'{k}="{"VERSION" if s.name in VERSIONS else re.sub(r":[0-9]+/", ":PORT/", v)}"'
+                for k, v in sorted(s.labels.items()))
             lines.append(f"{s.name}{{{labels}}} {s.value:.6g}")
     return sorted(lines)
 
@@ -95,6 +102,31 @@ async def test_catalogue(running: tuple[SimulatorServer, Exporter]) -> None:
     assert any(lbl["state"] == "allocated" and v > 0
                for lbl, v in fams["gke_gpu_cost_usd_total"])
     assert fams["gke_gpu_effective_cost_usd_per_utilized_hour"]
+
+
+async def test_build_info_names_what_is_running(running: tuple[SimulatorServer, Exporter]
+                                                ) -> None:
+    _, exporter = running
+    (build,) = families(exporter.metrics_text)["gke_gpu_exporter_build_info"]
+    assert build == ({"version": metadata.version("gke-gpu-exporter"),
+                      "python_version": platform.python_version(),
+                      "duckdb_version": metadata.version("duckdb")}, 1.0)
+    assert "# HELP gke_gpu_exporter_build_info Always 1" in exporter.metrics_text.decode()
+
+
+async def test_scheduled_reports_and_retention_are_counted(
+        running: tuple[SimulatorServer, Exporter]) -> None:
+    sim, exporter = running
+    fams = families(exporter.metrics_text)
+    assert "gke_gpu_exporter_reports_total" not in fams   # no schedule: no series
+    assert ({"table": "gpu_usage", "reason": "rolled_up"}, 0.0) in \
+        fams["gke_gpu_exporter_warehouse_rows_removed_total"]
+    exporter.report = ReportStats(runs={"ok": 2, "failed": 1}, last_success=1.8e9)
+    await step_both(sim, exporter, 1)
+    fams = families(exporter.metrics_text)
+    assert sorted(fams["gke_gpu_exporter_reports_total"], key=str) == [
+        ({"outcome": "failed"}, 1.0), ({"outcome": "ok"}, 2.0)]
+    assert fams["gke_gpu_exporter_report_last_success_timestamp_seconds"] == [({}, 1.8e9)]
 
 
 async def test_cloud_monitoring_writes_catalogue_families(

@@ -1,0 +1,181 @@
+"""The weekly report made by the running exporter: on its schedule, from a Parquet snapshot
+of the warehouse it holds, in a child process, once per week across restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analytics.report import build
+from analytics.store import DuckDBStore, ParquetStore
+from analytics.week import parse_week, reads
+from exporter.prices import load_price_book
+from exporter.scheduled_report import RETRY_SECONDS, Schedule, ScheduledReport
+from exporter.sinks.warehouse import Warehouse
+from tests.analytics.conftest import HOSTILE, PASSWORD, W46, Inbox
+
+W47 = parse_week("2026-W47")
+
+
+def utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC) if "+" not in text else \
+        datetime.fromisoformat(text)
+
+
+@pytest.mark.parametrize(("schedule", "zone", "after", "expected"), [
+    ("mon 07:00", "UTC", "2026-11-23T00:00", "2026-11-23T07:00"),
+    ("mon 07:00", "UTC", "2026-11-23T07:00", "2026-11-23T07:00"),     # at the moment itself
+    ("mon 07:00", "UTC", "2026-11-23T07:01", "2026-11-30T07:00"),
+    ("Monday 7:30", "UTC", "2026-11-21T12:00", "2026-11-23T07:30"),
+    ("fri 18:00", "UTC", "2026-11-23T00:00", "2026-11-27T18:00"),
+    ("sun 23:59", "UTC", "2026-11-23T00:00", "2026-11-29T23:59"),
+    ("mon 07:00", "Europe/Paris", "2026-11-23T00:00", "2026-11-23T06:00"),   # CET, UTC+1
+    ("mon 07:00", "Europe/Paris", "2026-06-01T00:00", "2026-06-01T05:00"),   # CEST, UTC+2
+    ("mon 07:00", "America/New_York", "2026-11-23T00:00", "2026-11-23T12:00"),
+    ("mon 07:00", "Asia/Tokyo", "2026-11-23T00:00", "2026-11-29T22:00"),     # Monday there
+])
+def test_schedule_next_moment(schedule: str, zone: str, after: str, expected: str) -> None:
+    assert Schedule.parse(schedule, zone).first_at_or_after(utc(after)) == utc(expected)
+
+
+@pytest.mark.parametrize(("now", "due"), [
+    ("2026-11-23T06:59", None),                # W47 ended, its moment not yet come
+    ("2026-11-23T07:00", "2026-W47"),
+    ("2026-11-26T12:00", "2026-W47"),          # later that week: still W47 (once)
+    ("2026-11-30T06:00", None),         # W48 not yet due; the turn of W47 is over
+    ("2026-11-30T07:00", "2026-W48"),
+])
+def test_the_due_week(now: str, due: str | None) -> None:
+    week = Schedule.parse("mon 07:00").due(utc(now))
+    assert (week.label if week else None) == due
+
+
+def test_a_snapshot_reports_what_the_warehouse_does(small_warehouse: Path,
+                                                    tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    shutil.copy(small_warehouse, path)
+    wh = Warehouse(path, "c", interval=3600.0)
+    wh.snapshot(reads(W47), tmp_path / "snap")
+    wh.close()
+    prices = load_price_book(None, "us-central1").prices
+    full, snap = DuckDBStore(path), ParquetStore(tmp_path / "snap")
+    for team in (None, HOSTILE):
+        a = build(full, W47, prices, 0.995, "c", team=team)
+        b = build(snap, W47, prices, 0.995, "c", team=team)
+        assert a.headline == b.headline and a.headline["cost_usd"] > 0
+        assert a.tables.keys() == b.tables.keys()
+        for name in a.tables:
+            assert a.tables[name].equals(b.tables[name]), name
+    full.close()
+    snap.close()
+
+
+def _job(path: Path, config_file: Path, tmp_path: Path, **kw: object) -> ScheduledReport:
+    wh = Warehouse(path, "c", interval=3600.0)
+    return ScheduledReport(wh, Schedule.parse("mon 07:00"), tmp_path / "reports",
+                           str(config_file), email=True, **kw)  # type: ignore[arg-type]
+
+
+def _config(tmp_path: Path, port: int, ca_file: Path) -> Path:
+    file = tmp_path / "config.yaml"
+    file.write_text(yaml.safe_dump({"cluster": "c", "report": {
+        "sender": "gpu-reports@example.com", "platform_recipients": ["platform@example.com"],
+        "team_recipients": {"alpha": ["alpha-lead@example.com"]},
+        "smtp": {"host": "127.0.0.1", "port": port, "username": "reports",
+                 "ca_file": str(ca_file)}}}))
+    return file
+
+
+async def test_the_week_is_reported_and_mailed_once_across_restarts(
+        small_warehouse: Path, tmp_path: Path, smtp_server: tuple[Inbox, int, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    inbox, port, ca_file = smtp_server
+    monkeypatch.setenv("GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD", PASSWORD)
+    path = tmp_path / "w.duckdb"
+    shutil.copy(small_warehouse, path)
+    config_file = _config(tmp_path, port, ca_file)
+    job = _job(path, config_file, tmp_path)
+    before = W47.end.timestamp() + 6 * 3600       # Monday 06:00: not yet
+    assert job.maybe_run(before) is None
+    task = job.maybe_run(before + 3600)           # 07:00
+    assert task is not None and job.running
+    assert job.maybe_run(before + 3660) is None   # one at a time
+    await asyncio.wait_for(task, 120)
+    out = tmp_path / "reports" / "2026-W47"
+    assert job.stats.runs == {"ok": 1, "failed": 0}, (out / "report.log").read_text()
+    assert (out / "report" / "report.html").exists()
+    assert not (out / "snapshot").exists()       # the snapshot goes once the report is made
+    rcpts = sorted(r for to, _ in inbox.messages for r in to)
+    assert rcpts == ["alpha-lead@example.com", "platform@example.com"]
+    assert "2026-W47" in str(inbox.messages[0][1]["Subject"])
+    assert job.maybe_run(before + 7200) is None   # made: not again
+    job.warehouse.close()
+    restarted = _job(path, config_file, tmp_path)
+    assert restarted.maybe_run(before + 86400) is None
+    restarted.warehouse.close()
+    assert len(inbox.messages) == 2
+
+
+async def test_a_failed_report_is_shown_and_retried(small_warehouse: Path,
+                                                    tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    shutil.copy(small_warehouse, path)
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text("cluster: c\n")
+    failing = (sys.executable, "-c", "import sys; print('no SMTP server'); sys.exit(3)")
+    job = _job(path, config_file, tmp_path, command=failing)
+    now = W47.end.timestamp() + 8 * 3600
+    task = job.maybe_run(now)
+    assert task is not None
+    await asyncio.wait_for(task, 60)
+    # during the fault: counted, not recorded, its output kept, no retry before the delay
+    assert job.stats.runs == {"ok": 0, "failed": 1} and job.stats.last_success is None
+    assert not job.warehouse.report_done("2026-W47")
+    assert "no SMTP server" in (tmp_path / "reports" / "2026-W47" / "report.log").read_text()
+    assert job.maybe_run(now + 60) is None
+    # the fault mended: the next attempt makes it
+    job.command = (sys.executable, "-m", "exporter")
+    job.email = False
+    task = job.maybe_run(now + RETRY_SECONDS)
+    assert task is not None
+    await asyncio.wait_for(task, 120)
+    assert job.stats.runs == {"ok": 1, "failed": 1} and job.stats.last_success is not None
+    assert job.warehouse.report_done("2026-W47")
+    job.warehouse.close()
+
+
+def test_a_locked_warehouse_is_one_line_of_advice(small_warehouse: Path,
+                                                  tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    shutil.copy(small_warehouse, path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, duckdb; c = duckdb.connect(sys.argv[1]); "
+         "print('open', flush=True); sys.stdin.read()", str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        done = subprocess.run(
+            [sys.executable, "-m", "exporter", "report", "weekly", "--week", "2026-W47",
+             "--store", f"duckdb:{path}", "--out", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=60)
+    finally:
+        holder.communicate("")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert lines[0].startswith(f"error: the warehouse {path} is open in another process "
+                               f"(PID {holder.pid}")
+    assert "report.schedule" in lines[0]
+
+
+def test_the_week_reads_cover_the_report(small_warehouse: Path) -> None:
+    """Everything before W46 is outside the snapshot, and the report of W47 needs W46."""
+    start, end = reads(W47)["gpu_usage"]
+    assert start.timestamp() == W46 and end == W47.end
