@@ -58,6 +58,13 @@ def configure(fmt: str = "auto", level: LogLevel = "info") -> None:
     set_level(level)
 
 
+QUIET_LIBRARIES = ("matplotlib",)
+"""Libraries whose info lines (a font cache built) say nothing about the product: they
+log warnings and errors, and everything at ``debug``."""
+
+
 def set_level(level: LogLevel) -> None:
     """The least severe level logged, from now on."""
     logging.getLogger().setLevel(level.upper())
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)

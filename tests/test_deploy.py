@@ -1,9 +1,11 @@
-"""deploy/ rendered by kubectl kustomize: hardened, least-privileged, probed, scraped."""
+"""deploy/ rendered by kubectl kustomize: hardened, least-privileged, probed, persistent;
+each component (a monitor, the weekly report job) added on its own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -12,26 +14,92 @@ import yaml
 from exporter.config import load_config
 
 ROOT = Path(__file__).parents[1]
+DEPLOY = ROOT / "deploy"
+COMPONENTS = sorted(p.name for p in (DEPLOY / "components").iterdir() if p.is_dir())
+MONITORS = {"servicemonitor": "ServiceMonitor", "clusterpodmonitoring": "ClusterPodMonitoring"}
+SHIPPED_IN_BASE = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                   "ConfigMap", "Service", "PersistentVolumeClaim", "Deployment",
+                   "NetworkPolicy"}
+
+Objects = dict[str, dict[str, Any]]
 
 
-@pytest.fixture(scope="module")
-def objects() -> dict[str, dict[str, Any]]:
-    proc = subprocess.run(["kubectl", "kustomize", str(ROOT / "deploy")], capture_output=True,
-                          text=True, timeout=60, check=True)
-    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+def render(tmp: Path, *components: str) -> list[dict[str, Any]]:
+    """deploy/ rendered by ``kubectl kustomize`` through an overlay in ``tmp`` that adds
+    the named components, as a user's overlay would."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    base = PurePosixPath(os.path.relpath(DEPLOY, tmp))
+    (tmp / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [str(base)],
+        "components": [str(base / "components" / c) for c in components]}))
+    proc = subprocess.run(["kubectl", "kustomize", str(tmp)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]]) -> Objects:
+    kinds = [d["kind"] for d in docs]
+    assert len(set(kinds)) == len(kinds), kinds
     return {d["kind"]: d for d in docs}
 
 
-def test_everything_is_there(objects: dict[str, dict[str, Any]]) -> None:
-    assert set(objects) == {"Namespace", "ServiceAccount", "ClusterRole",
-                            "ClusterRoleBinding", "ConfigMap", "Service", "Deployment",
-                            "PodMonitoring", "ServiceMonitor", "NetworkPolicy"}
+@pytest.fixture(scope="module")
+def objects() -> Objects:
+    proc = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], capture_output=True,
+                          text=True, timeout=60, check=True)
+    return by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])
+
+
+@pytest.fixture(scope="module")
+def with_component(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Objects]:
+    """Component -> the base with only that component added."""
+    return {c: by_kind(render(tmp_path_factory.mktemp(c), c)) for c in COMPONENTS}
+
+
+def test_everything_is_there(objects: Objects) -> None:
+    assert set(objects) == SHIPPED_IN_BASE
     for kind, obj in objects.items():
         if kind not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == "gke-gpu-exporter", kind
 
 
-def test_pod_security_restricted(objects: dict[str, dict[str, Any]]) -> None:
+def test_the_base_scrapes_nothing_and_each_monitor_comes_alone(
+        objects: Objects, with_component: dict[str, Objects]) -> None:
+    """A cluster has one monitor's CRDs, or scrapes twice with both: each is a component."""
+    assert set(COMPONENTS) == {*MONITORS, "bigquery-report"}
+    for component, rendered in with_component.items():
+        added = {MONITORS[component]} if component in MONITORS else {"CronJob"}
+        assert set(rendered) == SHIPPED_IN_BASE | added, component
+        assert rendered["Deployment"] == objects["Deployment"], component
+
+
+def test_the_components_listed_in_the_base_render_the_same(
+        tmp_path: Path, with_component: dict[str, Objects]) -> None:
+    """Uncommenting ``components:`` in deploy/kustomization.yaml adds what an overlay adds."""
+    copy = tmp_path / "deploy"
+    subprocess.run(["cp", "-r", str(DEPLOY), str(copy)], check=True, timeout=30)
+    text = (copy / "kustomization.yaml").read_text()
+    enabled = text.replace("# components:", "components:").replace("#   - components/",
+                                                                     "  - components/")
+    assert enabled.count("  - components/") == len(COMPONENTS)
+    (copy / "kustomization.yaml").write_text(enabled)
+    proc = subprocess.run(["kubectl", "kustomize", str(copy)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rendered = by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])
+    assert set(rendered) == SHIPPED_IN_BASE | {"CronJob", *MONITORS.values()}
+    for component, kind in MONITORS.items():
+        assert rendered[kind]["spec"] == with_component[component][kind]["spec"], kind
+    pod = rendered["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    overlaid = with_component["bigquery-report"]["CronJob"]["spec"]["jobTemplate"]["spec"][
+        "template"]["spec"]
+    assert pod["containers"] == overlaid["containers"]
+    assert pod["volumes"] == overlaid["volumes"]
+
+
+def test_pod_security_restricted(objects: Objects) -> None:
     pod = objects["Deployment"]["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -45,7 +113,7 @@ def test_pod_security_restricted(objects: dict[str, dict[str, Any]]) -> None:
         "pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-def test_probes_and_graceful_shutdown(objects: dict[str, dict[str, Any]]) -> None:
+def test_probes_and_graceful_shutdown(objects: Objects) -> None:
     pod = objects["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -55,7 +123,7 @@ def test_probes_and_graceful_shutdown(objects: dict[str, dict[str, Any]]) -> Non
     assert pod["terminationGracePeriodSeconds"] > shutdown + 5
 
 
-def test_rbac_is_read_only(objects: dict[str, dict[str, Any]]) -> None:
+def test_rbac_is_read_only(objects: Objects) -> None:
     rules = objects["ClusterRole"]["rules"]
     for rule in rules:
         assert rule["apiGroups"] == [""]
@@ -67,20 +135,36 @@ def test_rbac_is_read_only(objects: dict[str, dict[str, Any]]) -> None:
         subject["name"]
 
 
-def test_workload_identity_and_scraping(objects: dict[str, dict[str, Any]]) -> None:
+def test_workload_identity_and_scraping(objects: Objects,
+                                        with_component: dict[str, Objects]) -> None:
     assert "iam.gke.io/gcp-service-account" in \
         objects["ServiceAccount"]["metadata"]["annotations"]
-    labels = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
-    for kind in ("PodMonitoring", "ServiceMonitor"):
-        selector = objects[kind]["spec"]["selector"]["matchLabels"]
-        target = labels if kind == "PodMonitoring" else objects["Service"]["metadata"]["labels"]
+    pod_labels = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    for component, kind in MONITORS.items():
+        monitor = with_component[component][kind]
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        target = pod_labels if kind == "ClusterPodMonitoring" else \
+            objects["Service"]["metadata"]["labels"]
         assert selector.items() <= target.items(), kind
-        assert objects[kind]["spec"]["endpoints"][0]["port"] == "metrics"
+        assert "app.kubernetes.io/name" in selector, "cluster-wide: select this app only"
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["port"] == "metrics"
+        assert monitor["metadata"]["labels"]["app.kubernetes.io/name"] == "gke-gpu-exporter"
     ingress = objects["NetworkPolicy"]["spec"]["ingress"]
     assert [p["port"] for rule in ingress for p in rule["ports"]] == [9808]
 
 
-def test_the_shipped_config_is_valid(objects: dict[str, dict[str, Any]]) -> None:
+def test_the_monitors_keep_the_exporters_labels(with_component: dict[str, Objects]) -> None:
+    """The exporter's namespace and pod labels win over the target's (tests/
+    test_scrape_labels.py shows it on a real Prometheus)."""
+    sm = with_component["servicemonitor"]["ServiceMonitor"]
+    assert sm["metadata"]["namespace"] == "gke-gpu-exporter"
+    assert all(ep["honorLabels"] is True for ep in sm["spec"]["endpoints"])
+    cpm = with_component["clusterpodmonitoring"]["ClusterPodMonitoring"]
+    assert cpm["spec"]["targetLabels"]["metadata"] == []
+
+
+def test_the_shipped_config_is_valid(objects: Objects) -> None:
     cfg = load_config(None, yaml.safe_load(objects["ConfigMap"]["data"]["config.yaml"]))
     assert cfg.kubernetes.in_cluster and str(cfg.warehouse.path).startswith(
         "/var/lib/gke-gpu-exporter")
@@ -88,3 +172,63 @@ def test_the_shipped_config_is_valid(objects: dict[str, dict[str, Any]]) -> None
         "volumeMounts"]
     assert any(str(cfg.warehouse.path).startswith(v["mountPath"]) and not v.get("readOnly")
                for v in volumes)
+
+
+def test_the_warehouse_outlives_the_pod(objects: Objects) -> None:
+    """The DuckDB file (and the BigQuery outbox in it) is on a PersistentVolumeClaim,
+    mounted at its directory, written by one pod at a time."""
+    cfg = load_config(None, yaml.safe_load(objects["ConfigMap"]["data"]["config.yaml"]))
+    deployment = objects["Deployment"]["spec"]
+    assert deployment["replicas"] == 1 and deployment["strategy"]["type"] == "Recreate"
+    pod = deployment["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"]
+                if m["mountPath"] == str(PurePosixPath(cfg.warehouse.path).parent)]
+    assert not mount.get("readOnly")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" not in volume
+    pvc = objects["PersistentVolumeClaim"]
+    assert volume["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"] == 65532
+    (tmp,) = [v for v in pod["volumes"]
+              if v["name"] == next(m["name"] for m in container["volumeMounts"]
+                                   if m["mountPath"] == "/tmp")]
+    assert "emptyDir" in tmp
+
+
+def test_the_weekly_report_job(objects: Objects, with_component: dict[str, Objects],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mondays 07:00 UTC, never two at once, as hardened as the exporter, from BigQuery."""
+    rendered = with_component["bigquery-report"]
+    job = rendered["CronJob"]
+    assert job["metadata"]["namespace"] == "gke-gpu-exporter"
+    spec = job["spec"]
+    assert (spec["schedule"], spec["timeZone"], spec["concurrencyPolicy"]) == (
+        "0 7 * * 1", "Etc/UTC", "Forbid")
+    pod = spec["jobTemplate"]["spec"]["template"]["spec"]
+    exporter = objects["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == exporter["serviceAccountName"]
+    for key in ("runAsNonRoot", "runAsUser", "seccompProfile"):
+        assert pod["securityContext"][key] == exporter["securityContext"][key], key
+    (container,) = pod["containers"]
+    (exporter_container,) = exporter["containers"]
+    assert container["image"] == exporter_container["image"]
+    assert container["securityContext"] == exporter_container["securityContext"]
+    assert container["resources"]["limits"]["memory"]
+    assert [container.get("command", []), container["args"]] == [[], [
+        "report", "weekly", "--config", "/etc/gke-gpu-exporter/config.yaml",
+        "--bigquery", "PROJECT_ID.gke_gpu", "--out", "/tmp/report", "--email"]]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config = mounts["/etc/gke-gpu-exporter"]
+    assert config["readOnly"] and volumes[config["name"]]["configMap"]["name"] == \
+        objects["ConfigMap"]["metadata"]["name"]
+    assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
+    (password,) = [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+    assert password["valueFrom"]["secretKeyRef"]["key"]
+    monkeypatch.setenv(password["name"], "from-the-secret")
+    cfg = load_config(None, yaml.safe_load(objects["ConfigMap"]["data"]["config.yaml"]))
+    assert cfg.report.smtp.password is not None
+    assert cfg.report.smtp.password.get_secret_value() == "from-the-secret"

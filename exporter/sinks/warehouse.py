@@ -7,6 +7,11 @@ aggregated in SQL once their interval is complete; every row has a deterministic
 of cluster, interval, device, pod and state) and the tables' primary keys make a repeated
 write a no-op, so a restart or a retried flush never double-counts. ``gpu_pods`` keeps
 the latest state of each GPU pod; ``availability_events`` one row per incident.
+
+Hourly, the retention rolls ``gpu_usage`` rows older than ``raw_retention`` up to one row per
+hour (how each column combines is declared in ``schema``) and deletes rows older than
+``retention``. ``snapshot`` copies what a week's report reads to Parquet, and
+``report_runs`` records the weeks whose scheduled report is made (``scheduled_report``).
 """
 
 from __future__ import annotations
