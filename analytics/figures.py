@@ -8,7 +8,8 @@ Definitions (each next to its test in ``tests/analytics/test_figures.py``):
 - idle cost: allocated but unused — cost x (1 - utilisation) of each row.
 - effective cost per utilised GPU-hour: all spend / utilised GPU-hours.
 - queue wait: creation to scheduling, of the pods scheduled in the week; pending GPU-hours
-  are the GPUs requested x the time pods waited within the week.
+  are the GPUs requested x the time pods waited within the week, until they were scheduled
+  or ended unscheduled (deleted while pending: phase ``Deleted``, ``finished`` set).
 - availability: up / (up + down) GPU-seconds; the error budget is (1 - target) of the
   GPU-seconds, and what is left of it is 1 - down / budget.
 - right-sizing: the cheapest GPU model that holds the workload's peak memory with 10 %
@@ -187,8 +188,9 @@ def queue(pod_states: pd.DataFrame, week: Week) -> pd.DataFrame:
                           gpu_model=pod_states.gpu_model.fillna("(any)"))
     start, end = week.start.timestamp(), week.end.timestamp()
     created = _seconds(p.created)
-    scheduled = _seconds(p.scheduled.fillna(week.end)).clip(upper=end)
-    waited = (scheduled.clip(lower=start) - created.clip(lower=start)).clip(lower=0)
+    # a wait ends when the pod is scheduled, or ends unscheduled (deleted while pending)
+    until = _seconds(p.scheduled).fillna(_seconds(p.finished)).fillna(end).clip(upper=end)
+    waited = (until.clip(lower=start) - created.clip(lower=start)).clip(lower=0)
     p = p.assign(pending_gpu_hours=waited * p.gpus.fillna(0) / HOUR)
     sched = p[p.scheduled.notna()]
     in_week = sched[(_seconds(sched.scheduled) >= start) & (_seconds(sched.scheduled) < end)]

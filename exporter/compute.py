@@ -7,10 +7,18 @@ utilisation         ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (0-1); without profiling,
                     ``DCGM_FI_DEV_GPU_UTIL / 100`` (which overstates work: it only says a
                     kernel ran); without DCGM, GKE's container accelerator duty cycle / 100
                     (the same NVML figure as GPU_UTIL). The source used is recorded.
-allocation state    ``unavailable`` (node not Ready; GPU gone from DCGM on a Ready node;
-                    fatal XID) before ``allocated`` (a pod holds it) before
-                    ``unallocated``. A node whose dcgm-exporter did not answer is
-                    *unknown*: no state, no cost, no downtime.
+devices            Kubernetes and DCGM together: every GPU a node's capacity says it has (physical
+                    GPUs: ``nvidia.com/gpu`` / clients per GPU when time-shared; MIG
+                    instances on a partitioned node) is a device from the first cycle,
+                    priced from the node's labels, whether or not DCGM has shown it; so is
+                    every device DCGM has shown. One DCGM has never shown is identified as
+                    ``<node>/k8s-<index>`` (the lowest GPU indices DCGM has not reported;
+                    MIG: ``<node>/k8s-mig-<n>``), that name standing for its UUID too.
+allocation state    ``unavailable`` (node not Ready, whatever its dcgm-exporter says; on a
+                    Ready node whose exporter answered, a GPU Kubernetes or an earlier
+                    scrape knows that the answer lacks; fatal XID) before ``allocated`` (a
+                    pod holds it) before ``unallocated``. A Ready node whose dcgm-exporter
+                    did not answer is *unknown*: no state, no cost, no downtime.
 available GPUs      sum of allocatable GPUs of Ready nodes - system-reserved, in physical GPUs
                     (a time-shared GPU counts once, a MIG slice as its fraction).
 queue wait          creation to ``PodScheduled=True``; a pending pod's wait so far.
@@ -181,6 +189,29 @@ def available_gpus(nodes: Iterable[NodeInfo], reserved: int) -> float:
 # ---------------------------------------------------------------------------- states
 
 
+def kubernetes_devices(node: NodeInfo) -> int:
+    """How many devices Kubernetes says ``node`` has: its ``nvidia.com/gpu`` capacity, over
+    the clients per GPU on a time-shared node (MIG instances on a partitioned one)."""
+    return node.capacity_gpus // max(1, node.clients_per_gpu)
+
+
+def unseen_devices(node: NodeInfo, known: Iterable[DeviceIdentity]) -> list[DeviceIdentity]:
+    """Identities for the devices Kubernetes counts on ``node`` beyond the ``known`` ones
+    (shown by DCGM): ``<node>/k8s-<index>`` on the lowest GPU indices DCGM has not
+    reported, ``<node>/k8s-mig-<n>`` for MIG instances."""
+    known = list(known)
+    missing = kubernetes_devices(node) - len(known)
+    if missing <= 0:
+        return []
+    if node.mig_profile:
+        return [DeviceIdentity(f"{node.name}/k8s-mig-{n}", f"{node.name}/k8s-mig-{n}", "",
+                               node.mig_profile) for n in range(missing)]
+    taken = {k.gpu_index for k in known}
+    free = (str(i) for i in range(kubernetes_devices(node) + len(known)) if str(i) not in taken)
+    return [DeviceIdentity(f"{node.name}/k8s-{i}", f"{node.name}/k8s-{i}", i, None)
+            for i, _ in zip(free, range(missing), strict=False)]
+
+
 def device_states(
     nodes: Mapping[str, NodeInfo],
     readings: Mapping[str, Sequence[DeviceReading]],
@@ -195,11 +226,12 @@ def device_states(
     """Every known device's state at one snapshot.
 
     ``readings`` maps node name to the devices its dcgm-exporter reported; nodes in
-    ``unknown_nodes`` did not answer. ``complete`` says the readings list every GPU of the
-    nodes they cover; they do not when they come per container (GKE's system metrics):
-    then a known GPU not in them is idle (unallocated, no readings), not missing, and a GPU
-    is known only once a container has used it. ``inventory`` is every device seen before,
-    by node.
+    ``unknown_nodes`` did not answer; a Ready node with no entry in ``readings`` is unknown
+    too. ``complete`` says the readings list every GPU of the nodes they cover; they do not
+    when they come per container (GKE's system metrics): then a known GPU not in them is
+    idle (unallocated, no readings), not missing. ``inventory`` is every device DCGM has
+    shown before, by node; the devices Kubernetes counts beyond those are added
+    (``unseen_devices``).
     ``owners`` resolves (namespace, pod) from DCGM's pod labels; ``price`` maps
     (accelerator, provisioning) to USD per GPU-hour.
     """
@@ -227,7 +259,11 @@ def device_states(
                 list_price * (1.0 - discount) * frac,
                 fields=fields)
 
-        known = inventory.get(name, {})
+        known = without_superseded(inventory.get(name, {}), readings.get(name, ()))
+        for dev in readings.get(name, ()):
+            known.setdefault(dev.device_id, DeviceIdentity(dev.uuid, dev.device_id,
+                                                           dev.gpu_index, dev.mig_profile))
+        known.update((i.device_id, i) for i in unseen_devices(node, known.values()))
         if not node.ready:
             for ident in known.values():
                 out.append(make(ident, "unavailable", "node_not_ready", (), {}))
@@ -263,11 +299,26 @@ def remember(inventory: Mapping[str, Mapping[str, DeviceIdentity]],
     for node, devs in readings.items():
         if node not in nodes:
             continue
-        known = out.setdefault(node, {})
+        known = out[node] = without_superseded(out.get(node, {}), devs)
         for d in devs:
             known.setdefault(d.device_id, DeviceIdentity(d.uuid, d.device_id, d.gpu_index,
                                                          d.mig_profile))
     return out
+
+
+def without_superseded(known: Mapping[str, DeviceIdentity],
+                       devices: Iterable[DeviceReading]) -> dict[str, DeviceIdentity]:
+    """``known`` (a node's remembered devices) less those one scrape's ``devices`` replace:
+    a whole GPU whose MIG instances are reported now (MIG was enabled), or the instances
+    of a GPU reported whole now (MIG was disabled). The same physical GPU is never both
+    a device and its instances, so the replaced identity is not a missing GPU."""
+    partitioned: set[str] = set()
+    whole: set[str] = set()
+    for d in devices:
+        (whole if d.mig_instance is None else partitioned).add(d.uuid)
+    return {device_id: ident for device_id, ident in known.items()
+            if not (ident.gpu_uuid in partitioned and device_id == ident.gpu_uuid)
+            and not (ident.gpu_uuid in whole and device_id != ident.gpu_uuid)}
 
 
 def usage_rows(states: Sequence[DeviceState], start: float, seconds: float) -> list[UsageRow]:

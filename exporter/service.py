@@ -22,6 +22,7 @@ from exporter import compute, logs
 from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, classify
 from exporter.config import Config
 from exporter.errors import SourceError
+from exporter.placement import Placement
 from exporter.prices import PriceBook
 from exporter.selectors import label_selector
 from exporter.sinks.prometheus import QUEUE_BUCKETS, MetricsView, render
@@ -29,7 +30,7 @@ from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
 from exporter.sources.dcgm import DcgmSource, DeviceReading, TargetScrape
-from exporter.sources.kube import KubeSource, NodeInfo, PodInfo
+from exporter.sources.kube import KubeSource, NodeInfo, PodInfo, deleted_pod, gpu_model
 from exporter.sources.prometheus_api import PrometheusApiSource
 
 if TYPE_CHECKING:
@@ -161,12 +162,15 @@ class Exporter:
         self.diagnoses: dict[str, tuple[compute.Owner, Diagnosis]] = {}
         self.open_incidents: dict[tuple[str, str], tuple[float, str, str]] = {}
         """(GPU UUID, reason) -> (start, node, pool) of each GPU now unavailable."""
+        if warehouse is not None:  # go on from where the last run stopped
+            self.inventory, self.open_incidents = warehouse.load_state()
         self.cycles = 0
         self.cycle_seconds = 0.0
         self.last_cycle_time = 0.0
         self._view_now: MetricsView | None = None
         self._rendered: bytes | None = None
-        self._target_nodes: dict[str, str] = {}
+        self._target_nodes: dict[str, set[str]] = {}
+        """The nodes each target's last answer covered: unknown while it fails."""
         self._windows: dict[str, collections.deque[tuple[float, dict[str, float]]]] = {}
         self._logged: set[tuple[str, str]] = set()
         self._interrupted_pods: set[str] = set()
@@ -188,7 +192,7 @@ class Exporter:
         if cfg.prometheus.url:
             return {cfg.prometheus.url.rstrip("/"): None}  # every node, through one API
         if cfg.targets:
-            return {t: self._target_nodes.get(t) for t in cfg.targets}
+            return dict.fromkeys(cfg.targets)  # each answer says its nodes
         d = cfg.discovery
         match = label_selector(d.label_selector)
         out: dict[str, str | None] = {}
@@ -210,7 +214,7 @@ class Exporter:
         readings: dict[str, list[DeviceReading]] = defaultdict(list)
         unknown: set[str] = set()
         complete = True
-        pod_nodes: dict[tuple[str, str], str] | None = None
+        place = Placement(self.kube.nodes, self.kube.pods.values())
         for url, res in zip(targets, results, strict=True):
             key = ("dcgm", url)
             if isinstance(res, TargetScrape):
@@ -221,24 +225,23 @@ class Exporter:
                     self._log_once(url, f"rejected:{reason}", "dcgm samples rejected",
                                    reason=reason, count=n)
                 complete &= res.complete
+                exporter_node = None if self.dcgm.whole_cluster else \
+                    targets[url] or place.by_address(url)
+                if exporter_node:  # it answered: a GPU of its node it lacks is missing
+                    readings.setdefault(exporter_node, [])
+                covered: set[str] = set()
                 for dev in res.result.devices:
-                    # the discovered pod's node is authoritative; else DCGM's Hostname
-                    # label; else (per-container readings) the node of the pod on the GPU
-                    node = targets[url] or dev.hostname
-                    if not node:
-                        if pod_nodes is None:
-                            pod_nodes = {(p.namespace, p.name): p.node
-                                         for p in self.kube.pods.values() if p.node}
-                        node = next((on for p in dev.pods
-                                     if (on := pod_nodes.get((p.namespace, p.pod)))), "")
-                    if not node:
-                        self.health.rejected["no_node"] += len(dev.fields)
-                        self._log_once(url, "rejected:no_node", "gpu readings name no node",
-                                       gpu=dev.uuid, pods=[p.pod for p in dev.pods])
+                    node = place(dev, exporter_node)
+                    if node is None:
+                        self.health.rejected["unknown_node"] += len(dev.fields)
+                        self._log_once(url, "rejected:unknown_node", "gpu on no known node",
+                                       gpu=dev.uuid, hostname=dev.hostname,
+                                       pods=[f"{p.namespace}/{p.pod}" for p in dev.pods])
                         continue
                     readings[node].append(dev)
-                    if not self.dcgm.whole_cluster:
-                        self._target_nodes[url] = node
+                    covered.add(node)
+                if not self.dcgm.whole_cluster:
+                    self._target_nodes[url] = covered
             else:
                 assert isinstance(res, SourceError)
                 self.health.up[key] = False
@@ -247,8 +250,10 @@ class Exporter:
                                error=res.reason)
                 if self.dcgm.whole_cluster:
                     unknown |= set(self.kube.nodes)
-                elif lost := targets[url] or self._target_nodes.get(url):
-                    unknown.add(lost)
+                else:  # the nodes it answered for last time, and its own
+                    unknown |= self._target_nodes.get(url, set())
+                    if exporter_node := targets[url] or place.by_address(url):
+                        unknown.add(exporter_node)
         for gone in [k for k in self.health.up if k[0] == "dcgm" and k[1] not in targets]:
             for table in (self.health.up, self.health.duration, self.health.errors):
                 table.pop(gone, None)  # the target went with its node: its series go too
@@ -276,6 +281,8 @@ class Exporter:
         self.states, self.state_time = states, now
         self._xids(states)
         self._incidents(states, nodes, frozenset(unknown), now)
+        if self.warehouse is not None:
+            self.warehouse.save_state(self.inventory, self.open_incidents)
         self._queue(now)
         self._bottlenecks(now, states)
         if self.warehouse is not None:
@@ -316,10 +323,11 @@ class Exporter:
             self.totals.interruptions[self._pool_of.get(pod.node or "", "")] += 1
 
     def _pod_gone(self, pod: PodInfo, now: float) -> None:
+        """A pod deleted from the cluster: its last row says it ended (``deleted_pod``)."""
         self._interrupted(pod)
         self._interrupted_pods.discard(pod.uid)
         if self.warehouse is not None:
-            self.warehouse.add_pods([pod], now, self._team)
+            self.warehouse.add_pods([deleted_pod(pod, now)], now, self._team)
             self.warehouse.forget_pod(pod.uid)
         self._windows.pop(pod.uid, None)
         self.diagnoses.pop(pod.uid, None)
@@ -357,7 +365,7 @@ class Exporter:
         for pod in self.kube.pods.values():
             self._interrupted(pod)
             if pod.gpus > 0 and pod.scheduled is not None:
-                key = (pod.namespace, self._team(pod), pod.accelerator or "")
+                key = (pod.namespace, self._team(pod), gpu_model(pod, self.kube.nodes))
                 self.totals.observe_wait(pod.uid, key, compute.queue_wait_seconds(pod, now))
 
     def _bottlenecks(self, now: float, states: Sequence[compute.DeviceState]) -> None:

@@ -155,6 +155,9 @@ class Pod:
     unschedulable_since: float | None = None
     unschedulable_message: str = ""
     deleted: bool = False
+    deletion_at: float | None = None
+    """When a graceful deletion removes it (its ``deletionTimestamp``)."""
+    deletion_grace_seconds: int = 0
     ref: PodRef | None = None
 
     @property
@@ -235,6 +238,28 @@ class Cluster:
         self._schedule()
         self._flush()
         return [p for p in self.pods.values() if p.job is job]
+
+    def delete_pod(self, pod: Pod, *, grace_seconds: int = 30) -> None:
+        """Delete a pod now, in whatever phase, as ``kubectl delete pod`` does.
+
+        A scheduled pod is deleted gracefully: its object gets ``deletionTimestamp`` (now +
+        ``grace_seconds``) and keeps its GPUs until then, when it is removed (its containers
+        killed if still running); the watch's DELETED event carries the stamp. With
+        ``grace_seconds=0`` (``--force --grace-period=0``, or the pod garbage collector after
+        its node is lost), and for a pod not scheduled, it is removed at once, its object as
+        it last was. A pod that had not ended is replaced by its controller, as a failed one
+        would be."""
+        if pod.deleted or pod.deletion_at is not None:
+            return
+        if grace_seconds > 0 and pod.node is not None:
+            pod.deletion_at = self.now + grace_seconds
+            pod.deletion_grace_seconds = grace_seconds
+            self._to_delete.append((pod.deletion_at, pod))
+            self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+        else:
+            self._remove(pod)
+        self._schedule()
+        self._flush()
 
     def inject(self, fault: Fault) -> None:
         """Apply a fault now (on-demand injection); ``fault.at`` is ignored."""
@@ -448,20 +473,25 @@ class Cluster:
         self._to_delete.append((self.now + self.scenario.completed_pod_ttl, pod))
         self.truth.pod_finished(pod.uid, self.now, phase, reason)
         if phase == "Failed":
-            job = pod.job
-            if job.owner_kind == "StatefulSet":  # recreated under the same name at once
-                pod.deleted = True
-                k = f"{pod.namespace}/{pod.name}"
-                self.pods.pop(k, None)
-                self._dirty_pods.pop(k, None)
-                self.store.delete("Pod", k)
-            if job.workload.replicas is not None:
-                self._create_pods(job, only_index=pod.index)
-            elif job.retries < job.workload.max_retries:
-                job.retries += 1
-                left = None if pod.remaining_seconds is None else max(
-                    float(self.step), pod.remaining_seconds - ran)
-                self._create_pods(job, remaining=left, only_index=pod.index)
+            self._replace(pod, ran)
+
+    def _replace(self, pod: Pod, ran: float) -> None:
+        """What the pod's controller does when it fails (or is deleted) after ``ran``
+        seconds: a new pod with the same index, or none when the job is out of retries."""
+        job = pod.job
+        if job.owner_kind == "StatefulSet":  # recreated under the same name at once
+            pod.deleted = True
+            k = f"{pod.namespace}/{pod.name}"
+            self.pods.pop(k, None)
+            self._dirty_pods.pop(k, None)
+            self.store.delete("Pod", k)
+        if job.workload.replicas is not None:
+            self._create_pods(job, only_index=pod.index)
+        elif job.retries < job.workload.max_retries:
+            job.retries += 1
+            left = None if pod.remaining_seconds is None else max(
+                float(self.step), pod.remaining_seconds - ran)
+            self._create_pods(job, remaining=left, only_index=pod.index)
 
     def _release(self, pod: Pod) -> None:
         node = pod.node
@@ -484,14 +514,31 @@ class Cluster:
         keep = []
         for due, pod in self._to_delete:
             if due <= t + 1e-9:
-                k = f"{pod.namespace}/{pod.name}"
-                if self.pods.get(k) is pod:
-                    pod.deleted = True
-                    del self.pods[k]
-                    self._dirty_pods[k] = pod
+                self._remove(pod)
             else:
                 keep.append((due, pod))
         self._to_delete = keep
+
+    def _remove(self, pod: Pod) -> None:
+        """Take a pod out of the cluster now. One that had not ended stops here, its GPUs
+        freed, and its controller replaces it."""
+        k = f"{pod.namespace}/{pod.name}"
+        if self.pods.get(k) is not pod:
+            return  # gone already (a StatefulSet pod replaced under its name)
+        ended = pod.phase in ("Succeeded", "Failed")
+        pod.deleted = True
+        del self.pods[k]
+        self._dirty_pods[k] = pod
+        if ended:
+            return
+        ran = (self.now - pod.running_at) if pod.running_at is not None else 0.0
+        if pod in self.pending:
+            self.pending.remove(pod)
+        self._release(pod)
+        pod.phase = "Deleted"  # what the exporter calls it; the API never shows it
+        pod.finished_at = self.now
+        self.truth.pod_finished(pod.uid, self.now, "Deleted", "Deleted")
+        self._replace(pod, ran)
 
     # ----------------------------------------------------------------- scheduling
 

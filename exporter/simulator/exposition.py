@@ -7,17 +7,25 @@ each GPU (or MIG instance) is one series per family, labelled ``gpu``, ``UUID``,
 A time-shared GPU is printed once per pod sharing it (dcgm-exporter's per-pod view of
 shared GPUs). A GPU that fell off the bus (XID 79) is simply absent. MIG instances have no
 ``DCGM_FI_DEV_GPU_UTIL`` / ``MEM_COPY_UTIL``, as on real hardware.
+
+A MIG pool prints its partitioned GPUs in one of two layouts (``Pool.dcgm_mig_layout``):
+``instances``, every field on every instance (dcgm-exporter 2.4.0-rc.3 and later); or
+``gpu_and_instances``, as 2.4.0-rc.1 and -rc.2 did (NVIDIA's documented sample): the GPU's own
+series without ``GPU_I_*`` labels (every field but those MIG mode lacks, for the whole GPU)
+beside each instance's XID and profiling series (``INSTANCE_FIELDS``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from exporter.simulator.cluster import Device
 from exporter.simulator.profiles import Activity
 
 if TYPE_CHECKING:
-    from exporter.simulator.cluster import Cluster, Device, Node
+    from exporter.simulator.cluster import Cluster, Gpu, Node
 
 DRIVER_VERSION = "580.105.08"
 
@@ -129,6 +137,13 @@ FAMILIES: list[tuple[str, str, str, ValueFn, str]] = [
 ]
 
 
+INSTANCE_FIELDS = frozenset({
+    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+})
+"""The fields a MIG instance has in the ``gpu_and_instances`` layout."""
+
+
 def _enabled(cluster: Cluster, node: Node, which: str, mig: bool) -> bool:
     p = cluster.scenario.profiling
     if which == "all":
@@ -157,31 +172,59 @@ def _device_labels(node: Node, device: Device) -> str:
             f'Hostname="{node.name}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"')
 
 
+def _whole_gpu(gpu: Gpu, acts: list[Activity]) -> tuple[Device, Activity]:
+    """The partitioned GPU as one entity: its full framebuffer, and its instances' activity
+    averaged by their share of it (flags of any instance set, as the GPU's)."""
+    devices = gpu.devices
+    info = dataclasses.replace(devices[0].info, mig_profile=None, instance_id=None,
+                               fraction=1.0, memory_mib=gpu.node.model.memory_mib)
+    total = sum(d.info.fraction for d in devices)
+    values = {}
+    for f in dataclasses.fields(Activity):
+        if f.name == "clock_event_reasons":
+            reasons = 0
+            for a in acts:
+                reasons |= a.clock_event_reasons
+            values[f.name] = reasons
+        else:
+            values[f.name] = sum(getattr(a, f.name) * d.info.fraction
+                                 for a, d in zip(acts, devices, strict=True)) / total
+    return Device(gpu, info), Activity(**values)
+
+
 def render_node(cluster: Cluster, node: Node) -> str:
     """The full /metrics body of the dcgm-exporter on ``node`` at the cluster's ``now``."""
     mig = node.pool.mig_partition_size is not None
-    rows: list[tuple[str, Activity, Device, float]] = []
+    split = mig and node.pool.dcgm_mig_layout == "gpu_and_instances"
+    # (labels, activity, device, energy, whether only INSTANCE_FIELDS are printed)
+    rows: list[tuple[str, Activity, Device, float, bool]] = []
     for gpu in node.gpus:
         if gpu.down_reason == "gpu_missing":
             continue
         energy = cluster.gpu_energy_mj(gpu)
+        acts = []
         for device in gpu.devices:
             act = cluster.device_activity(device)
             assert act is not None
+            acts.append(act)
             base = _device_labels(node, device)
             if device.occupants:
                 for pod in sorted(device.occupants, key=lambda p: (p.namespace, p.name)):
                     container = "jupyter" if pod.workload.kind == "notebook" else "main"
                     labels = (f'{base},container="{container}",namespace="{pod.namespace}",'
                               f'pod="{pod.name}"')
-                    rows.append((labels, act, device, energy))
+                    rows.append((labels, act, device, energy, split))
             else:
-                rows.append((base, act, device, energy))
+                rows.append((base, act, device, energy, split))
+        if split:
+            whole, act = _whole_gpu(gpu, acts)
+            rows.append((_device_labels(node, whole), act, whole, energy, False))
     out: list[str] = []
     for name, mtype, help_text, fn, which in FAMILIES:
         if not _enabled(cluster, node, which, mig):
             continue
         out.append(f"# HELP {name} {help_text}\n# TYPE {name} {mtype}\n")
-        for labels, act, device, energy in rows:
-            out.append(f"{name}{{{labels}}} {fn(act, device, energy)}\n")
+        for labels, act, device, energy, instance_only in rows:
+            if not instance_only or name in INSTANCE_FIELDS:
+                out.append(f"{name}{{{labels}}} {fn(act, device, energy)}\n")
     return "".join(out)

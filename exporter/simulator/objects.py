@@ -152,7 +152,8 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
         labels["statefulset.kubernetes.io/pod-name"] = p.name
     if w.queue:
         labels["kueue.x-k8s.io/queue-name"] = w.queue
-    selector: dict[str, str] = {"cloud.google.com/gke-accelerator": w.accelerator}
+    selector: dict[str, str] = {"cloud.google.com/gke-accelerator": w.accelerator} \
+        if w.accelerator_selector else {}
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     if w.spot:
         selector["cloud.google.com/gke-spot"] = "true"
@@ -231,19 +232,19 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
                            "reason": "TerminationByKubelet", "message": p.message,
                            "lastTransitionTime": rfc3339(p.finished_at or 0)})
     status["conditions"] = conditions
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": p.name, "namespace": p.namespace, "uid": p.uid,
-            "creationTimestamp": rfc3339(p.created_at), "labels": labels,
-            "ownerReferences": [{"apiVersion": "batch/v1" if job.owner_kind == "Job"
-                                 else "apps/v1", "kind": job.owner_kind, "name": job.name,
-                                 "uid": job.uid, "controller": True,
-                                 "blockOwnerDeletion": True}],
-        },
-        "spec": spec,
-        "status": status,
+    meta: Obj = {
+        "name": p.name, "namespace": p.namespace, "uid": p.uid,
+        "creationTimestamp": rfc3339(p.created_at), "labels": labels,
+        "ownerReferences": [{"apiVersion": "batch/v1" if job.owner_kind == "Job"
+                             else "apps/v1", "kind": job.owner_kind, "name": job.name,
+                             "uid": job.uid, "controller": True,
+                             "blockOwnerDeletion": True}],
     }
+    if p.deletion_at is not None:  # terminating: deleted gracefully, removed at this time
+        meta["deletionTimestamp"] = rfc3339(p.deletion_at)
+        meta["deletionGracePeriodSeconds"] = p.deletion_grace_seconds
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+            "status": status}
 
 
 def dcgm_exporter_pod(n: Node, scenario: Scenario, port: int = DCGM_PORT) -> Obj:

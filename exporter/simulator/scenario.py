@@ -35,6 +35,10 @@ Profile = Literal[
     "healthy", "input_bound", "small_batch", "comm_bound", "memory_bound", "idle", "throttled"
 ]
 WorkloadKind = Literal["pretraining", "finetuning", "batch_inference", "serving", "notebook"]
+MigLayout = Literal["instances", "gpu_and_instances"]
+"""What a dcgm-exporter prints for a MIG-partitioned GPU: one series set per instance
+(2.4.0-rc.3 and later, default ``--devices f``), or the GPU's own series beside its
+instances' (2.4.0-rc.1 and -rc.2)."""
 KNOWN_XIDS = FATAL_XIDS | {63, 94}
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -84,6 +88,7 @@ class Pool(_Model):
     spot: bool = False
     sharing: Sharing | None = None
     mig_partition_size: str | None = None
+    dcgm_mig_layout: MigLayout = "instances"
     autoscaling: Autoscaling | None = None
     recreate_delay: Duration = 300.0
     """How long a preempted spot node takes to come back (managed instance group refill)."""
@@ -108,6 +113,8 @@ class Pool(_Model):
                 )
             if self.sharing is not None:
                 raise ValueError("a pool uses either sharing or mig_partition_size, not both")
+        elif self.dcgm_mig_layout != "instances":
+            raise ValueError("dcgm_mig_layout applies to a pool with mig_partition_size")
         return self
 
     @property
@@ -150,6 +157,10 @@ class Workload(_Model):
     queue: str | None = None
     """Kueue LocalQueue name, carried as the ``kueue.x-k8s.io/queue-name`` label."""
     max_retries: int = Field(default=6, ge=0)
+    accelerator_selector: bool = True
+    """Whether its pods name ``accelerator`` in a ``cloud.google.com/gke-accelerator``
+    nodeSelector. Without it (a cluster of one GPU model, or a node affinity instead) they
+    still run only on that accelerator's pools, and only their node tells the model."""
 
     @model_validator(mode="after")
     def _shape(self) -> Self:

@@ -28,7 +28,7 @@ import yaml
 from aiohttp import web
 from pydantic import ValidationError
 
-from exporter.simulator.cluster import Cluster, Node
+from exporter.simulator.cluster import Cluster, Node, Pod
 from exporter.simulator.exposition import render_node
 from exporter.simulator.kubeapi import KubeApi
 from exporter.simulator.scenario import Fault, Scenario
@@ -144,6 +144,12 @@ class SimulatorServer:
     async def inject(self, fault: Fault) -> None:
         async with self._lock:
             self.cluster.inject(fault)
+            await self._bump()
+
+    async def delete_pod(self, pod: Pod, *, grace_seconds: int = 30) -> None:
+        """``Cluster.delete_pod``, served at once."""
+        async with self._lock:
+            self.cluster.delete_pod(pod, grace_seconds=grace_seconds)
             await self._bump()
 
     async def _tick_forever(self) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from exporter import __version__, compute
 from exporter.sources.dcgm import REJECT_REASONS, parse_labels
-from exporter.sources.kube import NodeInfo, PodInfo
+from exporter.sources.kube import NodeInfo, PodInfo, gpu_model
 
 if TYPE_CHECKING:
     from exporter.bottleneck import Diagnosis
@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from exporter.sources.kube import KubeSource
 
 P = "gke_gpu_"
-QUEUE_BUCKETS = (30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
-                 86400.0)
+QUEUE_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0,
+                 28800.0, 43200.0, 86400.0, 172800.0, 345600.0, 604800.0)
+"""``le`` of ``queue_wait_seconds``: 5 s to 7 days (a notebook waits seconds, a multi-node
+training job may wait days); the README's metric table lists them."""
 DEVICE_LABELS = ["cluster", "node", "pool", "zone", "model", "provisioning", "gpu", "uuid",
                  "mig_profile", "mig_instance"]
 GROUP_LABELS = ["cluster", "state", "namespace", "team", "pool", "model", "provisioning"]
@@ -278,7 +280,7 @@ def _queue_families(v: MetricsView) -> Iterator[Metric]:
         if p.gpus <= 0 or p.phase != "Pending" or p.scheduled is not None:
             continue
         o = v.owner(p)
-        key = (c, p.namespace, o.team, p.accelerator or "")
+        key = (c, p.namespace, o.team, gpu_model(p, v.nodes))
         pending_pods[key] += 1
         pending_gpus[key] += p.gpus
         oldest[key] = max(oldest.get(key, 0.0), compute.queue_wait_seconds(p, v.now))

@@ -146,10 +146,12 @@ GPU_PODS = Table(
         _c("gpus", INTEGER, "GPUs requested (nvidia.com/gpu)."),
         _c("gpu_model", STRING, "Accelerator requested."),
         _c("node", STRING, "Node it runs on."),
-        _c("phase", STRING, "Pod phase."),
+        _c("phase", STRING, "Pod phase (Pending, Running, Succeeded, Failed, Unknown), or "
+           "Deleted: deleted before it ended."),
         _c("created", TIMESTAMP, "Creation time."),
         _c("scheduled", TIMESTAMP, "When PodScheduled turned true."),
-        _c("finished", TIMESTAMP, "When it ended."),
+        _c("finished", TIMESTAMP, "When it ended: its containers' end, else its deletion "
+           "(deletionTimestamp, else when the exporter saw it gone)."),
         _c("queue_wait_seconds", FLOAT, "scheduled - created."),
         _c("reason", STRING, "Termination reason (Terminated for a spot preemption)."),
         _c("priority", INTEGER, "Pod priority."),

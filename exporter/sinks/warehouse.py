@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from exporter import duck
 from exporter.bottleneck import CLOCK_REASONS
-from exporter.compute import XID, UsageRow, memory_bytes
+from exporter.compute import XID, DeviceIdentity, UsageRow, memory_bytes
 from exporter.sinks import outbox
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
 from exporter.sinks.schema import (
@@ -102,12 +102,33 @@ REPORT_RUNS_DDL = """CREATE TABLE IF NOT EXISTS report_runs (
     week VARCHAR PRIMARY KEY, finished TIMESTAMPTZ NOT NULL, directory VARCHAR)"""
 """Weeks whose scheduled report has been written (and mailed): each is reported once."""
 
+STATE_DDL = (
+    """CREATE TABLE IF NOT EXISTS device_inventory (
+        cluster VARCHAR NOT NULL, node VARCHAR NOT NULL, device_id VARCHAR NOT NULL,
+        gpu_uuid VARCHAR NOT NULL, gpu_index VARCHAR, mig_profile VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS open_incidents (
+        cluster VARCHAR NOT NULL, gpu_uuid VARCHAR NOT NULL, reason VARCHAR NOT NULL,
+        start_time DOUBLE NOT NULL, node VARCHAR, node_pool VARCHAR)""",
+)
+"""What the exporter needs to go on counting after a restart: every device DCGM has shown,
+and the incidents still open (a restart in an outage neither ends it nor loses it)."""
+
+Incidents = Mapping[tuple[str, str], tuple[float, str, str]]
+"""(GPU UUID, reason) -> (start, node, pool) of each GPU now unavailable."""
+
 HOUR = 3600.0
 MAINTENANCE_INTERVAL = HOUR
 """How often old rows are rolled up and expired rows deleted."""
 ROLLUP_BUDGET_SECONDS = 2.0
 """Longest a maintenance pass rolls up for; a backlog (a file older than the retention
 when it is first set) is worked off over the following flushes."""
+
+
+_INVENTORY_SCHEMA = pa.schema([(name, pa.string()) for name in (
+    "cluster", "node", "device_id", "gpu_uuid", "gpu_index", "mig_profile")])
+_INCIDENTS_SCHEMA = pa.schema([("cluster", pa.string()), ("gpu_uuid", pa.string()),
+                               ("reason", pa.string()), ("start_time", pa.float64()),
+                               ("node", pa.string()), ("node_pool", pa.string())])
 
 
 def _rolled(c: Column) -> str:
@@ -170,6 +191,8 @@ class Warehouse:
         self.con.execute(CURRENT_PODS_VIEW)
         self.con.execute(_STAGE_DDL)
         self.con.execute(REPORT_RUNS_DDL)
+        for ddl in STATE_DDL:
+            self.con.execute(ddl)
         self.with_outbox = outbox
         """Also queue every new row for BigQuery (see ``exporter.sinks.outbox``)."""
         if outbox:
@@ -186,6 +209,8 @@ class Warehouse:
         """Rows taken out by the retention, by table and why (rolled_up, expired)."""
         self._next_flush = 0.0
         self._next_maintenance = 0.0
+        self._saved: tuple[object, object] | None = None
+        """The state last saved or loaded (``save_state`` writes only changes)."""
 
     def add_usage(self, rows: Sequence[UsageRow]) -> None:
         """Buffer one cycle's rows; DuckDB aggregates them per interval when they flush."""
@@ -308,6 +333,55 @@ class Warehouse:
                 part.replace(directory / f"{name}.parquet")
         finally:
             cur.close()
+
+    def load_state(self) -> tuple[dict[str, dict[str, DeviceIdentity]],
+                                  dict[tuple[str, str], tuple[float, str, str]]]:
+        """The device inventory and open incidents the last run saved."""
+        inventory: dict[str, dict[str, DeviceIdentity]] = {}
+        for node, device_id, uuid, index, mig in self.con.execute(
+                "SELECT node, device_id, gpu_uuid, gpu_index, mig_profile FROM "
+                "device_inventory WHERE cluster = ? ORDER BY node, device_id",
+                [self.cluster]).fetchall():
+            inventory.setdefault(node, {})[device_id] = DeviceIdentity(uuid, device_id, index,
+                                                                       mig)
+        incidents = {(uuid, reason): (start, node, pool) for uuid, reason, start, node, pool
+                     in self.con.execute(
+                         "SELECT gpu_uuid, reason, start_time, node, node_pool FROM "
+                         "open_incidents WHERE cluster = ?", [self.cluster]).fetchall()}
+        self._saved = (inventory, incidents)
+        return inventory, dict(incidents)
+
+    def save_state(self, inventory: Mapping[str, Mapping[str, DeviceIdentity]],
+                   incidents: Incidents) -> None:
+        """Replace the saved inventory and open incidents, when they changed (one
+        transaction, right away: it must hold at a SIGKILL)."""
+        if self._saved == (inventory, incidents):
+            return
+        devices = pa.Table.from_pylist(
+            [{"cluster": self.cluster, "node": node, "device_id": d.device_id,
+              "gpu_uuid": d.gpu_uuid, "gpu_index": d.gpu_index, "mig_profile": d.mig_profile}
+             for node, devs in inventory.items() for d in devs.values()],
+            schema=_INVENTORY_SCHEMA)
+        open_ = pa.Table.from_pylist(
+            [{"cluster": self.cluster, "gpu_uuid": uuid, "reason": reason, "start_time": start,
+              "node": node, "node_pool": pool}
+             for (uuid, reason), (start, node, pool) in incidents.items()],
+            schema=_INCIDENTS_SCHEMA)
+        cur = self.con.cursor()
+        try:
+            cur.execute("BEGIN")
+            for table, rows in (("device_inventory", devices), ("open_incidents", open_)):
+                cur.execute(f"DELETE FROM {table} WHERE cluster = ?", [self.cluster])
+                cur.register("_rows", rows)
+                cur.execute(f"INSERT INTO {table} SELECT * FROM _rows")
+                cur.unregister("_rows")
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        finally:
+            cur.close()
+        self._saved = ({n: dict(d) for n, d in inventory.items()}, dict(incidents))
 
     def report_done(self, week: str) -> bool:
         """Whether the scheduled report of ``week`` (``2026-W47``) has been made."""

@@ -7,8 +7,14 @@ DCGM entity (a GPU, or a MIG instance of it). It accepts what real dcgm-exporter
   ``container``, ``pod_name``/``pod_namespace``/``container_name`` (``--use-old-namespace``)
   or ``exported_pod``/``exported_namespace``/``exported_container`` (a ServiceMonitor
   without honorLabels);
-- MIG instances (``GPU_I_PROFILE``/``GPU_I_ID``) carrying the parent GPU's UUID;
-- counters without ``_total``; a time-shared GPU printed once per pod sharing it.
+- MIG instances (``GPU_I_PROFILE``/``GPU_I_ID``) carrying the parent GPU's UUID, alone
+  (dcgm-exporter 2.4.0-rc.3 and later) or with the GPU's own series (2.4.0-rc.1, -rc.2):
+  the GPU's readings are folded into its instances (``fold_mig_parents``), never a
+  further device;
+- counters without ``_total``; a time-shared GPU printed once per pod sharing it;
+- every line the text format allows (what ``promtool check metrics`` accepts): spaces and
+  tabs after ``{``, around ``=`` and ``,``, before ``}``, around the metric name, before
+  the value and a timestamp; a line it does not allow is one malformed sample.
 
 A missing series stays missing (unknown is absent, never zero); DCGM's blank sentinels
 (values >= 9.2e18), NaN and infinities are dropped and counted. Malformed lines, duplicate
@@ -16,7 +22,8 @@ series, oversized lines and series beyond the per-target cap are rejected and co
 never fatal: the valid rest is kept.
 
 The parser is the hot path (8,000 GPUs x ~30 fields every interval), so it does plain
-string slicing and parses each distinct label set once.
+string slicing and parses each distinct label set once; only lines printed otherwise than
+``name{labels} value`` go through the full grammar.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from exporter.catalog import FATAL_XIDS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
 
 BLANK_THRESHOLD = 9.2e18
@@ -36,7 +45,7 @@ BLANK_THRESHOLD = 9.2e18
 MAX_LINE_BYTES = 64 * 1024
 MAX_DEVICES_PER_TARGET = 1024
 REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "duplicate",
-                            "too_long", "too_many_series", "no_node"})
+                            "too_long", "too_many_series", "unknown_node"})
 """Why a sample is dropped."""
 IDENTITY_CACHE_SIZE = 65536
 """Label sets whose parse is remembered across scrapes (8 per node, more when shared)."""
@@ -85,42 +94,64 @@ class ParseResult:
 
 
 def parse_labels(text: str) -> dict[str, str] | None:
-    """``a="x",b="y"`` to a dict; None if malformed. Handles escaped quotes."""
-    if "\\" not in text:
-        body = text.rstrip(",")
+    """``a="x",b="y"`` to a dict; None if malformed. Accepts what the text format allows
+    (and ``promtool check metrics`` accepts): values with escaped quotes, backslashes and
+    newlines; spaces and tabs around names, ``=`` and ``,``; one trailing comma."""
+    if "\\" not in text:  # the usual case, no escapes and no blanks outside values
+        body = text[:-1] if text.endswith(",") else text
         if not body:
             return {}
-        if not body.endswith('"'):
-            return None
-        out: dict[str, str] = {}
-        for part in body[:-1].split('",'):
-            eq = part.find('="')
-            if eq <= 0:
-                return None
-            out[part[:eq]] = part[eq + 2:]
-        return out
-    out = {}
-    i, n = 0, len(text)
+        if body.endswith('"'):
+            out: dict[str, str] = {}
+            for part in body[:-1].split('",'):
+                eq = part.find('="')
+                name, value = part[:eq], part[eq + 2:]
+                if eq <= 0 or not (name.isidentifier() and name.isascii()) or '"' in value \
+                        or name in out:
+                    break
+                out[name] = value
+            else:
+                return out
+    return _parse_labels_fully(text)
+
+
+_LABEL_START = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"')
+_ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+
+
+def _skip_blanks(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    return i
+
+
+def _parse_labels_fully(text: str) -> dict[str, str] | None:
+    """``parse_labels`` one character at a time."""
+    out: dict[str, str] = {}
+    i, n = _skip_blanks(text, 0), len(text)
     while i < n:
-        eq = text.find("=", i)
-        if eq < 0 or eq + 1 >= n or text[eq + 1] != '"':
+        m = _LABEL_START.match(text, i)
+        if m is None or m[1] in out:
             return None
-        name = text[i:eq].strip()
-        j = eq + 2
+        j = m.end()
         chars = []
         while j < n and text[j] != '"':
-            if text[j] == "\\" and j + 1 < n:
+            if text[j] == "\\":
                 j += 1
-                chars.append({"n": "\n", "\\": "\\", '"': '"'}.get(text[j], text[j]))
+                if j >= n or text[j] not in _ESCAPES:
+                    return None
+                chars.append(_ESCAPES[text[j]])
             else:
                 chars.append(text[j])
             j += 1
         if j >= n:
-            return None
-        out[name] = "".join(chars)
-        i = j + 1
-        if i < n and text[i] == ",":
-            i += 1
+            return None  # no closing quote
+        out[m[1]] = "".join(chars)
+        i = _skip_blanks(text, j + 1)
+        if i < n:
+            if text[i] != ",":
+                return None
+            i = _skip_blanks(text, i + 1)
     return out
 
 
@@ -208,34 +239,36 @@ def _parse_lines(text: str, max_devices: int) -> ParseResult:
     # (or, for labels we refuse, the reason for refusing them)
     series: dict[str, tuple[DeviceReading, bool] | str] = {}
     samples = 0
+    low, high, max_bytes = -BLANK_THRESHOLD, BLANK_THRESHOLD, MAX_LINE_BYTES
     for line in text.split("\n"):
         if not line or line[0] == "#":
             continue
         rb = line.rfind("} ")
         lb = line.find("{", 0, rb)
-        if lb <= 0 or len(line) > MAX_LINE_BYTES:
-            result.reject("too_long" if len(line) > MAX_LINE_BYTES else "malformed")
-            continue
-        try:
-            value = float(line[rb + 2:])
-        except ValueError:
-            try:  # a timestamp after the value
-                value = float(line[rb + 2:].split(" ", 1)[0])
-            except ValueError:
-                result.reject("malformed")
+        name = line[:lb]
+        rest = line[rb + 2:] if lb > 0 and len(line) <= max_bytes and (
+            name in _PLAIN_NAMES or _plain_name(name)) else ""
+        try:  # name{labels} value, as exporters print it
+            value = float(rest)
+            raw = line[lb + 1:rb]
+        except ValueError:  # else the whole grammar: blanks, a timestamp, or a reject
+            sample = _sample(line)
+            if sample is None:
                 continue
-        raw = line[lb + 1:rb]
+            if isinstance(sample, str):
+                result.reject(sample)
+                continue
+            name, raw, value = sample
         entry = series.get(raw)
         if entry is None:
             entry = series[raw] = _new_series(raw, devices, max_devices)
         if isinstance(entry, str):
             result.reject(entry)
             continue
-        if not -BLANK_THRESHOLD < value < BLANK_THRESHOLD:
+        if not low < value < high:
             result.reject("not_finite" if value != value or math.isinf(value) else "blank")
             continue
         device, primary = entry
-        name = line[:lb]
         if name in device.fields:
             if primary:
                 result.reject("duplicate")
@@ -244,8 +277,44 @@ def _parse_lines(text: str, max_devices: int) -> ParseResult:
         device.fields[name] = value
         samples += 1
     result.samples = samples
-    result.devices = list(devices.values())
+    result.devices = fold_mig_parents(list(devices.values()))
     return result
+
+
+_NAME = "[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE = re.compile(rf"({_NAME})(?:[ \t]*\{{(.*)\}}[ \t]*|[ \t]+)([^ \t]+)"
+                     r"(?:[ \t]+[-+]?[0-9]+)?")
+"""A sample line after its leading blanks: name, labels, value, optional timestamp."""
+_PLAIN_NAMES: set[str] = set()
+"""Metric names seen printed right before their ``{``, up to ``MAX_PLAIN_NAMES``."""
+MAX_PLAIN_NAMES = 4096
+
+
+def _plain_name(name: str) -> bool:
+    """Whether ``name`` (all before ``{``) is a metric name and nothing else."""
+    if re.fullmatch(_NAME, name) is None:
+        return False
+    if len(_PLAIN_NAMES) < MAX_PLAIN_NAMES:
+        _PLAIN_NAMES.add(name)
+    return True
+
+
+def _sample(line: str) -> tuple[str, str, float] | str | None:
+    """A sample line with the blanks the text format allows anywhere it allows them:
+    (name, label text, value); None for a comment or a blank line; else why it is
+    rejected."""
+    if len(line) > MAX_LINE_BYTES:
+        return "too_long"
+    line = line.lstrip(" \t")
+    if not line or line[0] == "#":
+        return None
+    m = _SAMPLE.fullmatch(line)
+    if m is None:
+        return "malformed"
+    try:
+        return m[1], m[2] or "", float(m[3])
+    except ValueError:
+        return "malformed"
 
 
 def _new_series(raw: str, devices: dict[tuple[str, str], DeviceReading],
@@ -295,7 +364,50 @@ def collect(samples: Iterable[tuple[str, Mapping[str, str], float | None]],
             continue
         device.fields[name] = value
         out.samples += 1
-    out.devices = list(devices.values())
+    out.devices = fold_mig_parents(list(devices.values()))
+    return out
+
+
+XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
+GPU_WIDE_FIELDS = frozenset({
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", XID_ERRORS,
+})
+"""Readings of a physical GPU that hold for each of its MIG instances (dcgm-exporter
+2.4.0-rc.3 and later print them on every instance): clocks, temperatures, power, energy,
+PCIe retries, clock-event reasons, the last XID. Utilisation, profiling and framebuffer
+readings of the whole GPU are not any one instance's."""
+
+
+def fold_mig_parents(devices: list[DeviceReading]) -> list[DeviceReading]:
+    """The devices with each MIG-partitioned GPU counted once, through its instances.
+
+    Where a GPU's instances are reported, the GPU's own series (which dcgm-exporter
+    2.4.0-rc.1 and -rc.2 printed beside them) are no further device: their
+    ``GPU_WIDE_FIELDS`` go to each instance that lacks them, and a fatal XID of the GPU
+    replaces the instance's (the whole GPU is down, every instance with it); their pod
+    labels, utilisation and memory are dropped. Readings of unpartitioned GPUs pass
+    unchanged."""
+    partitioned = {d.uuid for d in devices if d.mig_instance is not None}
+    if not partitioned:
+        return devices
+    gpus = {d.uuid: d for d in devices if d.mig_instance is None and d.uuid in partitioned}
+    out = []
+    for d in devices:
+        if d.mig_instance is None:
+            if d.uuid not in partitioned:
+                out.append(d)
+            continue
+        gpu = gpus.get(d.uuid)
+        if gpu is not None:
+            for name, value in gpu.fields.items():
+                if name in GPU_WIDE_FIELDS:
+                    own = d.fields.setdefault(name, value)
+                    if name == XID_ERRORS and value in FATAL_XIDS and own not in FATAL_XIDS:
+                        d.fields[name] = value
+        out.append(d)
     return out
 
 

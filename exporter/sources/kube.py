@@ -5,7 +5,8 @@ bookmarks and a server-side timeout, resuming from the last version seen. It rel
 410 Gone, and when a watch stays silent longer than the watchdog (no event, no bookmark:
 a hung watch is a known GKE failure). Errors back off exponentially with full jitter,
 capped. Pods deleted from the cluster are remembered until the next snapshot takes them,
-so queue wait and cost keep their creation and scheduling times.
+so queue wait and cost keep their creation and scheduling times, and ``deleted_pod`` gives
+their last state (ended, whatever phase they were deleted in).
 
 ``node_info`` and ``pod_info`` are pure: Kubernetes JSON in, frozen records out.
 """
@@ -16,8 +17,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -79,6 +80,9 @@ class PodInfo:
     spot preemption, ``NodeLost``)."""
     container_ports: dict[str, int] = field(default_factory=dict)
     ip: str | None = None
+    deleted: float | None = None
+    """``metadata.deletionTimestamp``: when a graceful deletion will have ended it; absent
+    on a pod removed at once (forced, or never scheduled)."""
 
 
 def node_info(obj: Obj) -> NodeInfo:
@@ -152,7 +156,37 @@ def pod_info(obj: Obj) -> PodInfo:
         queue=labels.get("kueue.x-k8s.io/queue-name"),
         accelerator=(spec.get("nodeSelector") or {}).get("cloud.google.com/gke-accelerator"),
         reason=reason, container_ports=ports, ip=status.get("podIP"),
+        deleted=_ts(meta.get("deletionTimestamp")),
     )
+
+
+def gpu_model(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> str:
+    """The GPU model of a pod: the one its ``cloud.google.com/gke-accelerator`` nodeSelector
+    names, else that of the node it was scheduled on; "" for a pod that names none and is
+    not (or no longer) on a known node, e.g. a pending one."""
+    if pod.accelerator:
+        return pod.accelerator
+    node = nodes.get(pod.node) if pod.node else None
+    return (node.accelerator or "") if node is not None else ""
+
+
+DELETED = "Deleted"
+"""The phase a pod deleted before it ended keeps for good (Kubernetes has no word for it:
+its last phase was Pending, Running or Unknown)."""
+_ENDED = frozenset({"Succeeded", "Failed", DELETED})
+
+
+def deleted_pod(pod: PodInfo, noticed: float) -> PodInfo:
+    """The last state of a pod deleted from the cluster, ``noticed`` gone at that time.
+
+    A pod that had ended keeps its phase and finish time. Any other (deleted while Pending
+    or Running: a force deletion, a lost node, a cancelled job) ends in phase ``Deleted``,
+    finished at its ``deletionTimestamp`` or, without one or if it was noticed gone earlier,
+    when it was noticed gone. A pod never scheduled stays so."""
+    when = noticed if pod.deleted is None else min(pod.deleted, noticed)
+    if pod.phase in _ENDED:
+        return pod if pod.finished is not None else replace(pod, finished=when)
+    return replace(pod, phase=DELETED, finished=when)
 
 
 @dataclass(slots=True)

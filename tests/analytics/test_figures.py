@@ -145,6 +145,30 @@ def test_queue_percentiles_and_pending_gpu_hours() -> None:
     assert list(longest.state[:2]) == ["still pending", "scheduled"]
 
 
+WAITS = [
+    # (case, the pod's last state, its pending GPU-hours in the week, its longest-waits state)
+    ("pending at the week's end", pod_state("p", "2026-11-22 22:00", None, gpus=2),
+     4.0, "still pending"),
+    ("deleted while pending", pod_state("p", "2026-11-22 20:00", None, gpus=2,
+                                        phase="Deleted", finished=T("2026-11-22 21:00")),
+     2.0, None),
+    ("scheduled after waiting", pod_state("p", "2026-11-22 20:00", "2026-11-22 21:30",
+                                          gpus=2),
+     3.0, "scheduled"),
+]
+
+
+@pytest.mark.parametrize(("case", "pod", "pending_gpu_hours", "longest"), WAITS,
+                         ids=[c[0] for c in WAITS])
+def test_a_wait_ends_when_scheduled_or_deleted(case: str, pod: tuple[Any, ...],
+                                               pending_gpu_hours: float,
+                                               longest: str | None) -> None:
+    s = states(pod)
+    (row,) = figures.queue(s, WEEK).itertuples()
+    assert row.pending_gpu_hours == pytest.approx(pending_gpu_hours)
+    assert list(figures.longest_waits(s, WEEK).state) == ([longest] if longest else [])
+
+
 @pytest.mark.parametrize(("down", "availability", "budget_left", "meets"), [
     (0.0, 1.0, 1.0, True),
     (0.0025 * 86400, 0.9975, 0.5, True),        # half the 0.5 % budget spent

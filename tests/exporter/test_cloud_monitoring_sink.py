@@ -129,11 +129,12 @@ async def test_a_newer_snapshot_supersedes_one_that_cannot_be_written(
         await asyncio.sleep(0.3)
         assert not w.stats.up and w.stats.retries > 0
         w.add_cycle(exposition(3, cost=9.0), T0 + 60)
+        async with asyncio.timeout(10):   # the failing old snapshot gives way to the new
+            while w.stats.points_dropped < 4:
+                await asyncio.sleep(0.01)
         service.create_errors.clear()
         async with asyncio.timeout(10):
-            while True:
-                if w.stats.points_written >= 4:
-                    break
+            while w.stats.points_written < 4:
                 await asyncio.sleep(0.01)
     finally:
         task.cancel()

@@ -72,7 +72,7 @@ def test_effective_cost(cost: float, utilized: float, expected: float | None) ->
 def node(name: str = "n1", **kw: Any) -> NodeInfo:
     base: dict[str, Any] = dict(name=name, pool="p", accelerator="nvidia-l4",
                                 provisioning="on-demand", zone="z", instance_type="g2",
-                                ready=True, capacity_gpus=4, allocatable_gpus=4,
+                                ready=True, capacity_gpus=1, allocatable_gpus=1,
                                 clients_per_gpu=1, mig_profile=None, address="127.0.0.1")
     return NodeInfo(**(base | kw))
 
@@ -87,12 +87,12 @@ def pod(**kw: Any) -> PodInfo:
 
 
 @pytest.mark.parametrize(("nodes", "reserved", "gpus"), [
-    ([node()], 0, 4.0),
-    ([node(), node("n2", ready=False)], 0, 4.0),                       # NotReady: none
+    ([node(allocatable_gpus=4)], 0, 4.0),
+    ([node(allocatable_gpus=4), node("n2", ready=False)], 0, 4.0),     # NotReady: none
     ([node(allocatable_gpus=8, clients_per_gpu=2)], 0, 4.0),           # time-shared x2
     ([node(allocatable_gpus=7, mig_profile="1g.5gb")], 0, 1.0),        # 7 slices = 1 GPU
-    ([node()], 1, 3.0),
-    ([node()], 9, 0.0),
+    ([node(allocatable_gpus=4)], 1, 3.0),
+    ([node(allocatable_gpus=4)], 9, 0.0),
 ])
 def test_available_gpus(nodes: list[NodeInfo], reserved: int, gpus: float) -> None:
     assert compute.available_gpus(nodes, reserved) == pytest.approx(gpus)
@@ -150,6 +150,62 @@ def test_allocation_state(case: str, n: NodeInfo, readings: dict[str, list[Devic
         assert [(d.state, d.reason) for d in got] == [(state, reason)]
 
 
+def gpu(index: int) -> DeviceReading:
+    return DeviceReading(f"GPU-{index}", str(index), "n1", "NVIDIA L4", None, None)
+
+
+@pytest.mark.parametrize(("case", "n", "readings", "unknown", "expected"), [
+    ("Ready, DCGM shows 3 of 4: the fourth is missing", node(capacity_gpus=4),
+     {"n1": [gpu(0), gpu(1), gpu(2)]}, frozenset(),
+     [("GPU-0", "unallocated", None), ("GPU-1", "unallocated", None),
+      ("GPU-2", "unallocated", None), ("n1/k8s-3", "unavailable", "gpu_missing")]),
+    ("the lowest index DCGM lacks", node(capacity_gpus=3), {"n1": [gpu(0), gpu(2)]},
+     frozenset(), [("GPU-0", "unallocated", None), ("GPU-2", "unallocated", None),
+                   ("n1/k8s-1", "unavailable", "gpu_missing")]),
+    ("NotReady, exporter down, never seen", node(ready=False, capacity_gpus=2), {},
+     frozenset({"n1"}), [("n1/k8s-0", "unavailable", "node_not_ready"),
+                         ("n1/k8s-1", "unavailable", "node_not_ready")]),
+    ("NotReady, exporter still answering", node(ready=False, capacity_gpus=2),
+     {"n1": [gpu(0)]}, frozenset(), [("GPU-0", "unavailable", "node_not_ready"),
+                                     ("n1/k8s-1", "unavailable", "node_not_ready")]),
+    ("Ready, exporter down: unknown", node(capacity_gpus=2), {}, frozenset({"n1"}), []),
+    ("Ready, no exporter covers it: unknown", node(capacity_gpus=2), {}, frozenset(), []),
+    ("Ready, exporter answered with no GPU", node(capacity_gpus=1), {"n1": []}, frozenset(),
+     [("n1/k8s-0", "unavailable", "gpu_missing")]),
+    ("time-shared x2: physical GPUs", node(capacity_gpus=4, clients_per_gpu=2),
+     {"n1": [gpu(0)]}, frozenset(), [("GPU-0", "unallocated", None),
+                                     ("n1/k8s-1", "unavailable", "gpu_missing")]),
+    ("DCGM shows more than Kubernetes: both count", node(capacity_gpus=0),
+     {"n1": [gpu(0)]}, frozenset(), [("GPU-0", "unallocated", None)]),
+])
+def test_devices_kubernetes_counts(case: str, n: NodeInfo,
+                                   readings: dict[str, list[DeviceReading]],
+                                   unknown: frozenset[str],
+                                   expected: list[tuple[str, str, str | None]]) -> None:
+    got = states([n], readings, unknown)
+    assert [(d.device_id, d.state, d.reason) for d in got] == expected
+    assert all(d.price_usd_per_hour == pytest.approx(0.7) and d.fraction == 1.0 for d in got)
+    assert all(d.gpu_uuid == d.device_id for d in got if "/k8s-" in d.device_id)
+
+
+def test_mig_instances_kubernetes_counts_are_slices() -> None:
+    n = node(accelerator="nvidia-tesla-a100", mig_profile="1g.5gb", capacity_gpus=7)
+    shown = [reading(pods=(), instance=str(i)) for i in range(2)]
+    got = states([n], {"n1": shown})
+    assert [d.device_id for d in got][2:] == [f"n1/k8s-mig-{i}" for i in range(5)]
+    assert [d.state for d in got] == ["unallocated"] * 2 + ["unavailable"] * 5
+    assert sum(d.fraction for d in got) == pytest.approx(1.0)
+
+
+def test_a_gpu_seen_before_and_gone_keeps_its_identity() -> None:
+    """Kubernetes adds nothing while the devices DCGM has shown cover its count."""
+    inv = {"n1": {"GPU-0": DeviceIdentity("GPU-0", "GPU-0", "0", None),
+                  "GPU-1": DeviceIdentity("GPU-1", "GPU-1", "1", None)}}
+    got = states([node(capacity_gpus=2)], {"n1": [gpu(0)]}, inventory=inv)
+    assert [(d.device_id, d.reason) for d in got] == [("GPU-0", None),
+                                                      ("GPU-1", "gpu_missing")]
+
+
 @pytest.mark.parametrize(("case", "readings", "state"), [
     ("known GPU no container holds: idle", {"n1": [reading("GPU-other")]}, "unallocated"),
     ("node with no GPU in use: its known GPUs idle", {}, "unallocated"),
@@ -167,7 +223,8 @@ def test_per_container_readings_cannot_tell_missing_from_idle(
      {}, {"uid-a": 0.7}),
     ("spot price", node(provisioning="spot"), reading(pods=("a",)), {}, {"uid-a": 0.28}),
     ("pool discount", node(), reading(pods=("a",)), {"p": 0.25}, {"uid-a": 0.525}),
-    ("time-shared: split", node(clients_per_gpu=2), reading(pods=("a", "b")), {},
+    ("time-shared: split", node(clients_per_gpu=2, capacity_gpus=2), reading(pods=("a", "b")),
+     {},
      {"uid-a": 0.35, "uid-b": 0.35}),
     ("MIG slice: its fraction", node(accelerator="nvidia-tesla-a100", mig_profile="1g.5gb"),
      reading(pods=("a",), instance="7"), {}, {"uid-a": 0.4}),

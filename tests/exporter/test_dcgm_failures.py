@@ -120,6 +120,10 @@ LINE = 'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-{u}",modelName="NVIDIA L4",Hostn
     ("duplicate series", LINE.format(u="a", v=1) * 3, 1, {"duplicate": 2}),
     ("NaN and Inf", LINE.format(u="a", v="NaN") + LINE.format(u="b", v="+Inf")
      + LINE.format(u="c", v=4), 1, {"not_finite": 2}),
+    ("blanks after commas, as the format allows", LINE.format(u="a", v=5).replace(",", ", "),
+     1, {}),
+    ("a blank instead of a comma", LINE.format(u="a", v=5).replace(",", " ", 1)
+     + LINE.format(u="b", v=6), 1, {"malformed": 1}),
 ])
 async def test_hostile_payloads_keep_the_valid_subset(
         case: str, body: str, samples: int, rejected: dict[str, int],

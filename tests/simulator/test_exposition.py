@@ -11,10 +11,11 @@ from collections.abc import Callable
 import pytest
 
 from exporter.simulator.cluster import Cluster
-from exporter.simulator.exposition import render_node
+from exporter.simulator.exposition import FAMILIES, INSTANCE_FIELDS, render_node
 from exporter.simulator.scenario import Scenario
-from tests.conftest import FIXTURES
-from tests.simulator.dcgm_text import by_gpu, samples
+from exporter.sources.dcgm import parse_dcgm_text
+from tests.conftest import FIXTURES, scenario_data
+from tests.simulator.dcgm_text import Sample, by_gpu, samples
 
 REAL_L4 = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
 
@@ -102,6 +103,55 @@ def test_mig_instances(make_scenario: Callable[..., Scenario]) -> None:
     inst = by_gpu(text, pod=pods[0].name)
     (values,) = inst.values()
     assert values["DCGM_FI_DEV_FB_FREE"] + values["DCGM_FI_DEV_FB_USED"] == 4864
+
+
+REAL_A100_RC = (FIXTURES / "dcgm" / "dcgm-exporter_A100_mig_gpu_and_instance_2.4.0-rc.2.prom"
+                ).read_text()
+
+
+def _mig_layout(make_scenario: Callable[..., Scenario], layout: str) -> Cluster:
+    pools = [{**p, "dcgm_mig_layout": layout} if p["name"] == "mig" else p
+             for p in scenario_data()["pools"]]
+    c = Cluster(make_scenario(pools=pools))
+    c.submit("slice", run_seconds=3600)
+    c.advance(300)
+    return c
+
+
+def test_mig_gpu_and_instances_layout_is_2_4_0_rc_2s(
+        make_scenario: Callable[..., Scenario]) -> None:
+    """``dcgm_mig_layout: gpu_and_instances`` prints the GPU's own series beside its
+    instances', split between them as in NVIDIA's documented 2.4.0-rc.2 scrape."""
+    c = _mig_layout(make_scenario, "gpu_and_instances")
+    node = _node(c, "mig")
+    ours = samples(render_node(c, node))
+
+    def fields(ss: list[Sample], instance: bool) -> set[str]:
+        return {s.name for s in ss if ("GPU_I_ID" in s.labels) == instance}
+
+    real = samples(REAL_A100_RC)
+    assert fields(real, True) <= fields(ours, True) <= INSTANCE_FIELDS
+    assert fields(real, False) & {name for name, *_ in FAMILIES} <= fields(ours, False)
+    assert "DCGM_FI_DEV_GPU_UTIL" not in fields(ours, False)  # not in MIG mode, GPU either
+    gpu = [s for s in ours if "GPU_I_ID" not in s.labels]
+    assert not any("pod" in s.labels for s in gpu)  # pods hold instances, not the GPU
+    fb = {s.name: s.value for s in gpu if s.name.startswith("DCGM_FI_DEV_FB_")}
+    assert sum(fb.values()) == node.model.memory_mib  # type: ignore[attr-defined]
+
+
+def test_both_mig_layouts_read_as_the_same_devices(
+        make_scenario: Callable[..., Scenario]) -> None:
+    """What the exporter makes of either layout: the instances, each once, the GPU's
+    device readings on each of them."""
+    read = {}
+    for layout in ("instances", "gpu_and_instances"):
+        c = _mig_layout(make_scenario, layout)
+        read[layout] = parse_dcgm_text(render_node(c, _node(c, "mig"))).devices
+    for layout, devices in read.items():
+        assert len(devices) == 7 and all(d.mig_profile == "1g.5gb" for d in devices), layout
+        assert all("DCGM_FI_DEV_GPU_TEMP" in d.fields for d in devices), layout
+    assert [(d.device_id, d.pods) for d in read["instances"]] == \
+        [(d.device_id, d.pods) for d in read["gpu_and_instances"]]
 
 
 def test_time_shared_gpu_is_printed_once_per_pod(make_scenario: Callable[..., Scenario]) -> None:

@@ -53,6 +53,13 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("unknown mig profile",
      {"pools": [_pool(accelerator="nvidia-tesla-a100", mig_partition_size="1g.10gb")]},
      "allowed: 1g.5gb, 2g.10gb, 3g.20gb, 7g.40gb"),
+    ("mig layout without mig", {"pools": [_pool(dcgm_mig_layout="gpu_and_instances")]},
+     "dcgm_mig_layout applies to a pool with mig_partition_size"),
+    ("unknown mig layout",
+     {"pools": [_pool(accelerator="nvidia-tesla-a100", mig_partition_size="1g.5gb",
+                      dcgm_mig_layout="both")]},
+     "pools[0].dcgm_mig_layout: 'both' is not allowed; allowed values: 'instances' or "
+     "'gpu_and_instances'"),
     ("unknown field", {"pools": [_pool(colour="red")]}, "pools[0].colour: unknown field"),
     ("bad duration", {"step": "fast"}, "step: 'fast' is not a duration"),
     ("workload namespace", {"workloads": [{**scenario_data()["workloads"][0],

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from exporter.simulator.cluster import Cluster, Pod
+from exporter.simulator.objects import rfc3339
 from exporter.simulator.scenario import Scenario, load_scenario, pool_selects
+from exporter.simulator.store import Event
 
 
 def check_invariants(c: Cluster) -> None:
@@ -52,6 +56,32 @@ def test_pending_pod_has_unschedulable_condition(make_scenario: Callable[..., Sc
     assert cond["reason"] == "Unschedulable"
     assert "Insufficient nvidia.com/gpu" in cond["message"]
     assert "spec" in obj and "nodeName" not in obj["spec"]
+
+
+@pytest.mark.parametrize(("grace", "stamped"), [
+    (0, False),   # --force --grace-period=0: gone at once, as it last was
+    (30, True),   # graceful: holds its GPUs until its deletionTimestamp, then removed
+], ids=["forced", "graceful"])
+def test_deleting_a_running_pod_frees_its_gpus(grace: int, stamped: bool,
+                                               make_scenario: Callable[..., Scenario]) -> None:
+    c = Cluster(make_scenario())
+    running, waiting = c.submit("train")[0], c.submit("train")[0]
+    c.advance(c.step)  # the replacement its Job makes comes after the waiting pod
+    events: list[Event] = []
+    c.store.listen(events.append)
+    asked = c.now
+    c.delete_pod(running, grace_seconds=grace)
+    check_invariants(c)
+    assert waiting.phase == ("Pending" if stamped else "Running")
+    c.advance(grace)
+    check_invariants(c)
+    assert waiting.phase == "Running" and running.uid not in {p.uid for p in c.pods.values()}
+    (gone,) = [e.obj for e in events
+               if e.type == "DELETED" and e.obj["metadata"]["uid"] == running.uid]
+    assert gone["status"]["phase"] == "Running"
+    assert gone["metadata"].get("deletionTimestamp") == (
+        rfc3339(asked + grace) if stamped else None)
+    assert c.truth.pods[running.uid].phase == "Deleted"
 
 
 def _run_until_done(c: Cluster, pod: Pod) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from exporter.sources.dcgm import PodOnDevice, parse_dcgm_text
@@ -79,6 +81,55 @@ def test_cases(case: str, text: str, fields: dict[str, dict[str, float]],
     assert {d.device_id: d.fields for d in r.devices} == fields
     assert r.devices[0].pods == pods
     assert r.rejected == rejected
+
+
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+HEAD = f"# HELP {UTIL} GPU utilization (in %).\n# TYPE {UTIL} gauge\n"
+BLANKS = [
+    # (case, the GPU_UTIL sample line, whether the text format allows it)
+    ("space after a comma", f'{UTIL}{{gpu="0", UUID="{U}"}} 5', True),
+    ("tabs and spaces around a comma", f'{UTIL}{{gpu="0" \t,\t UUID="{U}"}} 5', True),
+    ("blank after { and before }", f'{UTIL}{{ gpu="0",UUID="{U}" }} 5', True),
+    ("blanks around =", f'{UTIL}{{gpu = "0",UUID=\t"{U}"}} 5', True),
+    ("trailing comma and blank", f'{UTIL}{{gpu="0",UUID="{U}", }} 5', True),
+    ("blank between name and {", f'{UTIL} {{gpu="0",UUID="{U}"}} 5', True),
+    ("indented sample and comment", f'  {UTIL}{{gpu="0",UUID="{U}"}} 5\n\t# a note', True),
+    ("tab before the value", f'{UTIL}{{gpu="0",UUID="{U}"}}\t5', True),
+    ("no blank before the value", f'{UTIL}{{gpu="0",UUID="{U}"}}5', True),
+    ("blanks around a timestamp", f'{UTIL}{{gpu="0",UUID="{U}"}}  5 \t1700000000000', True),
+    ("blank instead of a comma", f'{UTIL}{{gpu="0" UUID="{U}"}} 5', False),
+    ("two commas", f'{UTIL}{{gpu="0",,UUID="{U}"}} 5', False),
+    ("comma first", f'{UTIL}{{,gpu="0",UUID="{U}"}} 5', False),
+    ("blank inside a label name", f'{UTIL}{{g pu="0",UUID="{U}"}} 5', False),
+    ("blank inside the metric name", f'DCGM_FI_DEV GPU_UTIL{{UUID="{U}"}} 5', False),
+    ("a label twice", f'{UTIL}{{gpu="0",gpu="1",UUID="{U}"}} 5', False),
+    ("unknown escape", f'{UTIL}{{gpu="\\x",UUID="{U}"}} 5', False),
+    ("timestamp not an integer", f'{UTIL}{{gpu="0",UUID="{U}"}} 5 1.5', False),
+]
+OTHER = line("DCGM_FI_DEV_FB_USED", f'gpu="0",UUID="{U}"', "3")
+
+
+@pytest.mark.parametrize(("case", "sample", "allowed"), BLANKS, ids=[c[0] for c in BLANKS])
+def test_blanks_the_text_format_allows(case: str, sample: str, allowed: bool) -> None:
+    """A line written as the format allows is read; any other is one malformed sample, and
+    the other lines of the scrape are kept."""
+    r = parse_dcgm_text(HEAD + sample + "\n" + OTHER)
+    (d,) = r.devices
+    assert d.uuid == U
+    if allowed:
+        assert d.fields == {UTIL: 5.0, "DCGM_FI_DEV_FB_USED": 3.0}
+        assert r.rejected == {}
+    else:
+        assert d.fields == {"DCGM_FI_DEV_FB_USED": 3.0}
+        assert r.rejected == {"malformed": 1}
+
+
+@pytest.mark.parametrize(("case", "sample", "allowed"), BLANKS, ids=[c[0] for c in BLANKS])
+def test_promtool_agrees(case: str, sample: str, allowed: bool) -> None:
+    """The table above is what ``promtool check metrics`` accepts and rejects."""
+    proc = subprocess.run(["promtool", "check", "metrics"], input=HEAD + sample + "\n",
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (proc.returncode == 0) == allowed, proc.stderr
 
 
 def test_mig_instances_are_separate_devices_of_one_gpu() -> None:

@@ -12,7 +12,7 @@ from kubernetes_asyncio import config
 from exporter.backoff import Backoff
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
-from exporter.sources.kube import KubeSource, node_info, pod_info
+from exporter.sources.kube import DELETED, KubeSource, deleted_pod, node_info, pod_info
 
 
 @pytest.fixture
@@ -63,6 +63,26 @@ async def test_watch_follows_changes_and_remembers_deleted_pods(
     assert deleted[pod.uid].phase == "Succeeded"
     assert deleted[pod.uid].scheduled == pod.scheduled_at
     assert source.take_deleted_pods() == []
+
+
+@pytest.mark.parametrize(("grace", "stamped"), [(30, True), (0, False)],
+                         ids=["graceful", "forced"])
+async def test_deleted_running_pod_ends_when_deleted(
+        grace: int, stamped: bool, sim: SimulatorServer, source: KubeSource) -> None:
+    """The DELETED event's deletionTimestamp is its end; a forced deletion has none, and the
+    pod ends when it is noticed gone."""
+    pod = sim.cluster.submit("train", run_seconds=3600)[0]
+    await converge(source, sim)
+    asked = sim.cluster.now
+    await sim.delete_pod(pod, grace_seconds=grace)
+    await sim.advance(grace)
+    await converge(source, sim)
+    (gone,) = [p for p in source.take_deleted_pods() if p.uid == pod.uid]
+    assert (gone.phase, gone.deleted) == ("Running", asked + grace if stamped else None)
+    noticed = sim.cluster.now + 30
+    last = deleted_pod(gone, noticed)
+    assert (last.phase, last.finished, last.scheduled) == (
+        DELETED, asked + grace if stamped else noticed, pod.scheduled_at)
 
 
 @pytest.mark.parametrize("fault", ["end-watches", "compact", "hang-watches", "down"])
