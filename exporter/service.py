@@ -286,7 +286,8 @@ class Exporter:
         self._queue(now)
         self._bottlenecks(now, states)
         if self.warehouse is not None:
-            self.warehouse.add_pods(self.kube.pods.values(), now, self._team)
+            self.warehouse.add_pods(self.kube.pods.values(), now, self._team,
+                                    lambda p: gpu_model(p, nodes))
             self.warehouse.maybe_flush(now)
         self.cycles += 1
         self.last_cycle_time = now
@@ -327,7 +328,8 @@ class Exporter:
         self._interrupted(pod)
         self._interrupted_pods.discard(pod.uid)
         if self.warehouse is not None:
-            self.warehouse.add_pods([deleted_pod(pod, now)], now, self._team)
+            self.warehouse.add_pods([deleted_pod(pod, now)], now, self._team,
+                                    lambda p: gpu_model(p, self.kube.nodes))
             self.warehouse.forget_pod(pod.uid)
         self._windows.pop(pod.uid, None)
         self.diagnoses.pop(pod.uid, None)

@@ -202,6 +202,7 @@ class Warehouse:
         """Rows of the cycles since the last flush, by column."""
         self._pods: dict[str, dict[str, Any]] = {}
         self._pod_signatures: dict[str, tuple[Any, ...]] = {}
+        self._pod_models: dict[str, str] = {}
         self._events: list[dict[str, Any]] = []
         self.rows_written: dict[str, int] = defaultdict(int)
         self.rows_removed: dict[tuple[str, str], int] = {
@@ -235,7 +236,11 @@ class Warehouse:
                 cols[name].append(value)
 
     def add_pods(self, pods: Iterable[PodInfo], now: float,
-                 team_of: Callable[[PodInfo], str]) -> None:
+                 team_of: Callable[[PodInfo], str],
+                 model_of: Callable[[PodInfo], str] = lambda p: p.accelerator or "") -> None:
+        """Buffer a row for each GPU pod whose state changed. ``model_of`` gives its GPU
+        model (its selector's, else its node's); a pod keeps the last model known for it
+        once its node is gone."""
         for p in pods:
             if p.gpus <= 0:
                 continue
@@ -243,12 +248,13 @@ class Warehouse:
             if self._pod_signatures.get(p.uid) == signature:
                 continue  # unchanged since it was last written
             self._pod_signatures[p.uid] = signature
+            model = self._pod_models[p.uid] = model_of(p) or self._pod_models.get(p.uid, "")
             wait = None if p.scheduled is None else p.scheduled - p.created
             self._pods[p.uid] = {
                 "id": row_id(self.cluster, p.uid, *signature), "cluster": self.cluster,
                 "pod_uid": p.uid, "namespace": p.namespace, "pod": p.name,
                 "team": team_of(p), "workload": p.workload,
-                "owner_kind": p.owner_kind, "gpus": p.gpus, "gpu_model": p.accelerator,
+                "owner_kind": p.owner_kind, "gpus": p.gpus, "gpu_model": model or None,
                 "node": p.node, "phase": p.phase, "created": _ts(p.created),
                 "scheduled": _ts(p.scheduled), "finished": _ts(p.finished),
                 "queue_wait_seconds": wait, "reason": p.reason, "priority": p.priority,
@@ -461,3 +467,4 @@ class Warehouse:
     def forget_pod(self, uid: str) -> None:
         """Drop the change-tracking of a pod that is gone for good."""
         self._pod_signatures.pop(uid, None)
+        self._pod_models.pop(uid, None)

@@ -40,6 +40,12 @@ async def test_model_comes_from_the_selector_else_the_node(
         await exporter.cycle(sim.cluster.now)
         await step_both(sim, exporter, 1)
         fams = families(exporter.metrics_text)
+        assert exporter.warehouse is not None
+        exporter.warehouse.flush(sim.cluster.now)
+        stored = exporter.warehouse.con.execute(
+            "SELECT scheduled IS NOT NULL, gpu_model FROM gpu_pods_current "
+            "WHERE namespace = 'team-b' ORDER BY ALL").fetchall()
+    assert stored == [(False, None), (True, "nvidia-h100-80gb")]   # the warehouse alike
     got = {(name, labels["namespace"], labels["model"]): value
            for name in QUEUE_FAMILIES for labels, value in fams.get(name, [])}
     assert got == {
