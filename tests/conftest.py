@@ -7,7 +7,7 @@ import copy
 import re
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +146,16 @@ async def metric_service() -> AsyncIterator[tuple[FakeMetricService, str]]:
     server, address = await service.start()
     yield service, address
     await server.stop(None)
+
+
+LIVE_FAULTS = ({"kind": "xid", "node": "a100-ondemand/0", "gpu": 0, "code": 48, "duration": "6h"},
+               {"kind": "spot_preemption", "pool": "h100-spot"})
+"""Faults for a live run of the demo cluster: an XID on a GPU, a spot preemption."""
+
+
+async def post_faults(session: aiohttp.ClientSession, api_url: str,
+                      faults: Iterable[dict[str, Any]] = LIVE_FAULTS) -> None:
+    """Inject faults through the simulator's control API."""
+    for fault in faults:
+        async with session.post(f"{api_url}/sim/faults", json=fault) as r:
+            assert r.status < 300, await r.text()

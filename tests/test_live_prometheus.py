@@ -12,7 +12,7 @@ import pytest
 
 from exporter.simulator.scenario import load_scenario
 from exporter.simulator.server import SimulatorServer
-from tests.conftest import free_port, start_exporter, start_prometheus
+from tests.conftest import free_port, post_faults, start_exporter, start_prometheus
 from tests.test_dashboards_alerts import ALERTS, RECORDED, panel_exprs
 
 RATE_INTERVAL = "10s"
@@ -71,11 +71,7 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
         api = sim.api_url
         async with aiohttp.ClientSession() as s:
             await asyncio.sleep(3)  # the exporter's first cycles, before the faults
-            for fault in ({"kind": "xid", "node": "a100-ondemand/0", "gpu": 0, "code": 48,
-                           "duration": "6h"},
-                          {"kind": "spot_preemption", "pool": "h100-spot"}):
-                async with s.post(f"{api}/sim/faults", json=fault) as r:
-                    assert r.status < 300, await r.text()
+            await post_faults(s, api)
             for _ in range(3):
                 await sim.advance(sim.cluster.step)
                 await asyncio.sleep(1)

@@ -39,7 +39,7 @@ from aiohttp import web
 
 from exporter.simulator.scenario import load_scenario
 from exporter.simulator.server import SimulatorServer
-from tests.conftest import start_exporter, start_prometheus
+from tests.conftest import post_faults, start_exporter, start_prometheus
 from tests.test_dashboards_alerts import ALERTS, ALL_RULES, BOARDS, panel_exprs
 from tests.test_deploy import by_kind, render
 
@@ -435,11 +435,7 @@ async def test_every_query_answers_the_same_on_every_scrape_path(tmp_path: Path)
         procs.append(exporter)
         async with aiohttp.ClientSession() as s:
             await asyncio.sleep(2)  # the exporter's first cycles, before the faults
-            for fault in ({"kind": "xid", "node": "a100-ondemand/0", "gpu": 0, "code": 48,
-                           "duration": "6h"},
-                          {"kind": "spot_preemption", "pool": "h100-spot"}):
-                async with s.post(f"{sim.api_url}/sim/faults", json=fault) as r:
-                    assert r.status < 300, await r.text()
+            await post_faults(s, sim.api_url)
         for _ in range(2):
             await sim.advance(sim.cluster.step)
             await asyncio.sleep(1)

@@ -271,10 +271,7 @@ class Cluster:
     def _tick(self) -> None:
         self.now += self.step
         t = self.now
-        while self._fault_cursor < len(self._faults) and \
-                self.start + self._faults[self._fault_cursor][1].at <= t + 1e-9:
-            self._apply_fault(self._faults[self._fault_cursor][1])
-            self._fault_cursor += 1
+        self._faults_due(t)
         self._end_faults(t)
         while self._ends and self._ends[0][0] <= t + 1e-9:
             _, _, pod = heapq.heappop(self._ends)
@@ -296,6 +293,7 @@ class Cluster:
         for pool in self.scenario.pools:
             for _ in range(pool.nodes):
                 self._add_node(pool)
+        self._faults_due(self.now)  # a fault at offset 0 holds from the start
         for w in self.scenario.workloads:
             if w.replicas is not None:
                 owner = "ReplicaSet" if w.kind == "serving" else "StatefulSet"
@@ -655,6 +653,13 @@ class Cluster:
             self._add_node(self._pools[pool_name])
 
     # ----------------------------------------------------------------- faults
+
+    def _faults_due(self, t: float) -> None:
+        """Apply the scenario's faults whose offset has come by ``t``."""
+        while self._fault_cursor < len(self._faults) and \
+                self.start + self._faults[self._fault_cursor][1].at <= t + 1e-9:
+            self._apply_fault(self._faults[self._fault_cursor][1])
+            self._fault_cursor += 1
 
     def _apply_fault(self, fault: Fault) -> None:
         until = self.now + fault.duration

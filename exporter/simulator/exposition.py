@@ -4,6 +4,7 @@ Families come in dcgm-exporter's order with its HELP texts (``default-counters.c
 each GPU (or MIG instance) is one series per family, labelled ``gpu``, ``UUID``,
 ``pci_bus_id``, ``device``, ``modelName``, (``GPU_I_PROFILE``, ``GPU_I_ID``), ``Hostname``,
 ``DCGM_FI_DRIVER_VERSION`` and, on a GPU a pod holds, ``container``, ``namespace``, ``pod``.
+``Hostname`` is the node's name, or the dcgm-exporter pod's own (``Pool.dcgm_hostname``).
 A time-shared GPU is printed once per pod sharing it (dcgm-exporter's per-pod view of
 shared GPUs). A GPU that fell off the bus (XID 79) is simply absent. MIG instances have no
 ``DCGM_FI_DEV_GPU_UTIL`` / ``MEM_COPY_UTIL``, as on real hardware.
@@ -164,12 +165,13 @@ def _enabled(cluster: Cluster, node: Node, which: str, mig: bool) -> bool:
 def _device_labels(node: Node, device: Device) -> str:
     gpu = device.gpu
     info = device.info
+    hostname = node.dcgm_pod_name if node.pool.dcgm_hostname == "pod" else node.name
     mig = ""
     if info.mig_profile is not None:
         mig = f',GPU_I_PROFILE="{info.mig_profile}",GPU_I_ID="{info.instance_id}"'
     return (f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",'
             f'device="nvidia{gpu.index}",modelName="{node.model.dcgm_model_name}"{mig},'
-            f'Hostname="{node.name}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"')
+            f'Hostname="{hostname}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"')
 
 
 def _whole_gpu(gpu: Gpu, acts: list[Activity]) -> tuple[Device, Activity]:

@@ -39,6 +39,9 @@ MigLayout = Literal["instances", "gpu_and_instances"]
 """What a dcgm-exporter prints for a MIG-partitioned GPU: one series set per instance
 (2.4.0-rc.3 and later, default ``--devices f``), or the GPU's own series beside its
 instances' (2.4.0-rc.1 and -rc.2)."""
+DcgmHostname = Literal["node", "pod"]
+"""What a dcgm-exporter prints in ``Hostname``: its node's name, or its own pod's name (as
+versions that take the container's hostname do)."""
 KNOWN_XIDS = FATAL_XIDS | {63, 94}
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -89,6 +92,7 @@ class Pool(_Model):
     sharing: Sharing | None = None
     mig_partition_size: str | None = None
     dcgm_mig_layout: MigLayout = "instances"
+    dcgm_hostname: DcgmHostname = "node"
     autoscaling: Autoscaling | None = None
     recreate_delay: Duration = 300.0
     """How long a preempted spot node takes to come back (managed instance group refill)."""
@@ -238,6 +242,14 @@ class Profiling(_Model):
     """All DCGM_FI_PROF_* fields; off models GPUs or drivers without DCP support."""
 
 
+class DcgmService(_Model):
+    """A Service in front of the dcgm-exporters of some pools' nodes: one URL, each request
+    answered by the next node's exporter in turn (round robin), as kube-proxy does."""
+
+    pools: list[DnsName] | None = None
+    """The pools whose nodes it fronts; None: every pool."""
+
+
 class Scenario(_Model):
     cluster: DnsName = "demo"
     project: str = "demo-project"
@@ -259,6 +271,7 @@ class Scenario(_Model):
     pools: list[Pool] = Field(min_length=1)
     workloads: list[Workload] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
+    dcgm_service: DcgmService = DcgmService()
 
     @field_validator("start")
     @classmethod
@@ -308,6 +321,10 @@ class Scenario(_Model):
             if f.kind == "spot_preemption" and not pool.spot:
                 raise ValueError(f"faults[{i}]: spot_preemption needs a spot pool; "
                                  f"{pool.name} is on-demand")
+        for name in self.dcgm_service.pools or ():
+            if name not in pools:
+                raise ValueError(f"dcgm_service: pool {name!r} is not one of "
+                                 f"{', '.join(sorted(pools))}")
         return self
 
     def scaled(self, nodes: int) -> Scenario:

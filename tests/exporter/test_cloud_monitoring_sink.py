@@ -118,6 +118,14 @@ async def test_refused_series_are_counted_and_never_retried(
     assert len(service.creates) == 1   # partial success: the summary said which were written
 
 
+async def _until(ok: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            if ok():
+                return
+            await asyncio.sleep(0.01)
+
+
 async def test_a_newer_snapshot_supersedes_one_that_cannot_be_written(
         metric_service: tuple[FakeMetricService, str]) -> None:
     service, address = metric_service
@@ -129,13 +137,9 @@ async def test_a_newer_snapshot_supersedes_one_that_cannot_be_written(
         await asyncio.sleep(0.3)
         assert not w.stats.up and w.stats.retries > 0
         w.add_cycle(exposition(3, cost=9.0), T0 + 60)
-        async with asyncio.timeout(10):   # the failing old snapshot gives way to the new
-            while w.stats.points_dropped < 4:
-                await asyncio.sleep(0.01)
+        await _until(lambda: w.stats.points_dropped >= 4)  # the old one gives way
         service.create_errors.clear()
-        async with asyncio.timeout(10):
-            while w.stats.points_written < 4:
-                await asyncio.sleep(0.01)
+        await _until(lambda: w.stats.points_written >= 4)
     finally:
         task.cancel()
     assert w.stats.points_dropped == 4 and w.stats.up
