@@ -59,12 +59,11 @@ class Schedule:
         """The first scheduled moment at or after ``t`` (in UTC)."""
         local = t.astimezone(self.zone)
         day = local.date() + timedelta(days=(self.weekday - local.weekday()) % 7)
-        for week in (0, 7):
-            moment = datetime(day.year, day.month, day.day, self.hour, self.minute,
-                              tzinfo=self.zone) + timedelta(days=week)
-            if moment >= local:
-                return moment.astimezone(UTC)
-        raise AssertionError("unreachable: a week later is always after")
+        moment = datetime(day.year, day.month, day.day, self.hour, self.minute,
+                          tzinfo=self.zone)
+        if moment < local:  # earlier today: a week later
+            moment += timedelta(days=7)
+        return moment.astimezone(UTC)
 
     def due(self, now: datetime) -> Week | None:
         """The week whose report is due at ``now``: the last complete week, once its
