@@ -351,6 +351,8 @@ async def _simulate(scenario: Scenario, args: argparse.Namespace) -> int:
     print(f"  kubeconfig       {outputs.kubeconfig}   "
           f"(kubectl --kubeconfig {outputs.kubeconfig} get nodes -o wide)")
     print(f"  dcgm-exporters   {len(server.targets)} endpoints, listed in {outputs.targets}")
+    print(f"  dcgm Service     {server.service_url}   (each request answered by the next of "
+          f"{len(server.service_nodes())} nodes' dcgm-exporters)")
     print(f"  control          {server.api_url}/sim/status, POST /sim/advance?seconds=N, "
           "GET /sim/truth")
     print("  clock            " + ("manual" if speed == 0 else f"{speed:g}x"))

@@ -169,6 +169,8 @@ class Exporter:
         self.last_cycle_time = 0.0
         self._view_now: MetricsView | None = None
         self._rendered: bytes | None = None
+        self._vanished_unchecked = True
+        """Pods that ended while no exporter watched are yet to be finished."""
         self._target_nodes: dict[str, set[str]] = {}
         """The nodes each target's last answer covered: unknown while it fails."""
         self._windows: dict[str, collections.deque[tuple[float, dict[str, float]]]] = {}
@@ -286,6 +288,9 @@ class Exporter:
         self._queue(now)
         self._bottlenecks(now, states)
         if self.warehouse is not None:
+            if self._vanished_unchecked and self.kube.synced["pods"].is_set():
+                self._vanished_unchecked = False  # once, on the first full pod list
+                self.warehouse.finish_vanished(self.kube.pods.keys(), now)
             self.warehouse.add_pods(self.kube.pods.values(), now, self._team,
                                     lambda p: gpu_model(p, nodes))
             self.warehouse.maybe_flush(now)
@@ -355,10 +360,11 @@ class Exporter:
         down = {(d.gpu_uuid, d.reason or ""): d for d in states if d.state == "unavailable"}
         for key, d in down.items():
             self.open_incidents.setdefault(key, (now, d.node, d.pool))
+        reported = {d.node for d in states}
         for key in [k for k in self.open_incidents if k not in down]:
             start, node, pool = self.open_incidents[key]
-            if node in unknown:
-                continue  # cannot tell yet
+            if node in unknown or (node in nodes and node not in reported):
+                continue  # cannot tell yet: no answer covered its node this cycle
             del self.open_incidents[key]
             if self.warehouse is not None:
                 self.warehouse.add_event(node, pool, key[0], key[1], start, now)

@@ -5,6 +5,10 @@
   the loopback interface), as each GKE node has its own IP with dcgm-exporter on :9400.
   A NotReady node or an endpoint fault ``refuse`` closes the listener (connection
   refused); ``error`` answers 500; ``hang`` accepts and never answers.
+- One Service in front of those endpoints, at ``http://127.2.0.1:<port>/metrics`` (its
+  ClusterIP): each request is answered by the next reachable node's dcgm-exporter in turn
+  (round robin, as kube-proxy spreads connections), among the nodes of the scenario's
+  ``dcgm_service.pools``; 503 when none is reachable.
 - The Kubernetes API subset (``kubeapi``) and the control API (``/sim/...``) on one port.
 
 Virtual time moves by ``advance`` (or ``POST /sim/advance``), or by itself at ``speed``
@@ -14,6 +18,7 @@ simulated seconds per real second.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -37,6 +42,8 @@ from exporter.simulator.store import ApiStore
 log = logging.getLogger(__name__)
 
 HANG_LIMIT_SECONDS = 600.0
+SERVICE_ADDRESS = "127.2.0.1"
+"""The dcgm-exporter Service's ClusterIP (on dcgm-exporter's port, as on a cluster)."""
 _TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -73,6 +80,10 @@ class SimulatorServer:
         self._sites: dict[str, web.TCPSite] = {}
         self._by_address: dict[str, str] = {}
         self._cache: dict[str, tuple[int, bytes]] = {}
+        self._service_turn = 0
+        self.service_answers: collections.deque[tuple[float, str]] = \
+            collections.deque(maxlen=10000)
+        """Who answered the latest requests to the Service: (virtual time, node)."""
         self._version = 0
         self._ticker: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
@@ -103,6 +114,8 @@ class SimulatorServer:
         self._dcgm_runner = web.AppRunner(dcgm_app, access_log=None, shutdown_timeout=0.5)
         await self._dcgm_runner.setup()
         await self._sync_endpoints()
+        await web.TCPSite(self._dcgm_runner, SERVICE_ADDRESS, self.dcgm_port,
+                          reuse_address=True).start()
         if self.speed > 0:
             self.start_ticking()
 
@@ -166,6 +179,28 @@ class SimulatorServer:
         return f"http://{node.address}:{self.dcgm_port}/metrics"
 
     @property
+    def service_url(self) -> str:
+        """The Service in front of the dcgm-exporters of ``dcgm_service.pools``' nodes."""
+        return f"http://{SERVICE_ADDRESS}:{self.dcgm_port}/metrics"
+
+    def service_nodes(self) -> list[Node]:
+        """The nodes the Service fronts, reachable or not, by name."""
+        pools = self.scenario.dcgm_service.pools
+        return sorted((n for n in self.cluster.live_nodes()
+                       if pools is None or n.pool.name in pools), key=lambda n: n.name)
+
+    def _service_backend(self) -> Node | None:
+        """The node whose dcgm-exporter answers this request to the Service: the next
+        reachable one in turn."""
+        reachable = [n for n in self.service_nodes() if n.name in self._sites]
+        if not reachable:
+            return None
+        node = reachable[self._service_turn % len(reachable)]
+        self._service_turn += 1
+        self.service_answers.append((self.cluster.now, node.name))
+        return node
+
+    @property
     def targets(self) -> list[str]:
         return [self.endpoint_url(n) for n in sorted(self.cluster.live_nodes(),
                                                      key=lambda n: n.name)]
@@ -189,8 +224,14 @@ class SimulatorServer:
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
-        name = self._by_address.get(sockname[0]) if sockname else None
-        node = self.cluster.nodes.get(name) if name else None
+        if sockname and sockname[0] == SERVICE_ADDRESS:
+            node = self._service_backend()
+            if node is None:
+                return web.Response(status=503, text="no endpoints available for service "
+                                    "\"gke-managed-system/dcgm-exporter\"\n")
+        else:
+            name = self._by_address.get(sockname[0]) if sockname else None
+            node = self.cluster.nodes.get(name) if name else None
         if node is None:
             raise web.HTTPNotFound()
         if node.endpoint_mode == "hang":

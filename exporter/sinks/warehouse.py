@@ -21,7 +21,7 @@ import hashlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from exporter.sinks.schema import (
     Column,
     Table,
 )
-from exporter.sources.kube import PodInfo
+from exporter.sources.kube import DELETED, PodInfo
 
 
 def _duck_type(t: pa.DataType) -> str:
@@ -259,6 +259,25 @@ class Warehouse:
                 "scheduled": _ts(p.scheduled), "finished": _ts(p.finished),
                 "queue_wait_seconds": wait, "reason": p.reason, "priority": p.priority,
                 "priority_class": p.priority_class, "queue": p.queue, "updated": _ts(now)}
+
+    def finish_vanished(self, present: Collection[str], now: float) -> int:
+        """End the pods the table still shows live that the cluster no longer lists: gone
+        while no exporter watched (a restart, an outage). Their last row is written again
+        with phase ``Deleted`` and ``finished`` at ``now``, when it was noticed."""
+        self.con.register("_present", pa.table({"uid": pa.array(list(present), pa.string())}))
+        try:
+            rows = self.con.execute(
+                "SELECT * FROM gpu_pods_current WHERE cluster = ? AND finished IS NULL "
+                "AND pod_uid NOT IN (SELECT uid FROM _present)",
+                [self.cluster]).to_arrow_table().to_pylist()
+        finally:
+            self.con.unregister("_present")
+        for row in rows:
+            row |= {"phase": DELETED, "finished": _ts(now), "updated": _ts(now)}
+            row["id"] = row_id(self.cluster, row["pod_uid"], DELETED, row["node"],
+                               row["scheduled"], now, row["reason"])
+            self._pods[row["pod_uid"]] = row
+        return len(rows)
 
     def add_event(self, node: str, pool: str, gpu_uuid: str, reason: str, start: float,
                   end: float) -> None:

@@ -64,3 +64,33 @@ async def test_deleted_pod_has_ended_in_gpu_pods(
             assert row[2:] == (None, None)
         else:
             assert row[2] == pod.scheduled_at
+
+
+async def test_a_pod_gone_while_no_exporter_watched_ends_at_the_next_start(
+        make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
+        tmp_path: Path) -> None:
+    """No deletion event reaches an exporter that was not running: the pod the warehouse
+    still shows live and the cluster no longer lists ends when the next one notices."""
+    sim: SimulatorServer = await make_server(make_scenario())
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    async with open_exporter(cfg) as exporter:
+        async with asyncio.timeout(10):
+            await exporter.kube.wait_synced()
+        gone, kept = (sim.cluster.submit(w, run_seconds=7200)[0] for w in ("train", "shared"))
+        await caught_up(sim, exporter)
+        await exporter.cycle(sim.cluster.now)
+        await step_both(sim, exporter, 2)
+    await sim.delete_pod(gone, grace_seconds=0)           # while no exporter runs
+    await sim.advance(sim.cluster.step)
+    async with open_exporter(cfg) as exporter:
+        async with asyncio.timeout(10):
+            await exporter.kube.wait_synced()
+        await exporter.cycle(sim.cluster.now)
+        noticed = sim.cluster.now
+        wh = exporter.warehouse
+        assert wh is not None
+        wh.flush(noticed, partial=True)
+        rows = dict(wh.con.execute(
+            "SELECT pod_uid, (phase, epoch(finished)) FROM gpu_pods_current "
+            "WHERE pod_uid IN (?, ?)", [gone.uid, kept.uid]).fetchall())
+    assert rows == {gone.uid: ("Deleted", noticed), kept.uid: ("Running", None)}

@@ -89,6 +89,20 @@ def test_pod_labels_on_held_gpus_only(make_scenario: Callable[..., Scenario]) ->
         {str(g) for g in range(8)} - held
 
 
+def test_hostname_is_the_node_or_the_exporters_own_pod(
+        make_scenario: Callable[..., Scenario]) -> None:
+    """``dcgm_hostname: pod`` prints the dcgm-exporter pod's name, as some versions do."""
+    pools = [{**p, "dcgm_hostname": "pod"} if p["name"] == "l4" else p
+             for p in scenario_data()["pools"]]
+    c = Cluster(make_scenario(pools=pools))
+    for pool, want in (("l4", "dcgm_pod_name"), ("h100", "name")):
+        node = _node(c, pool)
+        assert {s.labels["Hostname"] for s in samples(render_node(c, node))} == \
+            {getattr(node, want)}, pool
+    l4 = _node(c, "l4")
+    assert c.store.get("Pod", f"gke-managed-system/{l4.dcgm_pod_name}") is not None  # type: ignore[attr-defined]
+
+
 def test_mig_instances(make_scenario: Callable[..., Scenario]) -> None:
     c = Cluster(make_scenario())
     pods = [c.submit("slice", run_seconds=3600)[0] for _ in range(3)]

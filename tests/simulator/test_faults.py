@@ -177,3 +177,31 @@ async def test_bad_fault_request_is_rejected(make_server: Callable[..., Any],
                      {"kind": "endpoint", "node": "nopool/0", "mode": "error"}):
             async with s.post(server.api_url + "/sim/faults", json=body) as resp:
                 assert resp.status == 400
+
+
+async def test_faults_at_offset_zero_hold_from_the_start(
+        make_server: Callable[..., Any], make_scenario: Callable[..., Scenario]) -> None:
+    """A scenario that starts in an outage: the first scrape and the first objects show it,
+    and the truth's incidents start at the scenario's start."""
+    server: SimulatorServer = await make_server(make_scenario(faults=[
+        {"at": 0, "kind": "xid", "node": "h100/0", "gpu": 2, "code": 79, "duration": "1h"},
+        {"at": 0, "kind": "node_not_ready", "node": "l4/0", "duration": "1h"},
+    ]))
+    c = server.cluster
+    h100, l4 = node_of(server, "h100"), node_of(server, "l4")
+    async with aiohttp.ClientSession() as s:
+        status, text = await get(s, server.endpoint_url(h100))
+        assert status == 200
+        assert {x.labels["gpu"] for x in samples(text)} == {str(g) for g in range(8)} - {"2"}
+        _, obj = await api(s, server, f"/api/v1/nodes/{h100.name}")
+        assert obj["status"]["allocatable"]["nvidia.com/gpu"] == "7"
+        _, obj = await api(s, server, f"/api/v1/nodes/{l4.name}")
+        ready = next(x for x in obj["status"]["conditions"] if x["type"] == "Ready")
+        assert ready["status"] == "Unknown"
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await get(s, server.endpoint_url(l4))
+    assert sorted((i.node, i.reason, i.start) for i in c.truth.incidents) == \
+        sorted([(h100.name, "gpu_missing", c.start)]
+               + [(l4.name, "node_not_ready", c.start)] * 4)
+    await server.advance(3600)
+    assert all(i.end == c.start + 3600 for i in c.truth.incidents)

@@ -80,6 +80,10 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("fault kind", {"faults": [{"at": "1h", "kind": "meteor", "node": "h100/0"}]},
      "faults[0].kind: 'meteor' is not allowed; allowed values: 'xid', 'node_not_ready'"),
     ("duplicate pool", {"pools": [_pool(), _pool()]}, "pools: name 'p' is used twice"),
+    ("unknown hostname kind", {"pools": [_pool(dcgm_hostname="ip")]},
+     "pools[0].dcgm_hostname: 'ip' is not allowed; allowed values: 'node' or 'pod'"),
+    ("service over an unknown pool", {"dcgm_service": {"pools": ["h100", "a100"]}},
+     "dcgm_service: pool 'a100' is not one of h100, l4, mig, t4-spot"),
 ]
 
 
