@@ -1,7 +1,7 @@
 """The warehouse's disk at fleet scale, and the cost of rolling old rows up to hours.
 
-Generates one day of ``gpu_usage`` rows for N GPUs at the default warehouse interval (60 s)
-(``--key``: with the table's primary key), rolls that day up to hourly rows with the
+Generates one day of ``gpu_usage`` rows for N GPUs at the default warehouse interval (60 s),
+rolls that day up to hourly rows with the
 exporter's own code, and prints the disk each needs per 1,000 GPUs per month (what
 ``warehouse.retention`` trades) and the time the roll-up took.
 
@@ -35,14 +35,12 @@ def size(path: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
-    parser.add_argument("--key", action="store_true",
-                        help="with gpu_usage's primary key on id (its index is held in memory)")
     args = parser.parse_args()
     per_1000_month = 1000 / args.gpus * 30
     with tempfile.TemporaryDirectory(prefix="retention-bench-") as tmp:
         raw = Path(tmp) / "raw.duckdb"
         began = time.perf_counter()
-        rows = generate(raw, args.gpus, minutes=DAY_MINUTES, key=args.key)
+        rows = generate(raw, args.gpus, minutes=DAY_MINUTES)
         print(f"{args.gpus:,} GPUs, one day at 60 s: {rows:,} rows in "
               f"{time.perf_counter() - began:.0f} s, {size(raw):,.0f} MiB on disk "
               f"-> {size(raw) * per_1000_month / 1024:,.1f} GiB per 1,000 GPUs per month")

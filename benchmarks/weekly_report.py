@@ -25,13 +25,11 @@ START = "2026-11-16 00:00:00+00"
 MODELS = "['nvidia-h100-80gb', 'nvidia-tesla-a100', 'nvidia-l4', 'nvidia-tesla-t4']"
 
 
-def generate(path: Path, gpus: int, minutes: int = 10080, key: bool = False) -> int:
-    """``gpu_usage`` rows for ``gpus`` GPUs x ``minutes`` from START (with the table's
-    primary key, as the exporter creates it, when ``key``), and their pods."""
+def generate(path: Path, gpus: int, minutes: int = 10080) -> int:
+    """``gpu_usage`` rows for ``gpus`` GPUs x ``minutes`` from START, and their pods."""
     con = duck.connect(path)
-    con.execute(GPU_USAGE.duckdb_ddl() if key else
-                GPU_USAGE.duckdb_ddl().replace(" PRIMARY KEY", ""))
-    con.execute(GPU_PODS.duckdb_ddl().replace(" PRIMARY KEY", ""))
+    con.execute(GPU_USAGE.duckdb_ddl())
+    con.execute(GPU_PODS.duckdb_ddl())
     con.execute(AVAILABILITY_EVENTS.duckdb_ddl())
     con.execute(CURRENT_PODS_VIEW)
     cols = ", ".join(GPU_USAGE.names)

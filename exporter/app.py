@@ -2,8 +2,12 @@
 
 ``open_exporter`` owns every client (HTTP session, Kubernetes API client, DuckDB file) and
 closes them; ``run`` is the service: a cycle every interval, ``/metrics``, ``/healthz``,
-``/readyz`` (503 until the first full cycle), and on SIGTERM/SIGINT the cycle in flight is
-finished, the warehouse flushed, and the process exits 0.
+``/readyz`` (503 with the reason until nodes and pods are listed and a cycle ran on them,
+and while the Kubernetes view is older than ``kubernetes.max_staleness``), and on SIGTERM
+or SIGINT the cycle in flight is finished, the warehouse flushed, and the process exits 0
+(past ``shutdown_timeout`` from the signal, whatever is left is dropped with a warning).
+A start-up failure (credentials, warehouse file, listening socket) is a ``StartupError``
+naming the setting.
 """
 
 from __future__ import annotations
@@ -11,18 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import aiohttp
+import duckdb
 from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
 from exporter.config import Config
+from exporter.errors import ConfigError, StartupError
 from exporter.google_monitoring import metric_client
 from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import ctx
+from exporter.preflight import listen_error
 from exporter.prices import load_price_book
 from exporter.scheduled_report import Schedule, ScheduledReport
 from exporter.service import DCGM_FIELDS_READ, Exporter
@@ -39,17 +48,120 @@ _TEXT = "text/plain; version=0.0.4; charset=utf-8"
 BIGQUERY_SHUTDOWN_SECONDS = 5.0
 
 
+@dataclass(slots=True)
+class Shutdown:
+    """The time the stop leaves (``shutdown_timeout``, from the stop signal): the cycle in
+    flight, the final flush and BigQuery's last send must end within it, else the process
+    exits anyway, with a warning."""
+
+    seconds: float
+    deadline: float | None = None
+    """Event-loop time it ends; None until the stop begins."""
+
+    def begin(self) -> None:
+        if self.deadline is None:
+            self.deadline = asyncio.get_running_loop().time() + self.seconds
+
+    def left(self) -> float:
+        self.begin()
+        assert self.deadline is not None
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+    def left_out(self, step: str) -> bool:
+        """Log that ``step`` had no time left; False."""
+        log.warning("shutdown timeout", extra=ctx(step=step,
+                                                  shutdown_timeout_seconds=self.seconds))
+        return False
+
+    async def within(self, step: str, work: Awaitable[object]) -> bool:
+        """Await ``work`` until the deadline; past it, log that ``step`` was left."""
+        try:
+            async with asyncio.timeout(self.left()):
+                await work
+            return True
+        except TimeoutError:
+            return self.left_out(step)
+
+
+async def _in_daemon_thread(fn: Callable[..., object], *args: object) -> None:
+    """``fn(*args)`` in a thread the process does not wait for at exit (one left past the
+    shutdown deadline must not hold the exit; what it wrote holds as at a SIGKILL)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finish(exc: BaseException | None) -> None:
+        if not done.done():
+            done.set_result(None) if exc is None else done.set_exception(exc)
+
+    def work() -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the awaiting task
+            error: BaseException | None = exc
+        else:
+            error = None
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+            loop.call_soon_threadsafe(finish, error)
+
+    threading.Thread(target=work, name=f"{LEFT_AT_EXIT}{getattr(fn, '__name__', '')}",
+                     daemon=True).start()
+    await done
+
+
+LEFT_AT_EXIT = "shutdown:"
+"""Name prefix of the threads ``_in_daemon_thread`` starts."""
+
+
+def left_running() -> bool:
+    """Whether shutdown work left past its deadline still runs. It may be inside DuckDB, so
+    the process must then end without the interpreter's teardown (``os._exit``), which would
+    abort under it."""
+    return any(t.name.startswith(LEFT_AT_EXIT) and t.is_alive() for t in threading.enumerate())
+
+
+async def _cycle(exporter: Exporter, now: float, stop: asyncio.Task[None],
+                 shutdown: Shutdown) -> None:
+    """One cycle; a stop during it leaves it until the shutdown deadline to end."""
+    cycle = asyncio.create_task(exporter.cycle(now))
+    await asyncio.wait([cycle, stop], return_when=asyncio.FIRST_COMPLETED)
+    if not cycle.done() and not await shutdown.within("cycle", asyncio.shield(cycle)):
+        cycle.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await cycle
+        return
+    cycle.result()
+
+
 async def _kube_client(cfg: Config) -> client.ApiClient:
     k = cfg.kubernetes
-    if k.in_cluster:
-        kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    return await kube_config.new_client_from_config(
-        config_file=str(k.kubeconfig) if k.kubeconfig else None)
+    try:
+        if k.in_cluster:
+            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return client.ApiClient()
+        return await kube_config.new_client_from_config(
+            config_file=str(k.kubeconfig) if k.kubeconfig else None)
+    except Exception as exc:  # the client's loaders raise anything from a bad file
+        setting = "kubernetes.in_cluster" if k.in_cluster else "kubernetes.kubeconfig"
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise StartupError(setting, f"cannot load the Kubernetes credentials ({why}): run "
+                           "gke-gpu-exporter run --check-config for the fix") from exc
+
+
+def _warehouse(cfg: Config) -> Warehouse:
+    w = cfg.warehouse
+    try:
+        return Warehouse(w.path, cfg.cluster, w.interval, w.flush_interval,
+                         outbox=w.bigquery.enabled, raw_retention=w.retention.raw,
+                         retention=w.retention.keep)
+    except (duckdb.Error, OSError) as exc:
+        why = " ".join(str(exc).split())
+        raise StartupError("warehouse.path", f"cannot open {w.path} ({why}): point it at a "
+                           "DuckDB file in a writable directory") from exc
 
 
 @contextlib.asynccontextmanager
-async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
+async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
+                        ) -> AsyncIterator[Exporter]:
     prices = load_price_book(cfg.prices.book, cfg.prices.region)
     api = await _kube_client(cfg)
     # connections outlive the interval, so each cycle reuses them instead of reconnecting
@@ -59,11 +171,12 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
         connector=connector, read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar(),
         headers={"Accept-Encoding": "identity"})  # compressing text on loopback costs both ends
     bq_cfg = cfg.warehouse.bigquery
-    retention = cfg.warehouse.retention
-    warehouse = Warehouse(cfg.warehouse.path, cfg.cluster, cfg.warehouse.interval,
-                          cfg.warehouse.flush_interval, outbox=bq_cfg.enabled,
-                          raw_retention=retention.raw, retention=retention.keep) \
-        if cfg.warehouse.enabled else None
+    try:
+        warehouse = _warehouse(cfg) if cfg.warehouse.enabled else None
+    except ConfigError:
+        await session.close()
+        await api.close()
+        raise
     bigquery = None
     if warehouse is not None and bq_cfg.enabled:
         from exporter.sinks.bigquery import BigQuerySink  # a heavy import: only when used
@@ -94,12 +207,21 @@ async def open_exporter(cfg: Config) -> AsyncIterator[Exporter]:
     try:
         yield exporter
     finally:
+        shutdown = shutdown or Shutdown(cfg.shutdown_timeout)
+        shutdown.begin()
         await kube.stop()
-        if warehouse is not None:
-            warehouse.flush(exporter.last_cycle_time)  # unfinished intervals stay staged
-        if bigquery is not None:  # a last send; what does not make it stays spooled
-            await asyncio.to_thread(bigquery.stop, BIGQUERY_SHUTDOWN_SECONDS)
-        if warehouse is not None:
+        flushed = True
+        if warehouse is not None:  # unfinished intervals stay staged
+            flushed = await shutdown.within("final flush", _in_daemon_thread(
+                warehouse.flush, exporter.last_cycle_time)) if shutdown.left() > 0 else \
+                shutdown.left_out("final flush")
+        if bigquery is not None:  # a last send; what misses it stays spooled
+            if flushed:
+                await shutdown.within("bigquery", _in_daemon_thread(
+                    bigquery.stop, min(BIGQUERY_SHUTDOWN_SECONDS, shutdown.left())))
+            else:
+                bigquery.stop(0)
+        if warehouse is not None and flushed:
             warehouse.close()
         await session.close()
         await api.close()
@@ -115,9 +237,10 @@ def http_app(exporter: Exporter) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        if exporter.ready:
+        reasons = exporter.unready()
+        if not reasons:
             return web.Response(text="ready\n")
-        return web.Response(status=503, text="waiting for the first full cycle\n")
+        return web.Response(status=503, text=reasons[0] + "\n")
 
     app = web.Application()
     app.add_routes([web.get("/metrics", metrics), web.get("/healthz", healthz),
@@ -129,7 +252,11 @@ async def serve(exporter: Exporter, host: str, port: int) -> tuple[web.AppRunner
     runner = web.AppRunner(http_app(exporter), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # gaierror included
+        await runner.cleanup()
+        raise listen_error(host, port, exc) from exc
     return runner, runner.addresses[0][1]
 
 
@@ -147,7 +274,8 @@ def scheduled_report(cfg: Config, warehouse: Warehouse | None,
 
 async def run(cfg: Config, config_file: str | None = None) -> int:
     """The service, until SIGTERM or SIGINT."""
-    async with open_exporter(cfg) as exporter, aiohttp.ClientSession() as session:
+    shutdown = Shutdown(cfg.shutdown_timeout)
+    async with open_exporter(cfg, shutdown) as exporter, aiohttp.ClientSession() as session:
         report = scheduled_report(cfg, exporter.warehouse, config_file)
         exporter.report = report.stats if report is not None else None
         writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
@@ -174,7 +302,7 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
             while not stop.done():
                 began = time.monotonic()
                 try:
-                    await exporter.cycle(time.time())
+                    await _cycle(exporter, time.time(), stop, shutdown)
                     if report is not None:
                         report.maybe_run(time.time())
                     if writer is not None or gcm_writer is not None:
@@ -188,6 +316,7 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
                 wait = max(0.0, cfg.interval - (time.monotonic() - began))
                 await asyncio.wait([stop], timeout=wait)
         finally:
+            shutdown.begin()
             stop.cancel()
             if report is not None:
                 await report.stop()

@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", metavar="FILE", help="YAML config (settings may also come "
                      "from GKE_GPU_EXPORTER_* environment variables)")
     run.add_argument("--check-config", action="store_true",
-                     help="validate the config and price book, then exit 0 or 1")
+                     help="validate the config and price book (exit 1 if invalid), then "
+                     "check what start-up needs from this host: Kubernetes credentials, "
+                     "the warehouse directory, the listen address and port (exit 2 if "
+                     "refused); exit 0 when all is well")
     run.add_argument("--log-level", choices=LEVELS, default=argparse.SUPPRESS,
                      help=_LOG_LEVEL_HELP)
 
@@ -277,9 +280,10 @@ def _bigquery(cfg: Config) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from exporter.app import run
+    from exporter.app import left_running, run
     from exporter.config import load_config
     from exporter.errors import ConfigError
+    from exporter.preflight import problems
     from exporter.prices import load_price_book
 
     try:
@@ -291,6 +295,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.log_level is None:
         set_level(cfg.log_level)
     log.debug("config loaded", extra=ctx(file=args.config, settings=cfg.model_dump(mode="json")))
+    found = problems(cfg)
+    for problem in found:
+        print(f"error: {problem}", file=sys.stderr)
+    if found:
+        return 2
     if args.check_config:
         d = cfg.dcgm
         targets = f"{len(d.targets)} static targets" if d.targets else \
@@ -307,7 +316,15 @@ def _run(args: argparse.Namespace) -> int:
               f"{f'project {gcm.project}' if gcm.enabled else 'off'}")
         return 0
     log.info("starting", extra=ctx(version=__version__, cluster=cfg.cluster))
-    return asyncio.run(run(cfg, config_file=args.config))
+    try:
+        code = asyncio.run(run(cfg, config_file=args.config))
+        if left_running():  # past shutdown_timeout: end now, as the deadline says
+            logging.shutdown()
+            os._exit(code)
+        return code
+    except ConfigError as exc:  # what the host refused after the checks passed
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
 
 
 def describe(scenario: Scenario) -> str:

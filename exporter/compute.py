@@ -14,6 +14,10 @@ devices            Kubernetes and DCGM together: every GPU a node's capacity say
                     every device DCGM has shown. One DCGM has never shown is identified as
                     ``<node>/k8s-<index>`` (the lowest GPU indices DCGM has not reported;
                     MIG: ``<node>/k8s-mig-<n>``), that name standing for its UUID too.
+                    A node holds at most the physical GPUs Kubernetes counts plus one
+                    (a GPU that came back under a new UUID), 7 MIG instances each
+                    (``admit``); a device neither reported for ``dcgm.retire_after`` nor
+                    counted by Kubernetes is retired (``retire``).
 allocation state    ``unavailable`` (node not Ready, whatever its dcgm-exporter says; on a
                     Ready node whose exporter answered, a GPU Kubernetes or an earlier
                     scrape knows that the answer lacks; fatal XID) before ``allocated`` (a
@@ -37,7 +41,7 @@ integrates the earlier snapshot's states over the time between the two.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import FATAL_XIDS
@@ -54,6 +58,11 @@ ACCELERATOR_MEMORY_USED = "kubernetes.io/container/accelerator/memory_used"
 ACCELERATOR_MEMORY_TOTAL = "kubernetes.io/container/accelerator/memory_total"
 """GKE system metrics (percent, bytes, bytes): the readings where no DCGM is collected."""
 MIB = 1024 * 1024
+MIG_SLICES = 7
+"""Compute slices of a GPU: the most MIG instances one GPU can have."""
+UNCOUNTED_NODE_GPUS = 16
+"""Physical GPUs a node may hold while Kubernetes counts none (no device plugin yet): the
+most any GPU machine type has (a2-megagpu-16g)."""
 FIELDS_READ = (GR_ENGINE, GPU_UTIL, XID, FB_USED, FB_FREE, FB_RESERVED)
 """The DCGM fields these definitions read."""
 
@@ -195,6 +204,43 @@ def kubernetes_devices(node: NodeInfo) -> int:
     return node.capacity_gpus // max(1, node.clients_per_gpu)
 
 
+def physical_gpus(node: NodeInfo) -> int:
+    """How many physical GPUs Kubernetes says ``node`` has (MIG instances as their
+    fraction of a GPU, rounded up)."""
+    return -int(-kubernetes_devices(node) * mig_fraction(node.mig_profile) // 1)
+
+
+def admit(devices: Sequence[DeviceReading], known: Collection[str], node: NodeInfo | None,
+          max_devices: int) -> tuple[list[DeviceReading], list[DeviceReading]]:
+    """The readings of one node's devices it can hold, and the rest (rejected, never
+    billed). A node holds the physical GPUs Kubernetes counts plus one (a GPU that came
+    back under a new UUID while the old one is remembered), each whole or as at most 7 MIG
+    instances; ``UNCOUNTED_NODE_GPUS`` (at most ``max_devices``) where Kubernetes counts
+    none. When more GPUs are reported, the ``known`` ones (GPU UUIDs) are kept, then new
+    ones, in the order reported, up to the count alone."""
+    counted = physical_gpus(node) if node is not None else 0
+    room = counted or min(max_devices, UNCOUNTED_NODE_GPUS)
+    order = list(dict.fromkeys(d.uuid for d in devices))
+    if len(order) <= room + 1:
+        allowed = set(order)
+    else:
+        allowed = {u for u in order if u in known}
+        for u in order:
+            if len(allowed) >= room:
+                break
+            allowed.add(u)
+    kept: list[DeviceReading] = []
+    rejected: list[DeviceReading] = []
+    instances: dict[str, int] = {}
+    for d in devices:
+        ok = d.uuid in allowed
+        if ok and d.mig_instance is not None:
+            instances[d.uuid] = instances.get(d.uuid, 0) + 1
+            ok = instances[d.uuid] <= MIG_SLICES
+        (kept if ok else rejected).append(d)
+    return kept, rejected
+
+
 def unseen_devices(node: NodeInfo, known: Iterable[DeviceIdentity]) -> list[DeviceIdentity]:
     """Identities for the devices Kubernetes counts on ``node`` beyond the ``known`` ones
     (shown by DCGM): ``<node>/k8s-<index>`` on the lowest GPU indices DCGM has not
@@ -222,6 +268,7 @@ def device_states(
     discounts: Mapping[str, float],
     default_discount: float = 0.0,
     complete: bool = True,
+    last_seen: Mapping[str, float] | None = None,
 ) -> list[DeviceState]:
     """Every known device's state at one snapshot.
 
@@ -234,7 +281,14 @@ def device_states(
     (``unseen_devices``).
     ``owners`` resolves (namespace, pod) from DCGM's pod labels; ``price`` maps
     (accelerator, provisioning) to USD per GPU-hour.
+
+    A node never has more devices than Kubernetes counts or its answer shows, whichever is
+    more: a remembered device beyond that (a GPU that came back under a new UUID) has no
+    state until it is retired; those reported most recently (``last_seen``, device id to
+    time) are kept first. Where Kubernetes counts none, or the readings are not
+    ``complete``, every known device is.
     """
+    seen_at = last_seen or {}
     out: list[DeviceState] = []
     for name in sorted(nodes):
         node = nodes[name]
@@ -264,8 +318,10 @@ def device_states(
             known.setdefault(dev.device_id, DeviceIdentity(dev.uuid, dev.device_id,
                                                            dev.gpu_index, dev.mig_profile))
         known.update((i.device_id, i) for i in unseen_devices(node, known.values()))
+        counted = kubernetes_devices(node)
         if not node.ready:
-            for ident in known.values():
+            down = sorted(known.values(), key=lambda i: -seen_at.get(i.device_id, 0.0))
+            for ident in down[:counted] if counted else down:
                 out.append(make(ident, "unavailable", "node_not_ready", (), {}))
             continue
         if name in unknown_nodes or (complete and name not in readings):
@@ -284,10 +340,13 @@ def device_states(
                 out.append(make(ident, "allocated", None, devs_owners, dev.fields))
             else:
                 out.append(make(ident, "unallocated", None, (), dev.fields))
-        for device_id, ident in known.items():
-            if device_id not in seen:
-                out.append(make(ident, "unavailable", "gpu_missing", (), {}) if complete
-                           else make(ident, "unallocated", None, (), {}))
+        missing = sorted((i for d, i in known.items() if d not in seen),
+                         key=lambda i: -seen_at.get(i.device_id, 0.0))
+        if counted and complete:
+            missing = missing[:max(0, counted - len(seen))]
+        for ident in missing:
+            out.append(make(ident, "unavailable", "gpu_missing", (), {}) if complete
+                       else make(ident, "unallocated", None, (), {}))
     return out
 
 
@@ -303,6 +362,23 @@ def remember(inventory: Mapping[str, Mapping[str, DeviceIdentity]],
         for d in devs:
             known.setdefault(d.device_id, DeviceIdentity(d.uuid, d.device_id, d.gpu_index,
                                                          d.mig_profile))
+    return out
+
+
+def retire(inventory: Mapping[str, Mapping[str, DeviceIdentity]],
+           nodes: Mapping[str, NodeInfo], last_seen: Mapping[str, float], now: float,
+           retire_after: float) -> dict[str, dict[str, DeviceIdentity]]:
+    """The inventory less the devices to forget: on each node, those beyond the count
+    Kubernetes gives (the most recently reported kept first) that DCGM has not reported
+    for ``retire_after`` seconds (``last_seen``: device id to the time it last was; a
+    device without one counts as seen ``now``)."""
+    out: dict[str, dict[str, DeviceIdentity]] = {}
+    for name, devs in inventory.items():
+        node = nodes.get(name)
+        counted = kubernetes_devices(node) if node is not None else 0
+        recent = sorted(devs.values(), key=lambda i: -last_seen.get(i.device_id, now))
+        out[name] = {i.device_id: i for rank, i in enumerate(recent)
+                     if rank < counted or now - last_seen.get(i.device_id, now) < retire_after}
     return out
 
 

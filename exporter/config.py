@@ -83,6 +83,9 @@ class Dcgm(_Section):
     timeout: Duration = 10.0
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_devices_per_target: int = Field(default=1024, ge=1)
+    retire_after: Duration = Field(default=3600.0, gt=0)
+    """A device DCGM has not reported for this long, beyond what Kubernetes counts on its
+    node, is forgotten: its series go, its open incident ends."""
 
     @model_validator(mode="after")
     def _urls(self) -> Self:
@@ -97,14 +100,26 @@ class Dcgm(_Section):
 
 class Kubernetes(_Section):
     kubeconfig: Path | None = None
-    """A kubeconfig file; default: in-cluster credentials when running in a pod, else
-    ``$KUBECONFIG`` or ``~/.kube/config``."""
+    """A kubeconfig file; default: ``$KUBECONFIG``, else ``~/.kube/config``."""
     in_cluster: bool = False
+    """Use the pod's service account (its token and ``KUBERNETES_SERVICE_HOST``) instead
+    of a kubeconfig."""
     watch_timeout: Duration = 300.0
     """Server-side timeout asked for on each watch; the watch is then resumed."""
     watchdog: Duration = 120.0
     """A watch silent (no event, no bookmark) for this long is dropped and relisted."""
     request_timeout: Duration = 30.0
+    max_staleness: Duration = 300.0
+    """``/readyz`` answers 503 while the Kubernetes view has not been confirmed by the API
+    (a list, a watch event or bookmark) for this long."""
+
+    @model_validator(mode="after")
+    def _staleness(self) -> Self:
+        if self.max_staleness <= self.watchdog + self.request_timeout:
+            raise ValueError("kubernetes.max_staleness must be longer than kubernetes.watchdog "
+                             "plus kubernetes.request_timeout (a quiet watch is relisted "
+                             "after the watchdog)")
+        return self
 
 
 class Prices(_Section):

@@ -14,7 +14,7 @@ import collections
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,12 @@ log = logging.getLogger(__name__)
 
 DCGM_FIELDS_READ = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.values()})
 """Every DCGM field the exporter uses; the source skips the other families unparsed."""
+
+VIEW_KINDS = ("nodes", "pods")
+"""The Kubernetes kinds the figures stand on: no figure before both are listed."""
+
+KEEP_ENDED_PODS = 10_000
+"""Pods gone from the cluster whose per-pod sums ``Totals`` keeps."""
 
 GroupKey = tuple[str, str, str, str, str, str]
 """(state, namespace, team, pool, accelerator, provisioning)"""
@@ -97,6 +103,16 @@ class Totals:
     queue_hist: dict[tuple[str, str, str], WaitHistogram] = field(default_factory=dict)
     """Queue waits of scheduled pods by (namespace, team, GPU model), each pod once."""
     waited: set[str] = field(default_factory=set)
+    ended: collections.deque[str] = field(default_factory=collections.deque)
+    """Pods gone from the cluster, oldest first: the per-pod sums of the last
+    ``KEEP_ENDED_PODS`` are kept, the older ones dropped."""
+
+    def pod_ended(self, uid: str) -> None:
+        self.ended.append(uid)
+        while len(self.ended) > KEEP_ENDED_PODS:
+            old = self.ended.popleft()
+            for table in (self.pod_seconds, self.pod_utilized, self.pod_cost):
+                table.pop(old, None)
 
     def observe_wait(self, uid: str, key: tuple[str, str, str], seconds: float) -> None:
         if uid in self.waited:
@@ -132,7 +148,12 @@ class SourceHealth:
     up: dict[tuple[str, str], bool] = field(default_factory=dict)
     duration: dict[tuple[str, str], float] = field(default_factory=dict)
     errors: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    error_reasons: dict[tuple[str, str, str], int] = field(
+        default_factory=lambda: defaultdict(int))
+    """(source, target, ``SourceError.label``) -> errors; the rest of ``errors`` has none."""
     rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    last_success: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(source, target) -> the cycle time of its last answer."""
 
 
 class Exporter:
@@ -157,6 +178,8 @@ class Exporter:
         self.totals = Totals()
         self.health = SourceHealth()
         self.inventory: dict[str, dict[str, compute.DeviceIdentity]] = {}
+        self.last_seen: dict[str, float] = {}
+        """Device id -> when DCGM last reported it (since start), for retiring it."""
         self.states: list[compute.DeviceState] = []
         self.state_time: float | None = None
         self.diagnoses: dict[str, tuple[compute.Owner, Diagnosis]] = {}
@@ -165,6 +188,8 @@ class Exporter:
         if warehouse is not None:  # go on from where the last run stopped
             self.inventory, self.open_incidents = warehouse.load_state()
         self.cycles = 0
+        self.viewed_cycles = 0
+        """Cycles that ran on a listed Kubernetes view (nodes and pods)."""
         self.cycle_seconds = 0.0
         self.last_cycle_time = 0.0
         self._view_now: MetricsView | None = None
@@ -175,14 +200,52 @@ class Exporter:
         """The nodes each target's last answer covered: unknown while it fails."""
         self._windows: dict[str, collections.deque[tuple[float, dict[str, float]]]] = {}
         self._logged: set[tuple[str, str]] = set()
+        self._episodes = logs.Episodes(log)
+        """Failing targets, (url, "scrape" or "rejected:<reason>"): logged per episode."""
         self._interrupted_pods: set[str] = set()
         self._pool_of: dict[str, str] = {}
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
+        self.warehouse_error: str | None = None
+        """Why the last cycle's warehouse work failed; None when it did not."""
 
     @property
     def ready(self) -> bool:
-        return self.cycles > 0
+        return not self.unready()
+
+    def unready(self) -> list[str]:
+        """Why ``/readyz`` answers 503, one line each; empty when ready. Every readiness
+        check is in ``readiness_checks``."""
+        return [reason for check in self.readiness_checks if (reason := check())]
+
+    @property
+    def readiness_checks(self) -> tuple[Callable[[], str | None], ...]:
+        """Each returns why the exporter is not ready, or None."""
+        return (self._kubernetes_listed, self._kubernetes_fresh, self._warehouse_writing)
+
+    def _kubernetes_listed(self) -> str | None:
+        missing = [k for k in VIEW_KINDS if not self.kube.synced[k].is_set()]
+        if missing:
+            errors = [e for k in missing if (e := self.kube.stats[k].last_error)]
+            return (f"no list of {' and '.join(missing)} from the Kubernetes API yet"
+                    + (f" (last error: {' '.join(errors[0].splitlines()[:2])})"
+                       if errors else ""))
+        if not self.viewed_cycles:
+            return "waiting for the first full cycle"
+        return None
+
+    def _kubernetes_fresh(self) -> str | None:
+        ages = [a for k in VIEW_KINDS if (a := self.kube.age(k)) is not None]
+        bound = self.config.kubernetes.max_staleness
+        if ages and max(ages) > bound:
+            return (f"the Kubernetes view is {max(ages):.0f} s old (kubernetes.max_staleness "
+                    f"{bound:g} s): the API does not answer")
+        return None
+
+    def _warehouse_writing(self) -> str | None:
+        if self.warehouse_ok:
+            return None
+        return f"the warehouse fails: {' '.join(str(self.warehouse_error).split())[:300]}"
 
     # ------------------------------------------------------------------ targets
 
@@ -211,6 +274,7 @@ class Exporter:
 
     async def cycle(self, now: float) -> None:
         began = time.perf_counter()
+        viewed = all(self.kube.synced[k].is_set() for k in VIEW_KINDS)
         targets = self.targets()
         results = await self.dcgm.fetch(list(targets))
         readings: dict[str, list[DeviceReading]] = defaultdict(list)
@@ -221,11 +285,14 @@ class Exporter:
             key = ("dcgm", url)
             if isinstance(res, TargetScrape):
                 self.health.up[key] = True
+                self.health.last_success[key] = now
                 self.health.duration[key] = res.duration_seconds
-                for reason, n in res.result.rejected.items():
+                self._episodes.recovered((url, "scrape"), now, "dcgm scrape recovered",
+                                         target=url)
+                rejects = dict(res.result.rejected)
+                for reason, n in rejects.items():
                     self.health.rejected[reason] += n
-                    self._log_once(url, f"rejected:{reason}", "dcgm samples rejected",
-                                   reason=reason, count=n)
+                stray: DeviceReading | None = None
                 complete &= res.complete
                 exporter_node = None if self.dcgm.whole_cluster else \
                     targets[url] or place.by_address(url)
@@ -236,20 +303,25 @@ class Exporter:
                     node = place(dev, exporter_node)
                     if node is None:
                         self.health.rejected["unknown_node"] += len(dev.fields)
-                        self._log_once(url, "rejected:unknown_node", "gpu on no known node",
-                                       gpu=dev.uuid, hostname=dev.hostname,
-                                       pods=[f"{p.namespace}/{p.pod}" for p in dev.pods])
+                        rejects["unknown_node"] = rejects.get("unknown_node", 0) + \
+                            len(dev.fields)
+                        stray = stray or dev
                         continue
                     readings[node].append(dev)
                     covered.add(node)
                 if not self.dcgm.whole_cluster:
                     self._target_nodes[url] = covered
+                self._log_rejects(url, rejects, stray, now)
             else:
                 assert isinstance(res, SourceError)
                 self.health.up[key] = False
                 self.health.errors[key] += 1
-                self._log_once(url, type(res).__name__, "dcgm scrape failed",
-                               error=res.reason)
+                self.health.error_reasons[(*key, res.label)] += 1
+                for reason, n in res.rejected.items():  # an answer with no sample we keep
+                    self.health.rejected[reason] += n
+                self._episodes.failed((url, "scrape"), now, "dcgm scrape failed", target=url,
+                                      reason=res.label, error=res.reason,
+                                      **({"rejected": res.rejected} if res.rejected else {}))
                 if self.dcgm.whole_cluster:
                     unknown |= set(self.kube.nodes)
                 else:  # the nodes it answered for last time, and its own
@@ -257,10 +329,15 @@ class Exporter:
                     if exporter_node := targets[url] or place.by_address(url):
                         unknown.add(exporter_node)
         for gone in [k for k in self.health.up if k[0] == "dcgm" and k[1] not in targets]:
-            for table in (self.health.up, self.health.duration, self.health.errors):
+            for table in (self.health.up, self.health.duration, self.health.errors,
+                          self.health.last_success):
                 table.pop(gone, None)  # the target went with its node: its series go too
+            for k in [k for k in self.health.error_reasons if k[:2] == gone]:
+                del self.health.error_reasons[k]
             self._target_nodes.pop(gone[1], None)
+            self._episodes.forget(gone[1])
         nodes = dict(self.kube.nodes)
+        self._admit(readings, nodes)
         owners = self._owners()
         self._pool_of.update((n.name, n.pool) for n in nodes.values())
         for pod in self.kube.take_deleted_pods():
@@ -268,33 +345,29 @@ class Exporter:
             self._pod_gone(pod, now)
         states = compute.device_states(
             nodes, readings, frozenset(unknown), self.inventory, owners, self._price,
-            self.config.prices.discounts, self.config.prices.default_discount, complete)
+            self.config.prices.discounts, self.config.prices.default_discount, complete,
+            self.last_seen)
         self.inventory = compute.remember(self.inventory, readings, nodes)
+        self._retire(readings, nodes, now)
         for d in states:
             if d.price_usd_per_hour is None:
                 self._log_once(d.node, f"unpriced:{d.accelerator}", "gpu model not priced",
                                model=d.accelerator, provisioning=d.provisioning,
                                region=self.prices.region)
+        usage: list[compute.UsageRow] = []
         if self.state_time is not None and now > self.state_time:
-            rows = compute.usage_rows(self.states, self.state_time, now - self.state_time)
-            self.totals.add(rows)
-            if self.warehouse is not None:
-                self.warehouse.add_usage(rows)
+            usage = compute.usage_rows(self.states, self.state_time, now - self.state_time)
+            self.totals.add(usage)
         self.states, self.state_time = states, now
         self._xids(states)
         self._incidents(states, nodes, frozenset(unknown), now)
-        if self.warehouse is not None:
-            self.warehouse.save_state(self.inventory, self.open_incidents)
         self._queue(now)
         self._bottlenecks(now, states)
+        self._forget_gone(states, nodes)
         if self.warehouse is not None:
-            if self._vanished_unchecked and self.kube.synced["pods"].is_set():
-                self._vanished_unchecked = False  # once, on the first full pod list
-                self.warehouse.finish_vanished(self.kube.pods.keys(), now)
-            self.warehouse.add_pods(self.kube.pods.values(), now, self._team,
-                                    lambda p: gpu_model(p, nodes))
-            self.warehouse.maybe_flush(now)
+            self._write_warehouse(self.warehouse, usage, nodes, now)
         self.cycles += 1
+        self.viewed_cycles += viewed
         self.last_cycle_time = now
         self.cycle_seconds = time.perf_counter() - began
         self._view_now = self._view(nodes, now)
@@ -339,6 +412,63 @@ class Exporter:
         self._windows.pop(pod.uid, None)
         self.diagnoses.pop(pod.uid, None)
         self.totals.waited.discard(pod.uid)
+        self.totals.pod_ended(pod.uid)
+
+    def _admit(self, readings: dict[str, list[DeviceReading]],
+               nodes: Mapping[str, NodeInfo]) -> None:
+        """Drop the readings of GPUs beyond what their node holds (``compute.admit``):
+        counted as ``too_many_devices``, never devices."""
+        for name, devs in readings.items():
+            known = {i.gpu_uuid for i in self.inventory.get(name, {}).values()}
+            kept, excess = compute.admit(devs, known, nodes.get(name),
+                                         self.config.dcgm.max_devices_per_target)
+            if excess:
+                readings[name] = kept
+                self.health.rejected["too_many_devices"] += sum(len(d.fields) for d in excess)
+                self._log_once(name, "rejected:too_many_devices",
+                               "more gpus than the node holds", node=name,
+                               reported=len({d.uuid for d in devs}),
+                               kept=len({d.uuid for d in kept}))
+
+    def _retire(self, readings: Mapping[str, Sequence[DeviceReading]],
+                nodes: Mapping[str, NodeInfo], now: float) -> None:
+        """Forget the devices ``compute.retire`` says to: their series go with the next
+        snapshot, their open incidents end (``_incidents``)."""
+        for devs in readings.values():
+            for d in devs:
+                self.last_seen[d.device_id] = now
+        for known in self.inventory.values():
+            for device_id in known:
+                self.last_seen.setdefault(device_id, now)  # loaded at start: from now
+        self.inventory = compute.retire(self.inventory, nodes, self.last_seen, now,
+                                        self.config.dcgm.retire_after)
+        kept = {device_id for known in self.inventory.values() for device_id in known}
+        self.last_seen = {d: t for d, t in self.last_seen.items() if d in kept}
+
+    def _forget_gone(self, states: Sequence[compute.DeviceState],
+                     nodes: Mapping[str, NodeInfo]) -> None:
+        """The counters of GPUs no longer known (retired, or their node deleted) leave
+        /metrics; so does the pool of a node neither live nor named by a pod. The names of
+        GPUs known only from Kubernetes (``<node>/k8s-<index>``, a few per node) stay while
+        their node does."""
+        live = {d.gpu_uuid for d in states}
+        for devs in self.inventory.values():
+            live.update(i.gpu_uuid for i in devs.values())
+
+        def gone(uuid: str) -> bool:
+            node, k8s, _ = uuid.rpartition("/k8s-")
+            return uuid not in live and not (k8s and node in nodes)
+
+        t = self.totals
+        for uuid in [u for u in t.up_seconds if gone(u)]:
+            del t.up_seconds[uuid]
+        for key in [k for k in t.down_seconds if gone(k[0])]:
+            del t.down_seconds[key]
+        for table in (t.xid_events, t.last_xid):
+            for xkey in [k for k in table if gone(k[1])]:
+                del table[xkey]
+        named = {p.node for p in self.kube.pods.values()}
+        self._pool_of = {n: p for n, p in self._pool_of.items() if n in nodes or n in named}
 
     def _xids(self, states: Sequence[compute.DeviceState]) -> None:
         """DCGM reports a GPU's last XID: a change to a new code is one more event."""
@@ -400,6 +530,58 @@ class Exporter:
         for uid in [u for u in self._windows if u not in live]:
             del self._windows[uid]
 
+    def _write_warehouse(self, warehouse: Warehouse, usage: list[compute.UsageRow],
+                         nodes: dict[str, NodeInfo], now: float) -> None:
+        """Hand the cycle to the warehouse. A failure (a full disk, DuckDB out of memory)
+        costs this cycle's warehouse work only: it is counted as an error of source
+        ``warehouse``, logged when it begins and when it ends, and shown by
+        ``warehouse_ok``; rows not staged are kept for the next cycle."""
+        path = str(warehouse.path)
+        try:
+            warehouse.add_usage(usage)
+            warehouse.save_state(self.inventory, self.open_incidents)
+            if self._vanished_unchecked and self.kube.synced["pods"].is_set():
+                warehouse.finish_vanished(self.kube.pods.keys(), now)
+                self._vanished_unchecked = False  # once, on the first full pod list
+            warehouse.add_pods(self.kube.pods.values(), now, self._team,
+                               lambda p: gpu_model(p, nodes))
+            warehouse.maybe_flush(now)
+        except Exception as exc:
+            self.warehouse_error = f"{type(exc).__name__}: {exc}"
+            self.health.errors["warehouse", path] += 1
+            self._episodes.failed((path, "warehouse"), now, "warehouse write failed",
+                                  target=path, error=self.warehouse_error)
+            return
+        self.warehouse_error = None
+        self._episodes.recovered((path, "warehouse"), now, "warehouse write recovered",
+                                 target=path)
+
+    @property
+    def warehouse_ok(self) -> bool:
+        """False while the warehouse fails (the last cycle's warehouse work raised); True
+        without a warehouse."""
+        return self.warehouse_error is None
+
+    def _log_rejects(self, url: str, rejects: Mapping[str, int], stray: DeviceReading | None,
+                     now: float) -> None:
+        """One line when a target's answers begin to have samples dropped for a reason (a
+        GPU on no known node: with its labels), one when an answer has none again."""
+        for reason, n in rejects.items():
+            if reason == "unknown_node" and stray is not None:
+                self._episodes.failed(
+                    (url, "rejected:unknown_node"), now, "gpu on no known node", target=url,
+                    count=n, gpu=stray.uuid, hostname=stray.hostname,
+                    pods=[f"{p.namespace}/{p.pod}" for p in stray.pods])
+            else:
+                self._episodes.failed((url, f"rejected:{reason}"), now,
+                                      "dcgm samples rejected", target=url, reason=reason,
+                                      count=n)
+        for kind in self._episodes.failing(url):
+            reason = kind.removeprefix("rejected:")
+            if kind != reason and reason not in rejects:
+                self._episodes.recovered((url, kind), now, "dcgm samples accepted again",
+                                         target=url, reason=reason)
+
     def _log_once(self, target: str, kind: str, event: str, **fields: object) -> None:
         """Log a failure the first time it happens to a target (it is always counted)."""
         if (target, kind) in self._logged:
@@ -413,7 +595,8 @@ class Exporter:
             pods=list(self.kube.pods.values()), totals=self.totals, health=self.health,
             kube=self.kube, diagnoses=self.diagnoses,
             available_gpus=compute.available_gpus(nodes.values(),
-                                                  self.config.system_reserved_gpus),
+                                                  self.config.system_reserved_gpus)
+            if self.kube.synced["nodes"].is_set() else None,
             cycle_seconds=self.cycle_seconds, owner=self._owner,
             rows_written=self.warehouse.rows_written if self.warehouse else {},
             bigquery=self.bigquery.stats if self.bigquery else None,

@@ -118,6 +118,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def write_kubeconfig(directory: Path, server: str = "https://127.0.0.1:6443") -> Path:
+    """A kubeconfig whose current context names one cluster (never called here)."""
+    path = directory / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [{"name": "k", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    return path
+
+
 async def start_prometheus(tmp: Path, config: dict[str, Any], *flags: str,
                            port: int | None = None) -> tuple[asyncio.subprocess.Process, str]:
     """Debian's Prometheus server on loopback with ``config``; returns it once ready."""

@@ -24,6 +24,7 @@ import pytest
 
 from analytics.week import week_containing
 from exporter.simulator.scenario import load_scenario
+from tests.conftest import write_kubeconfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("exporter", "analytics")
@@ -50,6 +51,12 @@ def _ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[s
     assert proc.returncode == 0, (f"{' '.join(proc.args)} exited {proc.returncode}\n"
                                   f"{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def _host(directory: Path) -> dict[str, str]:
+    """What ``run`` needs from the host: a kubeconfig, a free port."""
+    return {"GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(write_kubeconfig(directory)),
+            "GKE_GPU_EXPORTER_PORT": "0"}
 
 
 def _clean_env(home: Path) -> dict[str, str]:
@@ -201,7 +208,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, wheel: Path,
     try:
         yield Runs(
             venv=venv, home=home, work=work, week=week,
-            check_config=_run([*exe, "run", "--check-config"], env=env, cwd=work),
+            check_config=_run([*exe, "run", "--check-config"], env=env | _host(work),
+                              cwd=work),
             demo=_run([*exe, "demo", "--duration", "2h", "--out", work / "demo"],
                       env=env, cwd=work),
             report=_run([*exe, "report", "weekly", "--store",
@@ -270,7 +278,8 @@ def test_run_leaves_the_report_stack_unloaded(tmp_path: Path) -> None:
             "from exporter.cli import main\n"
             "rc = main(['run', '--check-config'])\n"
             "print(json.dumps({'rc': rc, 'modules': sorted(sys.modules)}))\n")
-    proc = _ok(_run([sys.executable, "-c", code], env=_clean_env(tmp_path), cwd=tmp_path))
+    proc = _ok(_run([sys.executable, "-c", code], env=_clean_env(tmp_path) | _host(tmp_path),
+                    cwd=tmp_path))
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["rc"] == 0
     modules: list[str] = result["modules"]

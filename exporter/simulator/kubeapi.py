@@ -7,8 +7,10 @@ namespaces: discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``), list wit
 ``timeoutSeconds``, answering a too-old version with an ERROR event carrying a 410
 ``Status``; server-side Tables for ``kubectl get``; Kubernetes ``Status`` errors.
 
-For failure testing the API can be made unavailable (503), its watches hung (open but
-silent) or ended, and its history compacted (every resume then gets 410).
+For failure testing the API can answer an error status for a while (503 unavailable, 403
+forbidden, 429 too many requests; for every resource or one), stall (accept requests and
+answer none), have its watches hung (open but silent) or ended (cleanly, or by an ERROR
+event with a ``Status``), and its history compacted (every resume then gets 410).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ RESOURCES = {
     "namespaces": ("Namespace", False, ["ns"]),
 }
 _JSON = "application/json"
+_FAULT_STATUS = frozenset({403, 429, 503})
 DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
@@ -61,22 +64,36 @@ class KubeApi:
         self.version = version
         self.bookmark_interval = bookmark_interval
         self.down_until = 0.0
+        self.down_status = 503
+        self.down_resource: str | None = None
+        self.stall_until = 0.0
         self.hang_until = 0.0
         self._watch_ends: set[asyncio.Event] = set()
+        self._end_status: Obj | None = None
         self.watches_served = 0
 
     # --------------------------------------------------------------- failure modes
 
-    def set_down(self, seconds: float) -> None:
-        """Answer every request with 503 for ``seconds`` of wall time."""
+    def set_down(self, seconds: float, status: int = 503, resource: str | None = None) -> None:
+        """Answer every request (for ``resource``, a plural such as ``pods``, or all) with
+        ``status`` (503, 403 or 429) for ``seconds`` of wall time; 0 ends it."""
+        if status not in _FAULT_STATUS:
+            raise ValueError(f"status is one of {sorted(_FAULT_STATUS)}")
         self.down_until = time.monotonic() + seconds
+        self.down_status, self.down_resource = status, resource
+
+    def stall(self, seconds: float) -> None:
+        """Accept every request and answer none for ``seconds`` of wall time; 0 ends it."""
+        self.stall_until = time.monotonic() + seconds
 
     def hang_watches(self, seconds: float) -> None:
         """Keep watch streams open but deliver nothing for ``seconds`` of wall time."""
         self.hang_until = time.monotonic() + seconds
 
-    def end_watches(self) -> None:
-        """Close every open watch stream cleanly (as an API server restart does)."""
+    def end_watches(self, status: Obj | None = None) -> None:
+        """Close every open watch stream cleanly (as an API server restart does), after an
+        ERROR event carrying ``status`` (a ``Status``, see ``status_error``) if given."""
+        self._end_status = status
         for ev in self._watch_ends:
             ev.set()
 
@@ -104,9 +121,11 @@ class KubeApi:
         if request.path.startswith("/sim/"):
             response: web.StreamResponse = await handler(request)
             return response
-        if time.monotonic() < self.down_until:
-            return _error(503, "ServiceUnavailable", "the server is currently unable to "
-                          "handle the request")
+        while time.monotonic() < self.stall_until:  # noqa: ASYNC110 - until stall(0) too
+            await asyncio.sleep(0.05)
+        plural = request.match_info.get("plural")
+        if time.monotonic() < self.down_until and self.down_resource in (None, plural):
+            return self._fault_answer(request, plural or "")
         if request.method not in ("GET", "HEAD"):
             return _error(405, "MethodNotAllowed",
                           f"the server does not allow this method on the requested resource "
@@ -118,6 +137,23 @@ class KubeApi:
         except web.HTTPMethodNotAllowed:
             return _error(405, "MethodNotAllowed", "method not allowed")
         return response
+
+    def _fault_answer(self, request: web.Request, plural: str) -> web.Response:
+        if self.down_status == 403:
+            verb = "watch" if request.query.get("watch", "").lower() in ("1", "true") else \
+                "list" if "name" not in request.match_info else "get"
+            scope = f'in the namespace "{request.match_info["namespace"]}"' \
+                if "namespace" in request.match_info else "at the cluster scope"
+            return web.json_response(status_error(
+                403, "Forbidden", f'{plural} is forbidden: User "system:serviceaccount:'
+                f'gke-gpu-exporter:gke-gpu-exporter" cannot {verb} resource "{plural}" in API '
+                f'group "" {scope}', {"kind": plural}), status=403)
+        if self.down_status == 429:
+            return web.json_response(status_error(
+                429, "TooManyRequests", "too many requests, please try again later",
+                {"retryAfterSeconds": 1}), status=429, headers={"Retry-After": "1"})
+        return _error(503, "ServiceUnavailable", "the server is currently unable to handle "
+                      "the request")
 
     # --------------------------------------------------------------- discovery
 
@@ -264,9 +300,10 @@ class KubeApi:
                 if now >= deadline:
                     break
                 wait = min(deadline, next_bookmark) - now
-                try:
-                    event = await asyncio.wait_for(queue.get(), timeout=max(0.01, wait))
-                except TimeoutError:
+                incoming = await _next_event(queue, ended, max(0.01, wait))
+                if ended.is_set():
+                    break
+                if incoming is None:
                     if bookmarks and time.monotonic() >= next_bookmark and \
                             time.monotonic() >= self.hang_until:
                         await _send(response, "BOOKMARK", {
@@ -279,9 +316,11 @@ class KubeApi:
                         await asyncio.wait_for(ended.wait(), timeout=hung)
                 if ended.is_set():
                     break
-                if matches(event.obj):
-                    await self._emit(response, event, as_table, first_table)
+                if matches(incoming.obj):
+                    await self._emit(response, incoming, as_table, first_table)
                     first_table = False
+            if ended.is_set() and self._end_status is not None:
+                await _send(response, "ERROR", self._end_status)
         except ConnectionResetError:
             pass
         finally:
@@ -297,6 +336,22 @@ class KubeApi:
             obj = tables.table(kind, [obj], self.now(), obj["metadata"]["resourceVersion"],
                                with_columns=first_table)
         await _send(response, event.type, obj)
+
+
+async def _next_event(queue: asyncio.Queue[Event], ended: asyncio.Event,
+                      seconds: float) -> Event | None:
+    """The next event, or None when ``seconds`` pass or the watch is ended first."""
+    if not queue.empty():
+        return queue.get_nowait()
+    get = asyncio.ensure_future(queue.get())
+    end = asyncio.ensure_future(ended.wait())
+    try:
+        await asyncio.wait({get, end}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        end.cancel()
+        if not get.done():
+            get.cancel()
+    return get.result() if get.done() and not get.cancelled() else None
 
 
 async def _send(response: web.StreamResponse, etype: str, obj: Obj) -> None:

@@ -10,6 +10,7 @@
   (round robin, as kube-proxy spreads connections), among the nodes of the scenario's
   ``dcgm_service.pools``; 503 when none is reachable.
 - The Kubernetes API subset (``kubeapi``) and the control API (``/sim/...``) on one port.
+  ``refuse_api`` closes that port for a while (the control API with it).
 
 Virtual time moves by ``advance`` (or ``POST /sim/advance``), or by itself at ``speed``
 simulated seconds per real second.
@@ -76,6 +77,8 @@ class SimulatorServer:
         self.api = KubeApi(self.store, lambda: self.cluster.now, scenario.kubernetes_version,
                            bookmark_interval=bookmark_interval)
         self._api_runner: web.AppRunner | None = None
+        self._api_site: web.TCPSite | None = None
+        self._reopen: asyncio.Task[None] | None = None
         self._dcgm_runner: web.AppRunner | None = None
         self._sites: dict[str, web.TCPSite] = {}
         self._by_address: dict[str, str] = {}
@@ -105,7 +108,7 @@ class SimulatorServer:
         api_app.add_routes(self._control_routes())
         self._api_runner = web.AppRunner(api_app, access_log=None, shutdown_timeout=0.5)
         await self._api_runner.setup()
-        site = web.TCPSite(self._api_runner, self.host, self._api_port)
+        site = self._api_site = web.TCPSite(self._api_runner, self.host, self._api_port)
         await site.start()
         sockets = self._api_runner.addresses
         self.api_port = sockets[0][1]
@@ -124,7 +127,38 @@ class SimulatorServer:
         if self._ticker is None and self.speed > 0:
             self._ticker = asyncio.create_task(self._tick_forever())
 
+    async def refuse_api(self, seconds: float) -> None:
+        """Close the API's listener and its connections (connection refused) for
+        ``seconds`` of wall time."""
+        if self._reopen is not None:
+            self._reopen.cancel()
+        if self._api_site is not None:
+            await self._api_site.stop()
+            self._api_site = None
+        self.api.end_watches()
+        assert self._api_runner is not None and self._api_runner.server is not None
+        for conn in list(self._api_runner.server.connections):
+            conn.force_close()
+        self._reopen = asyncio.create_task(self._reopen_api(seconds))
+
+    async def _refuse_soon(self, seconds: float) -> None:
+        await asyncio.sleep(0.05)
+        self._reopen = None
+        await self.refuse_api(seconds)
+
+    async def _reopen_api(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        assert self._api_runner is not None
+        site = web.TCPSite(self._api_runner, self.host, self.api_port, reuse_address=True)
+        await site.start()
+        self._api_site = site
+        self._reopen = None
+
     async def stop(self) -> None:
+        if self._reopen is not None:
+            self._reopen.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reopen
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -325,7 +359,14 @@ class SimulatorServer:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             return web.json_response({"error": "body: {action, seconds}"}, status=400)
         if action == "down":
-            self.api.set_down(seconds)
+            try:
+                self.api.set_down(seconds, int(body.get("status", 503)), body.get("resource"))
+            except (TypeError, ValueError) as exc:
+                return web.json_response({"error": str(exc)}, status=400)
+        elif action == "stall":
+            self.api.stall(seconds)
+        elif action == "refuse":  # once this answer is sent: it closes this connection too
+            self._reopen = asyncio.create_task(self._refuse_soon(seconds))
         elif action == "hang-watches":
             self.api.hang_watches(seconds)
         elif action == "end-watches":
@@ -334,7 +375,8 @@ class SimulatorServer:
             self.api.compact()
         else:
             return web.json_response(
-                {"error": "action is one of down, hang-watches, end-watches, compact"},
+                {"error": "action is one of down (status 503, 403 or 429; resource), stall, "
+                 "refuse, hang-watches, end-watches, compact"},
                 status=400)
         return web.json_response({"ok": True})
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ class BigQueryStats:
     spool_dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     errors: int = 0
     up: bool = False
+    last_success: float | None = None
+    """When the last send emptied the spool or got every batch in (Unix time)."""
     spool_rows: int = 0
     spool_bytes: int = 0
     last_error: str | None = None
@@ -174,6 +177,7 @@ class BigQuerySink:
         if not self.stats.up and self.stats.errors:
             log.info("bigquery writes resumed", extra=ctx(dataset=self.cfg.dataset))
         self.stats.up = True
+        self.stats.last_success = time.time()
         return True
 
     def ensure_tables(self) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,8 @@ class CloudMonitoringStats:
     retries: int = 0
     up: bool = True
     """The last request was answered (written or refused), not failed."""
+    last_success: float | None = None
+    """When a request was last answered (Unix time)."""
     project: str = ""
 
 
@@ -189,6 +192,7 @@ class CloudMonitoringWriter:
                                error=exc.message)
                 return False
             self.stats.up = True
+            self.stats.last_success = time.time()
             refused = _refused_points(exc, len(series))
             self.stats.points_refused += refused
             self.stats.points_written += len(series) - refused
@@ -200,6 +204,7 @@ class CloudMonitoringWriter:
             self.stats.up = False
             return False
         self.stats.up = True
+        self.stats.last_success = time.time()
         self.stats.points_written += len(series)
         return True
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from exporter import __version__, compute
 from exporter.sources.dcgm import REJECT_REASONS, parse_labels
-from exporter.sources.kube import NodeInfo, PodInfo, gpu_model
+from exporter.sources.kube import KUBE_ERROR_REASONS, NodeInfo, PodInfo, gpu_model
 
 if TYPE_CHECKING:
     from exporter.bottleneck import Diagnosis
@@ -122,7 +122,8 @@ class MetricsView:
     health: SourceHealth
     kube: KubeSource
     diagnoses: Mapping[str, tuple[compute.Owner, Diagnosis]]
-    available_gpus: float
+    available_gpus: float | None
+    """None before the first list of nodes: unknown, not zero."""
     cycle_seconds: float
     owner: Callable[[PodInfo], compute.Owner]
     rows_written: Mapping[str, int]
@@ -352,12 +353,30 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
             dur.add_metric([source, target], h.duration[(source, target)])
     for kind, ok in sorted(v.kube.up.items()):
         up.add_metric(["kubernetes", kind], 1.0 if ok else 0.0)
-    errors = CounterMetricFamily(P + "exporter_errors", "Failed scrapes and watches.",
-                                 labels=["source", "target"])
+    last = GaugeMetricFamily(P + "exporter_source_last_success_timestamp_seconds", "When the "
+                             "source last answered (Unix time): a dcgm target's last scrape, "
+                             "a Kubernetes list, watch event or bookmark, a BigQuery or Cloud "
+                             "Monitoring write. Absent before the first.",
+                             labels=["source", "target"])
+    for (source, target), t in sorted(h.last_success.items()):
+        last.add_metric([source, target], t)
+    for kind, t in sorted(v.kube.last_success.items()):
+        last.add_metric(["kubernetes", kind], t)
+    errors = CounterMetricFamily(P + "exporter_errors", "Failed scrapes, watches and writes, "
+                                 "by reason: http_<status>, refused, unavailable, timeout, "
+                                 "bad_answer, error.", labels=["source", "target", "reason"])
+    by_reason: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for (source, target, reason), n in h.error_reasons.items():
+        by_reason[(source, target)][reason] = n
     for (source, target), n in sorted(h.errors.items()):
-        errors.add_metric([source, target], n)
+        known = by_reason.get((source, target), {})
+        for reason, count in sorted(known.items()):
+            errors.add_metric([source, target, reason], count)
+        if n > sum(known.values()) or not known:
+            errors.add_metric([source, target, "error"], n - sum(known.values()))
     for kind, st in sorted(v.kube.stats.items()):
-        errors.add_metric(["kubernetes", kind], st.errors)
+        for reason in sorted(KUBE_ERROR_REASONS | st.reasons.keys()):
+            errors.add_metric(["kubernetes", kind, reason], st.reasons.get(reason, 0))
     relists = CounterMetricFamily(P + "exporter_kubernetes_relists", "Relists by cause: "
                                   "expired (410), watchdog (silent watch).",
                                   labels=["resource", "cause"])
@@ -375,19 +394,25 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
     if v.bigquery is not None:
         bq = v.bigquery
         up.add_metric(["bigquery", v.bigquery_dataset], 1.0 if bq.up else 0.0)
-        errors.add_metric(["bigquery", v.bigquery_dataset], bq.errors)
+        if bq.last_success is not None:
+            last.add_metric(["bigquery", v.bigquery_dataset], bq.last_success)
+        errors.add_metric(["bigquery", v.bigquery_dataset, "error"], bq.errors)
         for table, n in sorted(dict(bq.rows_written).items()):
             rows.add_metric(["bigquery", table], n)
     if v.cloud_monitoring is not None:
         up.add_metric(["cloud_monitoring", v.cloud_monitoring.project],
                       1.0 if v.cloud_monitoring.up else 0.0)
-    yield from (up, dur, errors, relists, rejected, rows)
+        if v.cloud_monitoring.last_success is not None:
+            last.add_metric(["cloud_monitoring", v.cloud_monitoring.project],
+                            v.cloud_monitoring.last_success)
+    yield from (up, last, dur, errors, relists, rejected, rows)
     if v.bigquery is not None:
         yield from _spool_families(v.bigquery)
     if v.rows_removed:  # the local warehouse is on
         removed = CounterMetricFamily(P + "exporter_warehouse_rows_removed", "Warehouse rows "
                                       "taken out by the retention: rolled_up (into hourly "
-                                      "rows), expired.", labels=["table", "reason"])
+                                      "rows), expired; or given up unstaged while the "
+                                      "warehouse failed.", labels=["table", "reason"])
         for (table, reason), n in sorted(v.rows_removed.items()):
             removed.add_metric([table, reason], n)
         yield removed

@@ -73,9 +73,9 @@ class Table:
                           for c in self.columns])
 
     def duckdb_ddl(self) -> str:
-        cols = ", ".join(f"{c.name} {_DUCKDB[c.type]}"
-                         + (" PRIMARY KEY" if c.name == "id" else
-                            " NOT NULL" if c.required else "")
+        """No key: an index on ``id`` would live in DuckDB's memory and grow with the table;
+        the warehouse keeps ids unique itself (``Warehouse`` anti-joins each write)."""
+        cols = ", ".join(f"{c.name} {_DUCKDB[c.type]}" + (" NOT NULL" if c.required else "")
                          for c in self.columns)
         return f"CREATE TABLE IF NOT EXISTS {self.name} ({cols})"
 

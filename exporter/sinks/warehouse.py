@@ -2,11 +2,17 @@
 
 ``gpu_usage`` has one row per device, owner and warehouse interval (default 60 s):
 GPU-seconds, cost and time-weighted means of the DCGM readings. Each cycle's rows are
-buffered, staged in one Arrow batch per flush (``usage_staging``, in the same file), and
-aggregated in SQL once their interval is complete; every row has a deterministic id (a hash
-of cluster, interval, device, pod and state) and the tables' primary keys make a repeated
-write a no-op, so a restart or a retried flush never double-counts. ``gpu_pods`` keeps
-the latest state of each GPU pod; ``availability_events`` one row per incident.
+staged in one Arrow batch as the cycle ends (``usage_staging``, in the same file: a kill
+loses at most the cycle under way), and aggregated in SQL once their interval is complete.
+Every row has a deterministic id (a hash of cluster, interval, device, pod and state) and a
+write skips the ids already there, so a restart or a retried flush never double-counts. The
+tables have no key: DuckDB holds a key's index in memory, and it would grow with the table
+past the connection's small memory limit. A ``gpu_usage`` write looks only at the intervals
+it writes (the id includes the interval), so its cost stays flat as the table grows; the
+small ``gpu_pods`` and ``availability_events`` are looked up by the ids written. A file
+made when the tables were keyed is rebuilt without the keys when it is opened.
+``gpu_pods`` keeps the latest state of each GPU pod; ``availability_events`` one row per
+incident.
 
 Hourly, the retention rolls ``gpu_usage`` rows older than ``raw_retention`` up to one row per
 hour (how each column combines is declared in ``schema``) and deletes rows older than
@@ -76,7 +82,7 @@ _WEIGHTED = ",\n".join(
     f"sum({c} * gpu_seconds) / sum(CASE WHEN {c} IS NOT NULL THEN gpu_seconds END)"
     for c in FIELDS)
 _AGGREGATE = f"""
-SELECT md5(concat_ws('|', ?, win, device_id, pod_uid, state)), to_timestamp(win), ?, ?,
+SELECT md5(concat_ws('|', ?, win, device_id, pod_uid, state)) AS id, to_timestamp(win), ?, ?,
        any_value(node), any_value(node_pool), any_value(zone), any_value(gpu_model),
        any_value(provisioning), any_value(gpu_uuid), any_value(gpu_index),
        any_value(mig_profile), device_id, any_value(namespace), any_value(pod),
@@ -119,6 +125,9 @@ Incidents = Mapping[tuple[str, str], tuple[float, str, str]]
 HOUR = 3600.0
 MAINTENANCE_INTERVAL = HOUR
 """How often old rows are rolled up and expired rows deleted."""
+PENDING_ROWS_MAX = 1_000_000
+"""Most usage rows kept in memory while staging fails (an hour of 8,000 GPUs at the default
+30 s interval); past it they are dropped, counted as removed for reason ``unstaged``."""
 ROLLUP_BUDGET_SECONDS = 2.0
 """Longest a maintenance pass rolls up for; a backlog (a file older than the retention
 when it is first set) is worked off over the following flushes."""
@@ -170,8 +179,34 @@ def _ts(t: float | None) -> datetime | None:
     return None if t is None else datetime.fromtimestamp(t, UTC)
 
 
+def _drop_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Rebuild without their primary key the tables a file made by an earlier version keyed
+    on ``id`` (one transaction); the names of the tables rebuilt."""
+    keyed = [name for (name,) in con.execute(
+        "SELECT DISTINCT table_name FROM duckdb_constraints() WHERE constraint_type = "
+        "'PRIMARY KEY' AND database_name = current_database() AND schema_name = 'main' "
+        f"AND table_name IN ({', '.join('?' * len(TABLES))})",
+        [t.name for t in TABLES]).fetchall()]
+    if not keyed:
+        return []
+    con.execute("BEGIN")
+    try:
+        con.execute("DROP VIEW IF EXISTS gpu_pods_current")
+        for name in keyed:
+            table, cols = BY_NAME[name], ", ".join(BY_NAME[name].names)
+            con.execute(table.duckdb_ddl().replace(f" {name} (", f" _unkeyed_{name} (", 1))
+            con.execute(f"INSERT INTO _unkeyed_{name} SELECT {cols} FROM {name}")
+            con.execute(f"DROP TABLE {name}")
+            con.execute(f"ALTER TABLE _unkeyed_{name} RENAME TO {name}")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return keyed
+
+
 class Warehouse:
-    """Buffers usage rows per interval and appends complete intervals to DuckDB."""
+    """Stages usage rows each cycle and appends complete intervals to DuckDB."""
 
     def __init__(self, path: Path, cluster: str, interval: float,
                  flush_interval: float | None = None, outbox: bool = False,
@@ -186,6 +221,7 @@ class Warehouse:
         """Rows older than this are deleted (0: never)."""
         # A small appender, not an analytics engine: bound DuckDB's memory and threads.
         self.con = duck.connect(path, memory_limit="64MB", threads=1)
+        _drop_keys(self.con)
         for table in TABLES:
             self.con.execute(table.duckdb_ddl())
         self.con.execute(CURRENT_PODS_VIEW)
@@ -199,14 +235,16 @@ class Warehouse:
             for ddl in OUTBOX_DDL:
                 self.con.execute(ddl)
         self._cols: dict[str, list[Any]] = {name: [] for name in _STAGE_COLUMNS}
-        """Rows of the cycles since the last flush, by column."""
+        """Rows not staged yet, by column: the current cycle's, and those of cycles whose
+        staging failed (at most ``PENDING_ROWS_MAX``)."""
         self._pods: dict[str, dict[str, Any]] = {}
         self._pod_signatures: dict[str, tuple[Any, ...]] = {}
         self._pod_models: dict[str, str] = {}
         self._events: list[dict[str, Any]] = []
         self.rows_written: dict[str, int] = defaultdict(int)
         self.rows_removed: dict[tuple[str, str], int] = {
-            (GPU_USAGE.name, "rolled_up"): 0, **{(t.name, "expired"): 0 for t in TABLES}}
+            (GPU_USAGE.name, "rolled_up"): 0, (GPU_USAGE.name, "unstaged"): 0,
+            **{(t.name, "expired"): 0 for t in TABLES}}
         """Rows taken out by the retention, by table and why (rolled_up, expired)."""
         self._next_flush = 0.0
         self._next_maintenance = 0.0
@@ -214,8 +252,13 @@ class Warehouse:
         """The state last saved or loaded (``save_state`` writes only changes)."""
 
     def add_usage(self, rows: Sequence[UsageRow]) -> None:
-        """Buffer one cycle's rows; DuckDB aggregates them per interval when they flush."""
+        """Stage one cycle's rows in the file (one batch, one statement); DuckDB aggregates
+        them per interval when they flush. Rows whose staging fails are kept for the next
+        call, up to ``PENDING_ROWS_MAX`` (then those kept are dropped, and counted)."""
         cols = self._cols
+        if len(cols["win"]) > PENDING_ROWS_MAX:
+            self.rows_removed[GPU_USAGE.name, "unstaged"] += len(cols["win"])
+            cols = self._cols = {name: [] for name in _STAGE_COLUMNS}
         readings: dict[int, tuple[Any, ...]] = {}
         for r in rows:
             d, o = r.device, r.owner
@@ -234,6 +277,18 @@ class Warehouse:
                    d.price_usd_per_hour, *vals)
             for name, value in zip(_STAGE_COLUMNS, row, strict=True):
                 cols[name].append(value)
+        self._stage()
+
+    def _stage(self) -> None:
+        """Append the rows not staged yet to ``usage_staging``."""
+        if not self._cols["win"]:
+            return
+        self.con.register("_staged", pa.Table.from_pydict(self._cols, schema=_STAGE_SCHEMA))
+        try:
+            self.con.execute("INSERT INTO usage_staging SELECT * FROM _staged")
+        finally:
+            self.con.unregister("_staged")
+        self._cols = {name: [] for name in _STAGE_COLUMNS}
 
     def add_pods(self, pods: Iterable[PodInfo], now: float,
                  team_of: Callable[[PodInfo], str],
@@ -422,11 +477,7 @@ class Warehouse:
         an exporter restarted within an interval completes it instead of losing it.
         ``partial`` also writes unfinished intervals (the end of a finite run, the demo)."""
         self._next_flush = now - now % self.flush_interval + self.flush_interval
-        if self._cols["win"]:
-            self.con.register("_staged", pa.Table.from_pydict(self._cols, schema=_STAGE_SCHEMA))
-            self.con.execute("INSERT INTO usage_staging SELECT * FROM _staged")
-            self.con.unregister("_staged")
-            self._cols = {name: [] for name in _STAGE_COLUMNS}
+        self._stage()
         self._write_usage(math.inf if partial else now)
         if self._pods:
             self._append(GPU_PODS, "SELECT * FROM _batch", batch=pa.Table.from_pylist(
@@ -440,29 +491,38 @@ class Warehouse:
     def _write_usage(self, now: float) -> None:
         """Aggregate every staged interval that ended by ``now`` into ``gpu_usage``."""
         complete = "win + ? <= ?"
+        row = self.con.execute(f"SELECT min(win), max(win) FROM usage_staging WHERE {complete}",
+                               [self.interval, now]).fetchone()
+        if row is None or row[0] is None:
+            return
         self._append(GPU_USAGE, _AGGREGATE.format(where=complete),
                      [self.cluster, self.interval, self.cluster, self.interval, now],
+                     existing=("time BETWEEN to_timestamp(?) AND to_timestamp(?)", list(row)),
                      after=(f"DELETE FROM usage_staging WHERE {complete}", [self.interval, now]))
 
     def _append(self, table: Table, source: str, params: list[Any] | None = None,
                 batch: pa.Table | None = None,
+                existing: tuple[str, list[Any]] = ("id IN (SELECT id FROM _batch)", []),
                 after: tuple[str, list[Any]] | None = None) -> None:
-        """Insert the rows of ``source`` (a query, over ``batch`` as ``_batch``); rows
-        already there, by id, are skipped; the new ones also go to the outbox. One
+        """Insert the rows of ``source`` (a query, over ``batch`` as ``_batch``) but those
+        whose id is among the table's rows matching ``existing`` (a condition that holds
+        for every row a new one may repeat); the new ones also go to the outbox. One
         transaction, ``after`` included."""
         self.con.execute("BEGIN")
         try:
             if batch is not None:
                 self.con.register("_batch", batch)
-            insert = f"INSERT OR IGNORE INTO {table.name} {source}"
+            insert = (f"INSERT INTO {table.name} SELECT s.* FROM ({source}) s ANTI JOIN "
+                      f"(SELECT id FROM {table.name} WHERE {existing[0]}) o ON s.id = o.id")
+            params = [*(params or []), *existing[1]]
             if self.with_outbox:  # the new rows themselves, for the outbox
-                fresh = self.con.execute(f"{insert} RETURNING *", params or []).to_arrow_table()
+                fresh = self.con.execute(f"{insert} RETURNING *", params).to_arrow_table()
                 added = fresh.num_rows
                 if added:
                     self.con.register("_fresh", fresh)
                     self.con.execute(outbox.add_sql(table.name, "_fresh", table.partition_by))
             else:
-                row = self.con.execute(insert, params or []).fetchone()
+                row = self.con.execute(insert, params).fetchone()
                 added = int(row[0]) if row else 0
             if after is not None:
                 self.con.execute(*after)

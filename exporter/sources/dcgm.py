@@ -21,6 +21,9 @@ A missing series stays missing (unknown is absent, never zero); DCGM's blank sen
 series, oversized lines and series beyond the per-target cap are rejected and counted,
 never fatal: the valid rest is kept.
 
+A body is parsed as it arrives (``StreamParser``), a piece of whole families at a time,
+so a scrape holds what it keeps and one piece, never the whole body.
+
 The parser is the hot path (8,000 GPUs x ~30 fields every interval), so it does plain
 string slicing and parses each distinct label set once; only lines printed otherwise than
 ``name{labels} value`` go through the full grammar.
@@ -32,6 +35,7 @@ import asyncio
 import functools
 import math
 import re
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -45,7 +49,8 @@ BLANK_THRESHOLD = 9.2e18
 MAX_LINE_BYTES = 64 * 1024
 MAX_DEVICES_PER_TARGET = 1024
 REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "duplicate",
-                            "too_long", "too_many_series", "unknown_node"})
+                            "too_long", "too_many_series", "unknown_node",
+                            "too_many_devices"})
 """Why a sample is dropped."""
 IDENTITY_CACHE_SIZE = 65536
 """Label sets whose parse is remembered across scrapes (8 per node, more when shared)."""
@@ -212,9 +217,9 @@ def parse_dcgm_text(text: str, max_devices: int = MAX_DEVICES_PER_TARGET,
 
     With ``read``, families not named in it are skipped unparsed (and their lines are not
     checked): dcgm-exporter prints many fields nothing here uses."""
-    if read is not None:
-        text = _only_families(text, read)
-    return _parse_lines(text, max_devices)
+    parser = StreamParser(max_devices, read)
+    parser.parse(text)
+    return parser.close()
 
 
 def _only_families(text: str, read: Collection[str]) -> str:
@@ -232,12 +237,79 @@ def _only_families(text: str, read: Collection[str]) -> str:
     return "\n".join(kept)
 
 
-def _parse_lines(text: str, max_devices: int) -> ParseResult:
-    result = ParseResult(devices=[])
-    devices: dict[tuple[str, str], DeviceReading] = {}
-    # label text -> (its device, whether these labels are the device's first label set)
-    # (or, for labels we refuse, the reason for refusing them)
-    series: dict[str, tuple[DeviceReading, bool] | str] = {}
+PIECE_BYTES = 1 << 20
+"""A body is parsed as it arrives, in pieces of whole families of about this size."""
+MAX_REMEMBERED_REFUSALS = 4096
+"""Refused label sets remembered within one scrape (each distinct one is parsed once)."""
+
+
+class StreamParser:
+    """One scrape's text parsed piece by piece as it arrives, so that only a piece of the
+    body, never all of it, is in memory beside what is kept (the devices, one entry per
+    distinct label set). ``take`` buffers received bytes and hands back a piece ready to
+    parse: whole families, cut before a ``# HELP`` line once about ``PIECE_BYTES`` have
+    come; a family longer than that is cut at a line end and parsed whole, unread or not.
+    ``close`` parses what is left and gives the result. A line longer than a piece is
+    rejected (``too_long``) without being kept."""
+
+    def __init__(self, max_devices: int = MAX_DEVICES_PER_TARGET,
+                 read: Collection[str] | None = None) -> None:
+        self._max_devices = max_devices
+        self._read = read
+        self._result = ParseResult(devices=[])
+        self._devices: dict[tuple[str, str], DeviceReading] = {}
+        # label text -> (its device, whether these labels are the device's first label set)
+        # (or, for labels we refuse, the reason for refusing them)
+        self._series: dict[str, tuple[DeviceReading, bool] | str] = {}
+        self._buffer = bytearray()
+        self._in_long_line = False
+
+    def take(self, chunk: bytes) -> tuple[bytes, bool] | None:
+        """Buffer ``chunk``; return a piece ready to parse (and whether it is whole
+        families), or None while one is still coming."""
+        if self._in_long_line:
+            end = chunk.find(b"\n")
+            if end < 0:
+                return None
+            self._in_long_line = False
+            chunk = chunk[end + 1:]
+        buf = self._buffer
+        buf += chunk
+        if len(buf) < PIECE_BYTES:
+            return None
+        cut = buf.rfind(b"\n# HELP ") + 1
+        whole = cut > 0
+        if not whole:
+            cut = buf.rfind(b"\n") + 1
+            if cut <= 0:  # one line, longer than any line kept
+                buf.clear()
+                self._in_long_line = True
+                self._result.reject("too_long")
+                return None
+        piece = bytes(buf[:cut])
+        del buf[:cut]
+        return piece, whole
+
+    def parse(self, piece: bytes | str, whole: bool = True) -> None:
+        """Parse ``piece`` (whole lines); families nothing reads are skipped when
+        ``whole`` says it holds whole families."""
+        text = piece.decode("utf-8", errors="replace") if isinstance(piece, bytes) else piece
+        if self._read is not None and whole:
+            text = _only_families(text, self._read)
+        _parse_lines(text, self._max_devices, self._result, self._devices, self._series)
+
+    def close(self) -> ParseResult:
+        """Parse what is left and return the scrape's result."""
+        if self._buffer:
+            self.parse(bytes(self._buffer))
+            self._buffer.clear()
+        self._result.devices = fold_mig_parents(list(self._devices.values()))
+        return self._result
+
+
+def _parse_lines(text: str, max_devices: int, result: ParseResult,
+                 devices: dict[tuple[str, str], DeviceReading],
+                 series: dict[str, tuple[DeviceReading, bool] | str]) -> None:
     samples = 0
     low, high, max_bytes = -BLANK_THRESHOLD, BLANK_THRESHOLD, MAX_LINE_BYTES
     for line in text.split("\n"):
@@ -261,7 +333,9 @@ def _parse_lines(text: str, max_devices: int) -> ParseResult:
             name, raw, value = sample
         entry = series.get(raw)
         if entry is None:
-            entry = series[raw] = _new_series(raw, devices, max_devices)
+            entry = _new_series(raw, devices, max_devices)
+            if not isinstance(entry, str) or len(series) < MAX_REMEMBERED_REFUSALS:
+                series[raw] = entry
         if isinstance(entry, str):
             result.reject(entry)
             continue
@@ -276,9 +350,7 @@ def _parse_lines(text: str, max_devices: int) -> ParseResult:
             continue
         device.fields[name] = value
         samples += 1
-    result.samples = samples
-    result.devices = fold_mig_parents(list(devices.values()))
-    return result
+    result.samples += samples
 
 
 _NAME = "[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -452,39 +524,45 @@ class DcgmSource:
                    ) -> TargetScrape | SourceUnavailable | SourceTimeout | SourceDataError:
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self._timeout), self._slots:
+            async with asyncio.timeout(self._timeout) as deadline, self._slots:
                 began = loop.time()
-                body = await self._get(target)
+                parser, size = await self._scrape(target, deadline)
         except TimeoutError:
             return SourceTimeout("dcgm", target, f"no complete answer in {self._timeout:g} s")
         except (SourceUnavailable, SourceDataError) as exc:
             return exc
         except aiohttp.ClientError as exc:
-            return SourceUnavailable("dcgm", target, f"{type(exc).__name__}: {exc}")
-        text = body.decode("utf-8", errors="replace")
-        result = await asyncio.to_thread(parse_dcgm_text, text, self._max_devices, self._read) \
-            if len(body) > 4 * 1024 * 1024 else \
-            parse_dcgm_text(text, self._max_devices, self._read)
+            return SourceUnavailable("dcgm", target, f"{type(exc).__name__}: {exc}", label=(
+                "refused" if isinstance(exc, aiohttp.ClientConnectorError) else None))
+        result = parser.close()  # the last piece: all of a body of the usual size
         if not result.devices:
-            return SourceDataError("dcgm", target, "no DCGM GPU samples in the answer")
-        return TargetScrape(target, result, loop.time() - began, len(body))
+            return SourceDataError("dcgm", target, "no DCGM GPU samples in the answer",
+                                   rejected=result.rejected)
+        return TargetScrape(target, result, loop.time() - began, size)
 
-    async def _get(self, target: str) -> bytes:
+    async def _scrape(self, target: str, deadline: asyncio.Timeout
+                      ) -> tuple[StreamParser, int]:
+        """The target's answer, parsed as it arrives (``StreamParser``), and its size. The
+        time spent parsing moves the ``deadline``: the timeout is the answer's."""
         async with self._session.get(target, headers={"Accept": "text/plain"}) as resp:
             if resp.status != 200:
-                raise SourceUnavailable("dcgm", target, f"HTTP {resp.status}")
-            if resp.content_length is not None:
-                if resp.content_length > self._max_body:
-                    raise SourceDataError("dcgm", target,
-                                          f"body of {resp.content_length} bytes exceeds the "
-                                          f"{self._max_body}-byte cap")
-                return await resp.read()  # the length is known and within the cap
-            chunks = []
+                raise SourceUnavailable("dcgm", target, f"HTTP {resp.status}",
+                                        status=resp.status)
+            if resp.content_length is not None and resp.content_length > self._max_body:
+                raise SourceDataError("dcgm", target,
+                                      f"body of {resp.content_length} bytes exceeds the "
+                                      f"{self._max_body}-byte cap")
+            parser = StreamParser(self._max_devices, self._read)
             size = 0
             async for chunk in resp.content.iter_chunked(256 * 1024):
                 size += len(chunk)
                 if size > self._max_body:
                     raise SourceDataError("dcgm", target,
                                           f"body exceeds the {self._max_body}-byte cap")
-                chunks.append(chunk)
-            return b"".join(chunks)
+                piece = parser.take(chunk)
+                if piece is not None:  # a piece is about a MiB: parsed beside the loop
+                    took = time.perf_counter()
+                    await asyncio.to_thread(parser.parse, *piece)
+                    if (when := deadline.when()) is not None:
+                        deadline.reschedule(when + time.perf_counter() - took)
+            return parser, size

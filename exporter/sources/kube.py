@@ -3,10 +3,15 @@
 Each kind runs one loop: list (raw JSON), then watch from the list's resourceVersion with
 bookmarks and a server-side timeout, resuming from the last version seen. It relists on
 410 Gone, and when a watch stays silent longer than the watchdog (no event, no bookmark:
-a hung watch is a known GKE failure). Errors back off exponentially with full jitter,
-capped. Pods deleted from the cluster are remembered until the next snapshot takes them,
-so queue wait and cost keep their creation and scheduling times, and ``deleted_pod`` gives
-their last state (ended, whatever phase they were deleted in).
+a hung watch is a known GKE failure). Every answer is checked before it is read: an error
+status (a list's or a watch's, or a watch's ERROR event) or an answer that is not a list
+keeps the last good view, marks the kind down, is counted by its ``label`` (``http_503``,
+``http_403``, ``refused``, ``timeout``...) and retried with exponential backoff, full
+jitter, capped. Each outage is logged when it begins (a 403 with the RBAC grant it lacks)
+and when it ends, with its duration and failed attempts. Pods deleted from the cluster are
+remembered until the next snapshot takes them, so queue wait and cost keep their creation
+and scheduling times, and ``deleted_pod`` gives their last state (ended, whatever phase
+they were deleted in).
 
 ``node_info`` and ``pod_info`` are pure: Kubernetes JSON in, frozen records out.
 """
@@ -17,21 +22,27 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from exporter.backoff import Backoff
-from exporter.logs import ctx
+from exporter.errors import SourceDataError, SourceError, SourceTimeout, SourceUnavailable
+from exporter.logs import Episodes, ctx
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
+KUBE_ERROR_REASONS = frozenset({"http_403", "http_429", "http_503", "refused", "timeout",
+                                "bad_answer"})
+"""The errors a watch most often meets, exported from zero (others as they happen)."""
 
 
 def _ts(value: str | None) -> float | None:
@@ -196,6 +207,8 @@ class WatchStats:
     expired: int = 0
     watchdog_relists: int = 0
     errors: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Errors by label (``SourceError.label``)."""
     last_error: str | None = None
 
 
@@ -206,8 +219,10 @@ class KubeSource:
 
     def __init__(self, api: client.ApiClient, *, watch_timeout: float = 300.0,
                  watchdog: float = 120.0, request_timeout: float = 30.0,
-                 backoff: Callable[[], Backoff] = Backoff) -> None:
+                 backoff: Callable[[], Backoff] = Backoff,
+                 clock: Callable[[], float] = time.time) -> None:
         self._v1 = client.CoreV1Api(api)
+        self._clock = clock
         self._watch_timeout = watch_timeout
         self._watchdog = watchdog
         self._request_timeout = request_timeout
@@ -222,6 +237,10 @@ class KubeSource:
         self.up: dict[str, bool] = dict.fromkeys(self.stats, False)
         self.resource_versions: dict[str, int] = dict.fromkeys(self.stats, 0)
         """The last resourceVersion each kind has applied."""
+        self._episodes = Episodes(log)
+        self.last_success: dict[str, float] = {}
+        """When each kind last heard from the API (a list, a watch event or bookmark, a
+        watch the server ended), on ``clock``; absent before its first list."""
         self._tasks: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -247,6 +266,11 @@ class KubeSource:
         """Return once every kind has been listed at least once."""
         for ev in self.synced.values():
             await ev.wait()
+
+    def age(self, kind: str) -> float | None:
+        """Seconds since ``kind`` last heard from the API; None before its first list."""
+        last = self.last_success.get(kind)
+        return None if last is None else max(0.0, self._clock() - last)
 
     def take_deleted_pods(self) -> list[PodInfo]:
         """Pods deleted since the last call, in their last known state."""
@@ -302,9 +326,11 @@ class KubeSource:
         stats = self.stats[kind]
         backoff = self._backoff()
         while True:
+            verb = "list"
             try:
                 rv = await self._list(kind, list_fn)
                 backoff.reset()
+                verb = "watch"
                 await self._watch(kind, list_fn, apply, rv)
             except asyncio.CancelledError:
                 raise
@@ -312,34 +338,55 @@ class KubeSource:
                 log.info("relisting", extra=ctx(resource=kind, cause=str(exc)))
                 continue
             except Exception as exc:  # one failing watch never stops the others
+                err = _translate(kind, verb, exc, self._request_timeout)
                 stats.errors += 1
-                stats.last_error = f"{type(exc).__name__}: {exc}"
+                stats.reasons[err.label] = stats.reasons.get(err.label, 0) + 1
+                stats.last_error = err.reason
                 self.up[kind] = False
                 delay = backoff.next()
-                log.warning("watch failed", extra=ctx(resource=kind, error=stats.last_error,
-                                                      retry_in_seconds=round(delay, 2)))
+                fields: dict[str, Any] = {"resource": kind, "verb": verb, "reason": err.label}
+                if err.status is not None:
+                    fields["status"] = err.status
+                if err.status == 403:
+                    fields["rbac"] = rbac_hint(kind, verb)
+                fields |= {"error": err.reason, "retry_in_seconds": round(delay, 2)}
+                if not self._episodes.failed((kind, "api"), self._clock(),
+                                             "kubernetes request failed", **fields):
+                    log.debug("kubernetes request failed", extra=ctx(**fields))
                 await asyncio.sleep(delay)
 
     async def _list(self, kind: str, list_fn: Callable[..., Awaitable[Any]]) -> str:
         resp = await list_fn(_preload_content=False, _request_timeout=self._request_timeout)
+        if resp.status != 200:
+            raise await _http_error(kind, "list", resp)
         try:
-            body = json.loads(await resp.read())
+            raw = await resp.read()
         finally:
             resp.release()
-        self._replace(kind, body.get("items") or [])
+        items, rv = list_body(kind, raw)
+        self._replace(kind, items)
         self.stats[kind].lists += 1
         self.up[kind] = True
+        self.last_success[kind] = self._clock()
         self.synced[kind].set()
-        rv = str(body["metadata"]["resourceVersion"])
+        self._episodes.recovered((kind, "api"), self._clock(), "kubernetes recovered",
+                                 resource=kind)
         self.resource_versions[kind] = int(rv)
         return rv
 
     async def _watch(self, kind: str, list_fn: Callable[..., Awaitable[Any]],
                      apply: Callable[[str, Obj], None], rv: str) -> None:
         stats = self.stats[kind]
+
+        async def checked(**kwargs: Any) -> Any:
+            resp = await list_fn(**kwargs)
+            if resp.status != 200:
+                raise await _http_error(kind, "watch", resp)
+            return resp
+
         while True:
             w = watch.Watch()
-            stream = w.stream(list_fn, resource_version=rv, allow_watch_bookmarks=True,
+            stream = w.stream(checked, resource_version=rv, allow_watch_bookmarks=True,
                               timeout_seconds=int(self._watch_timeout),
                               _request_timeout=self._watch_timeout + 30)
             w.return_type = None  # type: ignore[assignment]  # raw_object only: no models
@@ -350,6 +397,7 @@ class KubeSource:
                             event = await stream.next()
                     except StopAsyncIteration:
                         stats.watch_restarts += 1
+                        self.last_success[kind] = self._clock()
                         break
                     except TimeoutError:
                         stats.watchdog_relists += 1
@@ -359,6 +407,12 @@ class KubeSource:
                             stats.expired += 1
                             raise _Relist("resource version expired (410)") from None
                         raise
+                    if not isinstance(event, dict) or \
+                            not isinstance(event.get("raw_object"), dict):
+                        raise SourceDataError("kubernetes", kind,
+                                              f"watch line is not an event: {str(event)[:200]}")
+                    if event.get("type") != "ERROR":
+                        self.last_success[kind] = self._clock()
                     obj = event["raw_object"]
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
                     self.resource_versions[kind] = int(rv)
@@ -370,3 +424,61 @@ class KubeSource:
 
 class _Relist(Exception):
     """Drop the watch and list again."""
+
+
+def list_body(kind: str, raw: bytes) -> tuple[list[Obj], str]:
+    """The items and resourceVersion of a list answer; ``SourceDataError`` if it is none."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise SourceDataError("kubernetes", kind, f"list answer is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        body = {}
+    meta = body.get("metadata")
+    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    items = body.get("items")
+    if body.get("kind") == "Status" or not rv or not isinstance(items, list | None):
+        raise SourceDataError("kubernetes", kind, "list answer has no items and "
+                              f"resourceVersion: {raw[:200]!r}")
+    return items or [], str(rv)
+
+
+def rbac_hint(kind: str, verb: str) -> str:
+    """What a 403 on ``verb`` of ``kind`` lacks (deploy/rbac.yaml grants it)."""
+    return (f"cannot {verb} {kind} at the cluster scope: grant get/list/watch on {kind} to "
+            "the exporter's ClusterRole (deploy/rbac.yaml)")
+
+
+async def _http_error(kind: str, verb: str, resp: Any) -> SourceUnavailable:
+    """An answer other than 200, as an error with its status and the Status' message."""
+    try:
+        raw = await resp.content.read(64 * 1024)
+    except (aiohttp.ClientError, TimeoutError):
+        raw = b""
+    finally:
+        resp.release()
+    message = ""
+    with contextlib.suppress(ValueError):
+        body = json.loads(raw)
+        if isinstance(body, dict):
+            message = str(body.get("message") or "")
+    message = message or raw[:200].decode("utf-8", errors="replace").strip()
+    return SourceUnavailable("kubernetes", kind, f"HTTP {resp.status} on {verb}: {message}",
+                             status=resp.status)
+
+
+def _translate(kind: str, verb: str, exc: Exception, timeout: float) -> SourceError:
+    """A failure of a request, as the exporter's error (library errors end here)."""
+    if isinstance(exc, SourceError):
+        return exc
+    if isinstance(exc, ApiException):  # a watch's ERROR event: a Status
+        return SourceUnavailable("kubernetes", kind,
+                                 f"HTTP {exc.status} on {verb}: {exc.reason}",
+                                 status=exc.status or None)
+    if isinstance(exc, TimeoutError):
+        return SourceTimeout("kubernetes", kind, f"no answer to {verb} in {timeout:g} s")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return SourceUnavailable("kubernetes", kind, f"{verb}: {exc}", label="refused")
+    if isinstance(exc, aiohttp.ClientError):
+        return SourceUnavailable("kubernetes", kind, f"{verb}: {type(exc).__name__}: {exc}")
+    return SourceDataError("kubernetes", kind, f"{verb}: {type(exc).__name__}: {exc}")

@@ -17,7 +17,7 @@ import pytest
 
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
-from tests.conftest import free_port
+from tests.conftest import free_port, write_kubeconfig
 
 SCRIPT = Path(sys.executable).with_name("gke-gpu-exporter")
 JSON_LOGS = {"GKE_GPU_EXPORTER_LOG_FORMAT": "json"}
@@ -27,6 +27,12 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
         ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
                           check=False, env=os.environ | JSON_LOGS | (env or {}), cwd=cwd)
+
+
+def host_ok(directory: Path) -> dict[str, str]:
+    """Settings start-up accepts on this host: a kubeconfig, any free port."""
+    return {"GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(write_kubeconfig(directory)),
+            "GKE_GPU_EXPORTER_PORT": "0"}
 
 
 def log_lines(stderr: str) -> list[dict[str, Any]]:
@@ -45,7 +51,7 @@ def test_log_level_debug_shows_debug_lines(tmp_path: Path, where: str) -> None:
     (tmp_path / "c.yaml").write_text("cluster: c1\n")
     run = ["run", "--config", "c.yaml", "--check-config"]
     proc = cli(*(["--log-level", "debug", *run] if where == "before"
-                 else [*run, "--log-level", "debug"]), cwd=tmp_path)
+                 else [*run, "--log-level", "debug"]), env=host_ok(tmp_path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (loaded,) = [e for e in log_lines(proc.stderr) if e["message"] == "config loaded"]
     assert loaded["severity"] == "DEBUG" and loaded["settings"]["cluster"] == "c1"
@@ -61,7 +67,8 @@ def test_log_level_debug_shows_debug_lines(tmp_path: Path, where: str) -> None:
 def test_config_log_level_applies_and_the_command_line_wins(
         tmp_path: Path, yaml: str, env: dict[str, str], flag: list[str], debug: bool) -> None:
     (tmp_path / "c.yaml").write_text(yaml)
-    proc = cli(*flag, "run", "--config", "c.yaml", "--check-config", env=env, cwd=tmp_path)
+    proc = cli(*flag, "run", "--config", "c.yaml", "--check-config",
+               env=host_ok(tmp_path) | env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert any(e["severity"] == "DEBUG" for e in log_lines(proc.stderr)) is debug
 

@@ -136,8 +136,10 @@ KNOWN = {"n1": {U: DeviceIdentity(U, U, "0", None)}}
     ("non-fatal xid", node(), {"n1": [reading(DCGM_FI_DEV_XID_ERRORS=63)]}, frozenset(),
      "unallocated", None),
     ("node not ready", node(ready=False), {}, frozenset(), "unavailable", "node_not_ready"),
-    ("gpu gone from dcgm", node(), {"n1": [reading("GPU-other")]}, frozenset(),
-     "unavailable", "gpu_missing"),
+    ("gpu gone from dcgm", node(capacity_gpus=2, allocatable_gpus=2),
+     {"n1": [reading("GPU-other")]}, frozenset(), "unavailable", "gpu_missing"),
+    ("the node's one gpu back under a new uuid: the old one is no device",
+     node(), {"n1": [reading("GPU-other")]}, frozenset(), None, None),
     ("endpoint down: unknown", node(), {}, frozenset({"n1"}), None, None),
 ])
 def test_allocation_state(case: str, n: NodeInfo, readings: dict[str, list[DeviceReading]],
@@ -263,3 +265,67 @@ def test_unpriced_model_has_no_cost_rather_than_zero() -> None:
     assert d.price_usd_per_hour is None
     (row,) = compute.usage_rows([d], 0.0, 3600.0)
     assert row.cost_usd is None and row.seconds == 3600.0
+
+
+def gpus(n: int, start: int = 0) -> list[DeviceReading]:
+    return [reading(f"GPU-{i}") for i in range(start, start + n)]
+
+
+@pytest.mark.parametrize(("case", "n", "devices", "known", "kept"), [
+    ("as many as Kubernetes counts", node(capacity_gpus=8), gpus(8), set(), 8),
+    ("one more: a GPU back under a new UUID", node(capacity_gpus=8), gpus(9), set(), 9),
+    ("1,024 on an 8-GPU node: the first 8", node(capacity_gpus=8), gpus(1024), set(), 8),
+    ("Kubernetes counts none yet: the largest machine's 16", node(capacity_gpus=0),
+     gpus(1024), set(), 16),
+    ("time-shared: physical GPUs", node(capacity_gpus=16, clients_per_gpu=4), gpus(9),
+     set(), 4),
+])
+def test_a_node_holds_what_kubernetes_counts_plus_one(
+        case: str, n: NodeInfo, devices: list[DeviceReading], known: set[str],
+        kept: int) -> None:
+    ok, rejected = compute.admit(devices, known, n, 1024)
+    assert [d.uuid for d in ok] == [d.uuid for d in devices[:kept]]
+    assert len(rejected) == len(devices) - kept
+
+
+def test_too_many_gpus_keep_the_known_ones_first() -> None:
+    devices = gpus(100) + gpus(8, start=1000)
+    known = {f"GPU-{i}" for i in range(1000, 1008)}
+    ok, _ = compute.admit(devices, known, node(capacity_gpus=8), 1024)
+    assert {d.uuid for d in ok} == known
+
+
+def test_mig_instances_count_as_their_gpu_seven_at_most() -> None:
+    n = node(capacity_gpus=14, mig_profile="1g.5gb")  # two GPUs of 7 instances
+    devices = [reading(f"GPU-{g}", instance=str(i)) for g in range(3) for i in range(7)] + \
+        [reading("GPU-0", instance=str(i)) for i in range(7, 20)]
+    ok, rejected = compute.admit(devices, set(), n, 1024)
+    assert len(ok) == 21 and len(rejected) == 13  # 3 GPUs (2 + 1), 7 instances each
+
+
+def test_devices_neither_reported_nor_counted_are_retired() -> None:
+    inv = {"n1": {f"GPU-{i}": DeviceIdentity(f"GPU-{i}", f"GPU-{i}", str(i), None)
+                  for i in range(3)}}
+    seen = {"GPU-0": 5000.0, "GPU-1": 1000.0, "GPU-2": 4000.0}
+    nodes = {"n1": node(capacity_gpus=1)}
+    # GPU-0 is counted (the most recently seen); GPU-2 is recent; GPU-1 is stale
+    assert list(compute.retire(inv, nodes, seen, 5000.0, 3600.0)["n1"]) == ["GPU-0", "GPU-2"]
+    assert list(compute.retire(inv, nodes, seen, 9000.0, 3600.0)["n1"]) == ["GPU-0"]
+    # counted by Kubernetes: kept however long unreported (a GPU missing is downtime)
+    counted = {"n1": node(capacity_gpus=3)}
+    assert len(compute.retire(inv, counted, seen, 1e9, 3600.0)["n1"]) == 3
+    # never reported since a restart: it counts from now
+    assert len(compute.retire(inv, nodes, {}, 1e9, 3600.0)["n1"]) == 3
+
+
+def test_a_remembered_device_beyond_the_count_has_no_state() -> None:
+    """A 1-GPU node whose GPU came back under a new UUID: the old one is neither missing
+    nor billed while it waits to be retired; the new one is the node's GPU."""
+    got = compute.device_states({"n1": node()}, {"n1": [reading("GPU-new")]}, frozenset(),
+                                KNOWN, OWNERS, PRICE, {}, last_seen={U: 10.0})
+    assert [(d.gpu_uuid, d.state) for d in got] == [("GPU-new", "unallocated")]
+    down = compute.device_states({"n1": node(ready=False)}, {},
+                                 frozenset(), {"n1": {**KNOWN["n1"], "GPU-new": DeviceIdentity(
+                                     "GPU-new", "GPU-new", "0", None)}}, OWNERS, PRICE, {},
+                                 last_seen={U: 10.0, "GPU-new": 20.0})
+    assert [(d.gpu_uuid, d.reason) for d in down] == [("GPU-new", "node_not_ready")]

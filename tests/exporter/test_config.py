@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from exporter.config import load_config
 from exporter.errors import ConfigError
 from exporter.prices import load_price_book
+from tests.conftest import write_kubeconfig
 
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "config.yaml"
 
@@ -48,6 +50,9 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
      "cloud_monitoring.project and .location are required"),
     ("cloud_monitoring: {interval: 5s}", "cloud_monitoring.interval must be at least 10 s"),
     ("log_level: loud", "log_level: Input should be 'debug', 'info', 'warning' or 'error'"),
+    ("kubernetes: {watchdog: 5m, max_staleness: 5m}",
+     "kubernetes.max_staleness must be longer than kubernetes.watchdog plus "
+     "kubernetes.request_timeout"),
 ])
 def test_bad_settings_are_named(tmp_path: Path, yaml: str, message: str) -> None:
     path = tmp_path / "c.yaml"
@@ -58,9 +63,15 @@ def test_bad_settings_are_named(tmp_path: Path, yaml: str, message: str) -> None
 
 
 def test_check_config_exit_codes(tmp_path: Path) -> None:
+    """0: all is well; 1: the config is invalid (2, the host refusing a setting: test_startup).
+    The example config runs in a pod: here it reads a kubeconfig, and writes in tmp_path."""
+    host = {"GKE_GPU_EXPORTER_KUBERNETES__IN_CLUSTER": "false",
+            "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp_path / "w.duckdb"),
+            "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(write_kubeconfig(tmp_path)),
+            "GKE_GPU_EXPORTER_PORT": "0"}
     ok = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(EXAMPLE),
                          "--check-config"], capture_output=True, text=True, timeout=60,
-                        check=False)
+                        check=False, env=os.environ | host, cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.startswith("config ok")
     bad = tmp_path / "bad.yaml"
     bad.write_text("prices: {region: mars-north1}")

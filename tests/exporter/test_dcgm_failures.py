@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import resource
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.app import open_exporter
+from exporter.demo import demo_config, step_both
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
+from exporter.service import Exporter
+from exporter.simulator.server import SimulatorServer
 from exporter.sources.dcgm import DcgmSource, TargetScrape
 from tests.conftest import FIXTURES
+from tests.exporter.test_exporter import families
 
 REAL = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -113,6 +122,8 @@ LINE = 'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-{u}",modelName="NVIDIA L4",Hostn
 @pytest.mark.parametrize(("case", "body", "samples", "rejected"), [
     ("1 MB line", 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-a",pod="' + "x" * (1 << 20) + '"} 1\n'
      + LINE.format(u="b", v=2), 1, {"too_long": 1}),
+    # the source's own cap (max_devices); what a node then holds of those is the node's
+    # count plus one (test_a_hostile_scrape_leaves_no_trace_once_the_target_is_healthy)
     ("200k distinct label values", "".join(LINE.format(u=i, v=1) for i in range(200_000)),
      256, {"too_many_series": 200_000 - 256}),
     ("binary garbage", "\x00\x01\xfe\xff" * 1000 + "\n" + LINE.format(u="a", v=3), 1,
@@ -138,3 +149,166 @@ async def test_nothing_valid_fails_the_target(serve: Callable[[Handler], Awaitab
                                               source: DcgmSource) -> None:
     (res,) = await source.fetch([await serve(text("\x00garbage\nnot metrics\n"))])
     assert isinstance(res, SourceDataError) and "no DCGM GPU samples" in res.reason
+
+
+HOSTILE_SERIES = 200_000
+
+
+def uuid_labels(text: bytes) -> set[str]:
+    """Every GPU UUID a series of the exposition names."""
+    return {s.labels["uuid"] for fam in text_string_to_metric_families(text.decode())
+            for s in fam.samples if "uuid" in s.labels}
+
+
+def series(text: bytes) -> int:
+    return sum(len(fam.samples) for fam in text_string_to_metric_families(text.decode()))
+
+
+def node_price(exporter: Exporter, node: str) -> float:
+    return sum(d.price_usd_per_hour or 0.0 for d in exporter.states if d.node == node)
+
+
+async def test_a_hostile_scrape_leaves_no_trace_once_the_target_is_healthy(
+        sim: SimulatorServer, tmp_path: Path,
+        serve: Callable[[Handler], Awaitable[str]]) -> None:
+    """One answer of the 8-GPU node's dcgm-exporter carries 200,000 series of distinct
+    GPUs under its hostname: the node still has its 8 GPUs, the rest is counted
+    ``too_many_devices`` and never billed; once the exporter answers normally again,
+    /metrics names the GPUs it named before, as many series as before, at the same cost."""
+    (h100,) = [n for n in sim.cluster.live_nodes() if n.pool.name == "h100"]
+    hostile = False
+
+    async def proxy(_: web.Request) -> web.Response:
+        async with aiohttp.ClientSession() as s, s.get(sim.endpoint_url(h100)) as r:
+            body = await r.text()
+        if hostile:
+            body += "".join(
+                f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i % 8}",UUID="GPU-phantom-{i}",'
+                f'modelName="NVIDIA H100 80GB HBM3",Hostname="{h100.name}"}} 1\n'
+                for i in range(HOSTILE_SERIES))
+        return web.Response(text=body)
+
+    targets = [await serve(proxy)] + [sim.endpoint_url(n) for n in sim.cluster.live_nodes()
+                                      if n is not h100]
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    cfg = cfg.model_copy(update={"dcgm": cfg.dcgm.model_copy(update={
+        "targets": targets, "timeout": 10.0})})
+    async with open_exporter(cfg) as exporter:
+        await exporter.kube.wait_synced()
+        await step_both(sim, exporter, 2)
+        uuids, count = uuid_labels(exporter.metrics_text), series(exporter.metrics_text)
+        price = node_price(exporter, h100.name)
+        assert len([d for d in exporter.states if d.node == h100.name]) == 8 and price > 0
+
+        hostile = True
+        await step_both(sim, exporter, 1)
+        assert len([d for d in exporter.states if d.node == h100.name]) == 8
+        assert node_price(exporter, h100.name) == price
+        assert len(exporter.inventory[h100.name]) == 8
+        assert exporter.health.rejected["too_many_devices"] == 1024 - 8
+        assert exporter.health.rejected["too_many_series"] == HOSTILE_SERIES - (1024 - 8)
+
+        hostile = False
+        await step_both(sim, exporter, 2)
+        assert uuid_labels(exporter.metrics_text) == uuids
+        assert series(exporter.metrics_text) == count
+        assert node_price(exporter, h100.name) == price
+        assert b"phantom" not in exporter.metrics_text
+
+
+JUNK = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",modelName="NVIDIA L4"} 5\n'  # no UUID
+        "DCGM_FI_DEV_GPU_UTIL{gpu=0} 5\n")                         # malformed
+"""An answer none of whose samples can be kept."""
+
+
+async def answer_each_cycle(sim: SimulatorServer, tmp_path: Path,
+                            serve: Callable[[Handler], Awaitable[str]], answers: str
+                            ) -> tuple[str, bytes]:
+    """Cycles 30 s apart against one target (the L4 node's dcgm-exporter) that answers, in
+    turn: ``.`` good, ``E`` 500, ``J`` nothing to keep, ``R`` good with a malformed line.
+    Returns the target and the last /metrics."""
+    (l4,) = [n for n in sim.cluster.live_nodes() if n.pool.name == "l4"]
+    answer = "."
+
+    async def switch(_: web.Request) -> web.Response:
+        if answer == "E":
+            return web.Response(status=500, text="failed to collect metrics: DCGM error\n")
+        if answer == "J":
+            return web.Response(text=JUNK)
+        async with aiohttp.ClientSession() as s, s.get(sim.endpoint_url(l4)) as r:
+            body = await r.text()
+        return web.Response(text=body + "DCGM_FI_DEV_GPU_UTIL{gpu=0} 5\n" * (answer == "R"))
+
+    url = await serve(switch)
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    cfg = cfg.model_copy(update={"dcgm": cfg.dcgm.model_copy(update={"targets": [url]})})
+    async with open_exporter(cfg) as exporter:
+        await exporter.kube.wait_synced()
+        for i, this in enumerate(answers):
+            answer = this
+            await exporter.cycle(sim.cluster.now + 30 * i)
+        return url, exporter.metrics_text
+
+
+def logged(caplog: pytest.LogCaptureFixture, level: int, event: str) -> list[dict[str, Any]]:
+    return [r.ctx for r in caplog.records  # type: ignore[attr-defined]
+            if r.levelno == level and r.getMessage() == event]
+
+
+@pytest.mark.parametrize(("case", "answers", "outages"), [
+    # outages: (seconds, failed attempts) of each outage that ended
+    ("one outage", ".EEE.", [(90, 3)]),
+    ("thirteen outages", ".E" * 13 + ".", [(30, 1)] * 13),
+    ("an error, then unusable answers", ".E.JJ..EJE.", [(30, 1), (60, 2), (90, 3)]),
+    ("failing at the end", "..EE", []),
+])
+async def test_each_outage_of_a_target_is_logged_when_it_begins_and_ends(
+        case: str, answers: str, outages: list[tuple[float, int]], sim: SimulatorServer,
+        tmp_path: Path, serve: Callable[[Handler], Awaitable[str]],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """One warning when a target starts failing, one info line with the outage's length and
+    failed attempts when it answers again, nothing between; every failure is counted by
+    reason, and the samples of an answer none of which is kept as rejected."""
+    caplog.set_level(logging.INFO, logger="exporter.service")
+    url, text = await answer_each_cycle(sim, tmp_path, serve, answers)
+    fams = families(text)
+    began = logged(caplog, logging.WARNING, "dcgm scrape failed")
+    assert len(began) == answers.count(".E") + answers.count(".J")
+    assert all(b["target"] == url for b in began)
+    ended = logged(caplog, logging.INFO, "dcgm scrape recovered")
+    assert [(e["outage_seconds"], e["failed_attempts"]) for e in ended] == outages
+    errors = {lbl["reason"]: v for lbl, v in fams["gke_gpu_exporter_errors_total"]
+              if lbl["target"] == url}
+    assert errors == {k: v for k, v in (("http_500", answers.count("E")),
+                                        ("bad_answer", answers.count("J"))) if v}
+    rejected = {lbl["reason"]: v for lbl, v in
+                fams["gke_gpu_exporter_rejected_samples_total"]}
+    assert rejected["no_gpu_uuid"] == answers.count("J")
+    assert rejected["malformed"] == answers.count("J") + answers.count("R")
+
+
+@pytest.mark.parametrize(("case", "answers", "episodes"), [
+    # episodes: (seconds, answers with rejects) of each run of answers with rejects that ended
+    ("rejects for a while", ".RRR.", [(90, 3)]),
+    ("rejects come and go", ".R.R.RR.", [(30, 1), (30, 1), (60, 2)]),
+    ("an outage between does not end them", ".RER.", [(90, 2)]),
+    ("rejects to the end", ".RR", []),
+])
+async def test_rejects_are_logged_once_per_episode(
+        case: str, answers: str, episodes: list[tuple[float, int]], sim: SimulatorServer,
+        tmp_path: Path, serve: Callable[[Handler], Awaitable[str]],
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="exporter.service")
+    url, _ = await answer_each_cycle(sim, tmp_path, serve, answers)
+    began = logged(caplog, logging.WARNING, "dcgm samples rejected")
+    assert [(b["target"], b["reason"]) for b in began] == \
+        [(url, "malformed")] * answers.count(".R")
+    ended = logged(caplog, logging.INFO, "dcgm samples accepted again")
+    assert [(e["outage_seconds"], e["failed_attempts"]) for e in ended] == episodes
+
+
+async def test_an_answer_with_nothing_to_keep_names_what_it_dropped(
+        serve: Callable[[Handler], Awaitable[str]], source: DcgmSource) -> None:
+    (res,) = await source.fetch([await serve(text(JUNK))])
+    assert isinstance(res, SourceDataError)
+    assert (res.label, res.rejected) == ("bad_answer", {"no_gpu_uuid": 1, "malformed": 1})

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter import compute
+import duckdb
+
+from exporter import compute, duck
+from exporter.sinks.schema import TABLES
 from exporter.sinks.warehouse import Warehouse
 from tests.exporter.test_compute import node, reading, states
 
@@ -37,7 +40,7 @@ def test_intervals_aggregate_and_restart_does_not_duplicate(tmp_path: Path) -> N
         again.add_usage(rows(t))
     again.flush(90.0)
     assert count(again) == (1, 60.0)
-    assert again.rows_written["gpu_usage"] == 0   # the primary key made it a no-op
+    assert again.rows_written["gpu_usage"] == 0   # its ids are there: a no-op
     again.close()
 
 
@@ -68,3 +71,66 @@ def test_cost_and_pod_rows(tmp_path: Path) -> None:
     assert wh.con.execute("SELECT team, queue_wait_seconds FROM gpu_pods").fetchall() == [
         ("team-x", 60.0)]
     assert wh.rows_written["gpu_pods"] == 1
+
+
+def keys(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The warehouse tables with a primary key."""
+    return sorted(name for (name,) in con.execute(
+        "SELECT table_name FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+        "AND table_name IN ('gpu_usage', 'gpu_pods', 'availability_events')").fetchall())
+
+
+def test_tables_have_no_key_and_a_rewrite_adds_nothing(tmp_path: Path) -> None:
+    """No index grows with the tables; a pod state or an incident written again after a
+    restart (a new ``updated``, a later ``end``) is not added twice."""
+    from tests.exporter.test_compute import pod
+
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path, "c", interval=60.0)
+    wh.add_pods([pod()], 60.0, lambda p: "team-x")
+    wh.add_event("n1", "pool", "GPU-1", "xid", 10.0, 50.0)
+    wh.flush(60.0)
+    assert keys(wh.con) == []
+    wh.close()
+    again = Warehouse(path, "c", interval=60.0)
+    again.add_pods([pod()], 120.0, lambda p: "team-x")
+    again.add_event("n1", "pool", "GPU-1", "xid", 10.0, 110.0)
+    again.flush(120.0)
+    assert dict(again.rows_written) == {"gpu_pods": 0, "availability_events": 0}
+    assert again.con.execute("SELECT (SELECT count(*) FROM gpu_pods), "
+                             "(SELECT count(*) FROM availability_events)").fetchone() == (1, 1)
+
+
+def test_a_file_with_keyed_tables_is_rebuilt_without_keys(tmp_path: Path) -> None:
+    """A file made when every table's ``id`` was its primary key opens with its rows, the
+    keys gone, and goes on skipping rows written again."""
+    from tests.exporter.test_compute import pod
+
+    made = tmp_path / "made.duckdb"
+    wh = Warehouse(made, "c", interval=60.0)
+    for t in (0.0, 30.0, 60.0):
+        wh.add_usage(rows(t))
+    wh.add_pods([pod()], 60.0, lambda p: "team-x")
+    wh.add_event("n1", "pool", "GPU-1", "xid", 10.0, 50.0)
+    wh.flush(90.0)
+    wh.close()
+    old = tmp_path / "old.duckdb"   # the same rows, in the keyed layout
+    con = duck.connect(old)
+    con.execute(f"ATTACH {duck.quote(str(made))} AS made (READ_ONLY)")
+    for table in TABLES:
+        con.execute(table.duckdb_ddl().replace("(id VARCHAR NOT NULL", "(id VARCHAR PRIMARY KEY"))
+        con.execute(f"INSERT INTO {table.name} SELECT * FROM made.{table.name}")
+    con.execute("CREATE TABLE usage_staging AS SELECT * FROM made.usage_staging")
+    assert keys(con) == ["availability_events", "gpu_pods", "gpu_usage"]
+    con.close()
+
+    opened = Warehouse(old, "c", interval=60.0, outbox=True)
+    assert keys(opened.con) == []
+    assert count(opened) == (1, 60.0)
+    assert opened.con.execute("SELECT pod_uid FROM gpu_pods_current").fetchall() == [("u",)]
+    opened.add_usage(rows(0.0) + rows(90.0))     # [0, 60) again, [60, 120) completed
+    opened.add_pods([pod()], 120.0, lambda p: "team-x")
+    opened.flush(120.0)
+    assert count(opened) == (2, 120.0)
+    assert dict(opened.rows_written) == {"gpu_usage": 1, "gpu_pods": 0}
+    assert opened.con.execute("SELECT count(*) FROM outbox").fetchone() == (1,)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -171,3 +172,52 @@ async def test_api_down_answers_503(sim: SimulatorServer, v1: client.CoreV1Api) 
     assert err.value.status == 503
     sim.api.set_down(0)
     assert len((await v1.list_node()).items) == 4
+
+
+@pytest.mark.parametrize(("fault", "plural", "status", "says"), [
+    ({"action": "down", "seconds": 30}, "nodes", 503, "unable to handle the request"),
+    ({"action": "down", "seconds": 30, "status": 403, "resource": "pods"}, "pods", 403,
+     'cannot list resource "pods" in API group "" at the cluster scope'),
+    ({"action": "down", "seconds": 30, "status": 403, "resource": "pods"}, "nodes", 200, ""),
+    ({"action": "down", "seconds": 30, "status": 429}, "namespaces", 429, "too many requests"),
+], ids=["503", "403 on pods", "403 on pods, not on nodes", "429"])
+async def test_api_faults_answer_as_kubernetes_does(
+        sim: SimulatorServer, fault: dict[str, object], plural: str, status: int,
+        says: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{sim.api_url}/sim/api-faults", json=fault) as r:
+            assert r.status == 200
+        async with s.get(f"{sim.api_url}/api/v1/{plural}") as r:
+            body = await r.json()
+            assert r.status == status
+            if status != 200:
+                assert (body["kind"], body["code"]) == ("Status", status)
+                assert says in body["message"]
+            if status == 429:
+                assert r.headers["Retry-After"] == "1"
+
+
+async def test_a_refused_api_comes_back(sim: SimulatorServer) -> None:
+    async with aiohttp.ClientSession() as s, s.post(
+            f"{sim.api_url}/sim/api-faults", json={"action": "refuse", "seconds": 2}) as r:
+        assert r.status == 200
+    await asyncio.sleep(0.3)
+    async with aiohttp.ClientSession() as s:
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await s.get(f"{sim.api_url}/api/v1/nodes")
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                async with aiohttp.ClientSession() as s, \
+                        s.get(f"{sim.api_url}/api/v1/nodes") as r:
+                    assert r.status == 200
+                    return
+            except aiohttp.ClientConnectorError:
+                await asyncio.sleep(0.1)
+
+
+async def test_an_unknown_fault_status_is_refused(sim: SimulatorServer) -> None:
+    async with aiohttp.ClientSession() as s, s.post(
+            f"{sim.api_url}/sim/api-faults",
+            json={"action": "down", "seconds": 30, "status": 418}) as r:
+        assert r.status == 400

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from exporter.sources.dcgm import PodOnDevice, parse_dcgm_text
+from exporter.sources.dcgm import PIECE_BYTES, PodOnDevice, StreamParser, parse_dcgm_text
 from tests.conftest import FIXTURES
 
 REAL_L4 = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
@@ -180,3 +180,46 @@ def test_a_block_holding_other_series_is_not_skipped() -> None:
     (d,) = parse_dcgm_text(text, read={"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}).devices
     assert d.fields == {"DCGM_FI_DEV_SM_CLOCK": 1.0, "DCGM_FI_DEV_GPU_UTIL": 7.0,
                         "DCGM_FI_DEV_FB_USED": 3.0}
+
+
+def streamed(text: bytes, read: set[str] | None = None, chunk: int = 65536) -> StreamParser:
+    """``text`` through a StreamParser in ``chunk``-byte chunks, as a body arrives."""
+    parser = StreamParser(read=read)
+    for at in range(0, len(text), chunk):
+        piece = parser.take(text[at:at + chunk])
+        if piece is not None:
+            parser.parse(*piece)
+    return parser
+
+
+def test_a_body_parsed_as_it_arrives_reads_as_the_whole_text() -> None:
+    # ~3 MiB: several pieces, each cut where a family begins
+    gpus = [REAL_L4.replace(U, f"GPU-{i:04d}").replace('gpu="0"', f'gpu="{i}"')
+            for i in range(400)]
+    text = "".join(gpus)
+    read = {"DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_UTIL"}
+    whole = parse_dcgm_text(text, read=read)
+    got = streamed(text.encode(), read).close()
+    assert len(text) > 2 * PIECE_BYTES
+    assert [(d.uuid, d.fields) for d in got.devices] == \
+        [(d.uuid, d.fields) for d in whole.devices]
+    assert (got.samples, got.rejected) == (whole.samples, whole.rejected) == (800, {})
+
+
+def test_a_family_longer_than_a_piece_is_parsed_whole() -> None:
+    lines = "".join(line("DCGM_FI_DEV_SM_CLOCK", BASE.replace(U, f"GPU-{i}"), "1")
+                    for i in range(PIECE_BYTES // 100))
+    text = "# HELP DCGM_FI_DEV_SM_CLOCK SM clock.\n# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n" + lines
+    r = streamed(text.encode(), read={"DCGM_FI_DEV_GPU_UTIL"}).close()
+    assert len(r.devices) == 1024 and r.rejected == {
+        "too_many_series": PIECE_BYTES // 100 - 1024}
+
+
+def test_a_line_longer_than_a_piece_is_rejected_without_being_kept() -> None:
+    text = ('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-a",pod="' + "x" * (3 * PIECE_BYTES) + '"} 1\n'
+            + line("DCGM_FI_DEV_GPU_UTIL", BASE, "7"))
+    parser = streamed(text.encode())
+    assert len(parser._buffer) < PIECE_BYTES
+    r = parser.close()
+    assert r.rejected == {"too_long": 1} and [d.fields for d in r.devices] == [
+        {"DCGM_FI_DEV_GPU_UTIL": 7.0}]

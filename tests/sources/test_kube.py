@@ -3,30 +3,54 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import config
 
 from exporter.backoff import Backoff
+from exporter.errors import SourceDataError
+from exporter.simulator.kubeapi import status_error
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
-from exporter.sources.kube import DELETED, KubeSource, deleted_pod, node_info, pod_info
+from exporter.sources.kube import (
+    DELETED,
+    KubeSource,
+    deleted_pod,
+    list_body,
+    node_info,
+    pod_info,
+    rbac_hint,
+)
+
+KINDS = ("namespaces", "nodes", "pods")
 
 
-@pytest.fixture
-async def source(sim: SimulatorServer, tmp_path: Path) -> AsyncIterator[KubeSource]:
+@contextlib.asynccontextmanager
+async def open_source(sim: SimulatorServer, tmp_path: Path,
+                      request_timeout: float = 5) -> AsyncIterator[KubeSource]:
     kubeconfig = sim.write_outputs(tmp_path).kubeconfig
     api = await config.new_client_from_config(config_file=str(kubeconfig))
-    src = KubeSource(api, watch_timeout=5, watchdog=1.0, request_timeout=5,
+    src = KubeSource(api, watch_timeout=5, watchdog=1.0, request_timeout=request_timeout,
                      backoff=lambda: Backoff(base=0.05, cap=0.2))
     src.start()
     async with asyncio.timeout(10):
         await src.wait_synced()
-    yield src
-    await src.stop()
-    await api.close()
+    try:
+        yield src
+    finally:
+        await src.stop()
+        await api.close()
+
+
+@pytest.fixture
+async def source(sim: SimulatorServer, tmp_path: Path) -> AsyncIterator[KubeSource]:
+    async with open_source(sim, tmp_path) as src:
+        yield src
 
 
 def server_pods(sim: SimulatorServer) -> dict[str, str]:
@@ -134,3 +158,115 @@ def test_pod_info_from_api_objects(make_scenario: Callable[..., Scenario]) -> No
     assert dcgm.gpus == 0 and dcgm.container_ports == {"metrics": 9400}
     node = node_info(c.store.list_objects("Node")[0])
     assert node.ready and node.address.startswith("127.1.")
+
+
+async def until(condition: Callable[[], bool], limit: float = 15) -> None:
+    async with asyncio.timeout(limit):
+        while not condition():  # noqa: ASYNC110 - polling the state of another party
+            await asyncio.sleep(0.02)
+
+
+async def api_fault(sim: SimulatorServer, fault: str, on: bool) -> None:
+    """Start (and end every open watch, so that each kind meets it) or stop a fault."""
+    seconds = 3600.0 if on else 0.0
+    if fault == "refused":
+        await sim.refuse_api(seconds)
+        return
+    if fault == "hang":
+        sim.api.stall(seconds)
+    else:
+        sim.api.set_down(seconds, status=int(fault))
+    if on:
+        sim.api.end_watches()
+
+
+def kube_logs(caplog: pytest.LogCaptureFixture, level: int,
+              event: str) -> dict[str, list[dict[str, Any]]]:
+    """The context of each ``event`` line at ``level``, by resource."""
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
+    for r in caplog.records:
+        if r.name == "exporter.sources.kube" and r.levelno == level and \
+                r.getMessage() == event:
+            fields: dict[str, Any] = r.ctx  # type: ignore[attr-defined]
+            out[fields["resource"]].append(fields)
+    return out
+
+
+@pytest.mark.parametrize(("fault", "reason"), [
+    ("503", "http_503"),
+    ("403", "http_403"),
+    ("429", "http_429"),
+    ("refused", "refused"),
+    ("hang", "timeout"),
+])
+async def test_an_api_fault_keeps_the_last_good_view(
+        fault: str, reason: str, sim: SimulatorServer, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """During the fault every kind is down, counts its failed attempts by reason and keeps
+    its last good nodes, pods and namespace labels; after it every kind is up again with
+    the server's state, and the outage made one log line when it began, one when it ended."""
+    caplog.set_level(logging.DEBUG, logger="exporter.sources.kube")
+    async with open_source(sim, tmp_path, request_timeout=1.0) as source:
+        sim.cluster.submit("train", run_seconds=3600)
+        await converge(source, sim)
+        before = (dict(source.nodes), dict(source.pods), dict(source.namespace_labels))
+        source.take_deleted_pods()
+        await api_fault(sim, fault, on=True)
+        await until(lambda: all(source.stats[k].reasons.get(reason, 0) >= 2 for k in KINDS))
+
+        assert source.up == dict.fromkeys(KINDS, False)
+        assert (source.nodes, source.pods, source.namespace_labels) == before
+        assert source.take_deleted_pods() == []
+
+        await api_fault(sim, fault, on=False)
+        await until(lambda: all(source.up.values()))
+        await converge(source, sim)
+        assert (source.nodes, source.pods, source.namespace_labels) == before
+        assert source.take_deleted_pods() == []
+    began = kube_logs(caplog, logging.WARNING, "kubernetes request failed")
+    ended = kube_logs(caplog, logging.INFO, "kubernetes recovered")
+    for kind in KINDS:
+        assert len(began[kind]) == 1 and len(ended[kind]) == 1, kind
+        assert ended[kind][0]["failed_attempts"] == sum(source.stats[kind].reasons.values())
+        assert ended[kind][0]["outage_seconds"] > 0
+    if fault == "403":
+        assert began["pods"][0]["status"] == 403
+        assert began["pods"][0]["rbac"] == rbac_hint("pods", began["pods"][0]["verb"])
+        assert "pods at the cluster scope: grant get/list/watch on pods" in \
+            began["pods"][0]["rbac"]
+
+
+async def test_a_watch_error_event_is_an_error_not_data(
+        sim: SimulatorServer, source: KubeSource) -> None:
+    """An ERROR event with a Status other than 410 is counted by its code; the view stays,
+    and the watch starts again from a fresh list."""
+    await converge(source, sim)
+    before = (dict(source.nodes), dict(source.pods), dict(source.namespace_labels))
+    source.take_deleted_pods()
+    await until(lambda: sim.api.watches_served == len(KINDS))
+    sim.api.end_watches(status_error(500, "InternalError", "etcd leader changed"))
+    await until(lambda: all(source.stats[k].reasons.get("http_500") == 1 for k in KINDS))
+    await until(lambda: all(source.up.values()))
+    assert (source.nodes, source.pods, source.namespace_labels) == before
+    assert source.take_deleted_pods() == []
+    assert all(source.stats[k].expired == 0 for k in KINDS)
+
+
+@pytest.mark.parametrize("raw", [
+    b"<html>503 Service Unavailable</html>",
+    b'{"kind": "Status", "code": 503, "metadata": {}}',
+    b'{"kind": "PodList", "items": []}',
+    b'{"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": {}}',
+    b"[]",
+], ids=["html", "status", "no resourceVersion", "items not a list", "not an object"])
+def test_an_answer_that_is_not_a_list_is_refused(raw: bytes) -> None:
+    with pytest.raises(SourceDataError):
+        list_body("pods", raw)
+
+
+def test_a_list_answer_gives_its_items_and_version() -> None:
+    assert list_body("pods", b'{"kind": "PodList", "metadata": {"resourceVersion": "7"}, '
+                             b'"items": [{"metadata": {"name": "a"}}]}') == (
+        [{"metadata": {"name": "a"}}], "7")
+    assert list_body("pods", b'{"metadata": {"resourceVersion": "8"}, "items": null}') == (
+        [], "8")
