@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import re
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 
 from exporter.simulator.scenario import Scenario, parse_scenario
 from exporter.simulator.server import SimulatorServer
@@ -99,6 +101,20 @@ async def make_server() -> AsyncIterator[Callable[..., Any]]:
         await server.stop()
 
 
+def exporter_env(kubeconfig: Path, warehouse: Path, **settings: str) -> dict[str, str]:
+    """The environment of a child ``gke-gpu-exporter run`` on loopback, a cycle a second,
+    against a kubeconfig and a warehouse file; ``settings`` add or override
+    ``GKE_GPU_EXPORTER_<NAME>`` variables (``WAREHOUSE__INTERVAL="60"``)."""
+    return os.environ | {
+        "GKE_GPU_EXPORTER_INTERVAL": "1", "GKE_GPU_EXPORTER_PORT": "0",
+        "GKE_GPU_EXPORTER_LISTEN_ADDRESS": "127.0.0.1", "GKE_GPU_EXPORTER_DCGM__TIMEOUT": "0.5",
+        "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(kubeconfig),
+        "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(warehouse),
+        "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "1",
+        "GKE_GPU_EXPORTER_WAREHOUSE__FLUSH_INTERVAL": "1",
+    } | {f"GKE_GPU_EXPORTER_{k}": v for k, v in settings.items()}
+
+
 async def start_exporter(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, int]:
     """``gke-gpu-exporter run`` in a child process; returns it and its /metrics port."""
     proc = await asyncio.create_subprocess_exec(
@@ -170,3 +186,27 @@ async def post_faults(session: aiohttp.ClientSession, api_url: str,
     for fault in faults:
         async with session.post(f"{api_url}/sim/faults", json=fault) as r:
             assert r.status < 300, await r.text()
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    """Factory: serve a handler as ``/metrics`` on loopback; returns its URL."""
+    runners: list[web.AppRunner] = []
+
+    async def start(handler: Handler) -> str:
+        app = web.Application()
+        app.router.add_get("/metrics", handler)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+
+    yield start
+    for r in runners:
+        await r.cleanup()
+

@@ -21,11 +21,10 @@ from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
 from exporter.service import Exporter
 from exporter.simulator.server import SimulatorServer
 from exporter.sources.dcgm import DcgmSource, TargetScrape
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, Handler
 from tests.exporter.test_exporter import families
 
 REAL = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def good(_: web.Request) -> web.Response:
@@ -64,25 +63,6 @@ def text(body: str) -> Handler:
         return web.Response(text=body)
 
     return handler
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    runners: list[web.AppRunner] = []
-
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
-
-    yield start
-    for r in runners:
-        await r.cleanup()
 
 
 @pytest.fixture

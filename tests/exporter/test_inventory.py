@@ -4,7 +4,7 @@ and saved inventory alike."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -14,27 +14,9 @@ from aiohttp import web
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.simulator.server import SimulatorServer
+from tests.conftest import Handler
 
 RETIRE_AFTER = 300.0
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    runners: list[web.AppRunner] = []
-
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_get("/metrics", handler)
-        runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
-
-    yield start
-    for r in runners:
-        await r.cleanup()
 
 
 async def test_a_gpu_back_under_a_new_uuid_retires_the_old_one(

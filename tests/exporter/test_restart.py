@@ -5,7 +5,6 @@ exporter SIGKILLed mid-outage and started again."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 from collections.abc import Callable
@@ -17,7 +16,7 @@ import aiohttp
 from exporter import duck
 from exporter.simulator.scenario import Fault, Scenario
 from exporter.simulator.server import SimulatorServer
-from tests.conftest import start_exporter
+from tests.conftest import exporter_env, start_exporter
 
 DOWN = re.compile(r'^gke_gpu_available\{[^}]*node="(?P<node>[^"]+)"[^}]*'
                   r'uuid="(?P<uuid>[^"]+)"[^}]*\} 0$', re.M)
@@ -47,13 +46,7 @@ async def test_an_outage_from_before_the_start_survives_a_sigkill(
     await sim.advance(60)
     node = next(n.name for n in sim.cluster.live_nodes() if n.pool.name == "l4")
     path = tmp_path / "w.duckdb"
-    env = os.environ | {
-        "GKE_GPU_EXPORTER_INTERVAL": "1", "GKE_GPU_EXPORTER_PORT": "0",
-        "GKE_GPU_EXPORTER_LISTEN_ADDRESS": "127.0.0.1", "GKE_GPU_EXPORTER_DCGM__TIMEOUT": "0.5",
-        "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(sim.write_outputs(tmp_path).kubeconfig),
-        "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(path),
-        "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "1",
-        "GKE_GPU_EXPORTER_WAREHOUSE__FLUSH_INTERVAL": "1"}
+    env = exporter_env(sim.write_outputs(tmp_path).kubeconfig, path)
 
     proc, port = await start_exporter(env)
     # Never shown by DCGM, its exporter answering 500: Kubernetes' four GPUs are down.

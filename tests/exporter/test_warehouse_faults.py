@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import signal
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from exporter.demo import demo_config, step_both
 from exporter.service import Exporter
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
-from tests.conftest import start_exporter
+from tests.conftest import exporter_env, start_exporter
 
 
 def gpu_seconds(text: str | bytes) -> float:
@@ -92,13 +91,8 @@ async def test_each_sigkill_loses_at_most_one_cycle(
     before each kill by at most one cycle per device and kill."""
     sim: SimulatorServer = await make_server(make_scenario())
     path = tmp_path / "w.duckdb"
-    env = os.environ | {
-        "GKE_GPU_EXPORTER_INTERVAL": "1", "GKE_GPU_EXPORTER_PORT": "0",
-        "GKE_GPU_EXPORTER_LISTEN_ADDRESS": "127.0.0.1", "GKE_GPU_EXPORTER_DCGM__TIMEOUT": "0.5",
-        "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(sim.write_outputs(tmp_path).kubeconfig),
-        "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(path),
-        "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "60",
-        "GKE_GPU_EXPORTER_WAREHOUSE__FLUSH_INTERVAL": "60"}
+    env = exporter_env(sim.write_outputs(tmp_path).kubeconfig, path,
+                       WAREHOUSE__INTERVAL="60", WAREHOUSE__FLUSH_INTERVAL="60")
     rng = random.Random(7)
     devices = sum(len(g.devices) for n in sim.cluster.live_nodes() for g in n.gpus)
     cycle = 1.0 * 1.5  # the interval, and the lateness a loaded machine gives a cycle
