@@ -4,7 +4,6 @@ a SIGKILLed exporter's spooled rows arrive after it restarts."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
@@ -30,7 +29,7 @@ from exporter.simulator.scenario import Scenario, load_scenario
 from exporter.simulator.server import SimulatorServer
 from exporter.sinks.schema import TABLES
 from tests.bigquery.conftest import client_for, duck_rows, rows_of
-from tests.conftest import start_exporter
+from tests.conftest import exporter_env, start_exporter
 
 DAY = 86400.0
 
@@ -122,21 +121,11 @@ async def test_sigkilled_exporter_replays_its_spool_after_restart(
     kubeconfig = sim.write_outputs(tmp_path).kubeconfig
     em = Emulator(tmp_path / "bq")                     # not started: BigQuery is down
     path = tmp_path / "w.duckdb"
-    env = os.environ | {
-        "GKE_GPU_EXPORTER_INTERVAL": "1", "GKE_GPU_EXPORTER_PORT": "0",
-        "GKE_GPU_EXPORTER_LISTEN_ADDRESS": "127.0.0.1", "GKE_GPU_EXPORTER_DCGM__TIMEOUT": "0.5",
-        "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(kubeconfig),
-        "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(path),
-        "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "1",
-        "GKE_GPU_EXPORTER_WAREHOUSE__FLUSH_INTERVAL": "1",
-        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__ENABLED": "true",
-        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__PROJECT": PROJECT,
-        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__DATASET": "spool",
-        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__ENDPOINT": em.url,
-        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__ANONYMOUS": "true",
-        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__FLUSH_INTERVAL": "0.5",
-        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__DEADLINE": "1",
-        "GKE_GPU_EXPORTER_WAREHOUSE__BIGQUERY__REQUEST_TIMEOUT": "1"}
+    env = exporter_env(kubeconfig, path, **{
+        "WAREHOUSE__BIGQUERY__ENABLED": "true", "WAREHOUSE__BIGQUERY__PROJECT": PROJECT,
+        "WAREHOUSE__BIGQUERY__DATASET": "spool", "WAREHOUSE__BIGQUERY__ENDPOINT": em.url,
+        "WAREHOUSE__BIGQUERY__ANONYMOUS": "true", "WAREHOUSE__BIGQUERY__FLUSH_INTERVAL": "0.5",
+        "WAREHOUSE__BIGQUERY__DEADLINE": "1", "WAREHOUSE__BIGQUERY__REQUEST_TIMEOUT": "1"})
     proc, port = await start_exporter(env)
     text = await _until(port, lambda t: _value(t, SPOOL) >= 20)
     assert _value(text, SENT) == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from exporter.placement import Placement
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
 from exporter.sources.dcgm import DeviceReading, PodOnDevice
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, Handler
 from tests.exporter.test_compute import node, pod
 from tests.exporter.test_exporter import families
 
@@ -64,32 +64,25 @@ def test_target_address(url: str, node: str | None) -> None:
 
 async def test_a_gpu_no_label_places_is_counted_and_logged_once(
         make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        serve: Callable[[Handler], Awaitable[str]]) -> None:
     """A real capture whose ``Hostname`` is a node of another cluster, with no pod on its
     GPU, behind a static target that is no pod or node here."""
     capture = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
+
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(text=capture)
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    url = await serve(metrics)
     sim: SimulatorServer = await make_server(make_scenario())
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
     cfg = cfg.model_copy(update={"dcgm": cfg.dcgm.model_copy(update={"targets": [url]})})
-    try:
-        async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(10):
-                await exporter.kube.wait_synced()
-            for _ in range(3):
-                await exporter.cycle(sim.cluster.now)
-            fams = families(exporter.metrics_text)
-    finally:
-        await runner.cleanup()
+    async with open_exporter(cfg) as exporter:
+        async with asyncio.timeout(10):
+            await exporter.kube.wait_synced()
+        for _ in range(3):
+            await exporter.cycle(sim.cluster.now)
+        fams = families(exporter.metrics_text)
     rejected = dict((labels["reason"], v) for labels, v in
                     fams["gke_gpu_exporter_rejected_samples_total"])
     assert rejected["unknown_node"] > 0 and rejected["unknown_node"] % 3 == 0  # every cycle
