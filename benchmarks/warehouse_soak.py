@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter import compute
-from exporter.sinks.warehouse import Warehouse
+from exporter.sinks.warehouse import Warehouse, raw_table
 
 T0 = 1_794_182_400.0  # Monday 2026-11-09 00:00 UTC
 DAY = 86400.0
@@ -123,10 +123,11 @@ def main() -> None:
                 cycles.append(time.perf_counter() - began)
                 wh.maybe_flush(start + CYCLE)
             real = args.real_hours * 3600
+            table = raw_table(base)
             for k in range(1, int(24 * 3600 // real)):  # the rest of the day, in bulk
                 wh.con.execute(
-                    "INSERT INTO gpu_usage SELECT md5(id || ?), time + to_seconds(?), "
-                    "* EXCLUDE (id, time) FROM gpu_usage WHERE time >= to_timestamp(?) "
+                    f"INSERT INTO {table} SELECT md5(id || ?), time + to_seconds(?), "
+                    f"* EXCLUDE (id, time) FROM {table} WHERE time >= to_timestamp(?) "
                     "AND time < to_timestamp(?) AND interval_seconds = 60",
                     [str(k), k * real, base, base + real])
             wh.con.execute("CHECKPOINT")

@@ -10,6 +10,7 @@ the wall clock or on the simulator's virtual clock.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import time
@@ -337,7 +338,7 @@ class Exporter:
             self._target_nodes.pop(gone[1], None)
             self._episodes.forget(gone[1])
         nodes = dict(self.kube.nodes)
-        self._admit(readings, nodes)
+        self._admit(readings, nodes, now)
         owners = self._owners()
         self._pool_of.update((n.name, n.pool) for n in nodes.values())
         for pod in self.kube.take_deleted_pods():
@@ -365,7 +366,7 @@ class Exporter:
         self._bottlenecks(now, states)
         self._forget_gone(states, nodes)
         if self.warehouse is not None:
-            self._write_warehouse(self.warehouse, usage, nodes, now)
+            await self._write_warehouse(self.warehouse, usage, nodes, now)
         self.cycles += 1
         self.viewed_cycles += viewed
         self.last_cycle_time = now
@@ -415,20 +416,24 @@ class Exporter:
         self.totals.pod_ended(pod.uid)
 
     def _admit(self, readings: dict[str, list[DeviceReading]],
-               nodes: Mapping[str, NodeInfo]) -> None:
+               nodes: Mapping[str, NodeInfo], now: float) -> None:
         """Drop the readings of GPUs beyond what their node holds (``compute.admit``):
-        counted as ``too_many_devices``, never devices."""
+        counted as ``too_many_devices``, never devices; logged when a node begins to report
+        too many and when it no longer does."""
         for name, devs in readings.items():
             known = {i.gpu_uuid for i in self.inventory.get(name, {}).values()}
             kept, excess = compute.admit(devs, known, nodes.get(name),
                                          self.config.dcgm.max_devices_per_target)
+            episode = (name, "rejected:too_many_devices")
             if excess:
                 readings[name] = kept
                 self.health.rejected["too_many_devices"] += sum(len(d.fields) for d in excess)
-                self._log_once(name, "rejected:too_many_devices",
-                               "more gpus than the node holds", node=name,
-                               reported=len({d.uuid for d in devs}),
-                               kept=len({d.uuid for d in kept}))
+                self._episodes.failed(episode, now, "more gpus than the node holds", node=name,
+                                      reported=len({d.uuid for d in devs}),
+                                      kept=len({d.uuid for d in kept}))
+            else:
+                self._episodes.recovered(episode, now, "no more gpus than the node holds",
+                                         node=name)
 
     def _retire(self, readings: Mapping[str, Sequence[DeviceReading]],
                 nodes: Mapping[str, NodeInfo], now: float) -> None:
@@ -530,28 +535,40 @@ class Exporter:
         for uid in [u for u in self._windows if u not in live]:
             del self._windows[uid]
 
-    def _write_warehouse(self, warehouse: Warehouse, usage: list[compute.UsageRow],
-                         nodes: dict[str, NodeInfo], now: float) -> None:
-        """Hand the cycle to the warehouse. A failure (a full disk, DuckDB out of memory)
-        costs this cycle's warehouse work only: it is counted as an error of source
-        ``warehouse``, logged when it begins and when it ends, and shown by
-        ``warehouse_ok``; rows not staged are kept for the next cycle."""
+    async def _write_warehouse(self, warehouse: Warehouse, usage: list[compute.UsageRow],
+                               nodes: dict[str, NodeInfo], now: float) -> None:
+        """Hand the cycle to the warehouse. DuckDB's work runs in a worker thread, so a slow
+        flush or checkpoint never holds up ``/metrics`` or the watches; it is given copies
+        of what it reads. A failure (a full disk, DuckDB out of memory) costs this cycle's
+        warehouse work only: it is counted as an error of source ``warehouse``, logged when
+        it begins and when it ends, and shown by ``warehouse_ok``; rows not staged are kept
+        for the next cycle."""
         path = str(warehouse.path)
-        try:
+        inventory = {node: dict(devices) for node, devices in self.inventory.items()}
+        incidents = dict(self.open_incidents)
+        present = None
+        if self._vanished_unchecked and self.kube.synced["pods"].is_set():
+            present = frozenset(self.kube.pods)
+
+        def write() -> None:
             warehouse.add_usage(usage)
-            warehouse.save_state(self.inventory, self.open_incidents)
-            if self._vanished_unchecked and self.kube.synced["pods"].is_set():
-                warehouse.finish_vanished(self.kube.pods.keys(), now)
-                self._vanished_unchecked = False  # once, on the first full pod list
-            warehouse.add_pods(self.kube.pods.values(), now, self._team,
-                               lambda p: gpu_model(p, nodes))
+            warehouse.save_state(inventory, incidents)
+            if present is not None:
+                warehouse.finish_vanished(present, now)
             warehouse.maybe_flush(now)
+
+        try:
+            warehouse.add_pods(list(self.kube.pods.values()), now, self._team,
+                               lambda p: gpu_model(p, nodes))
+            await asyncio.to_thread(write)
         except Exception as exc:
             self.warehouse_error = f"{type(exc).__name__}: {exc}"
             self.health.errors["warehouse", path] += 1
             self._episodes.failed((path, "warehouse"), now, "warehouse write failed",
                                   target=path, error=self.warehouse_error)
             return
+        if present is not None:
+            self._vanished_unchecked = False  # once, on the first full pod list
         self.warehouse_error = None
         self._episodes.recovered((path, "warehouse"), now, "warehouse write recovered",
                                  target=path)
@@ -598,11 +615,11 @@ class Exporter:
                                                   self.config.system_reserved_gpus)
             if self.kube.synced["nodes"].is_set() else None,
             cycle_seconds=self.cycle_seconds, owner=self._owner,
-            rows_written=self.warehouse.rows_written if self.warehouse else {},
+            rows_written=dict(self.warehouse.rows_written) if self.warehouse else {},
             bigquery=self.bigquery.stats if self.bigquery else None,
             bigquery_dataset=self.bigquery.dataset_ref if self.bigquery else "",
             budgets=self.config.budgets, sla_target=self.config.sla.target,
             remote_write=self.remote_write, cloud_monitoring=self.cloud_monitoring,
-            rows_removed=self.warehouse.rows_removed if self.warehouse else {},
-            report=self.report,
+            rows_removed=dict(self.warehouse.rows_removed) if self.warehouse else {},
+            report=self.report, kube_max_staleness=self.config.kubernetes.max_staleness,
         )

@@ -9,8 +9,11 @@ Its size is bounded: past ``max_bytes`` the oldest rows are dropped, and the dro
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -47,17 +50,27 @@ class Batch:
 
 
 class Outbox:
-    """The sender's view of the outbox; use it from one thread (it has its own cursor)."""
+    """The sender's view of the outbox, for a thread of its own: each call takes a cursor
+    of the warehouse's connection of the moment (the warehouse reopens its file daily)
+    while holding its lock."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self._con = con.cursor()
+    def __init__(self, connection: Callable[[], duckdb.DuckDBPyConnection],
+                 lock: threading.RLock) -> None:
+        self._connection = connection
+        self._lock = lock
+
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._lock, self._connection().cursor() as cur:
+            yield cur
 
     def oldest(self, limit: int) -> Batch | None:
         """The oldest rows of the table whose turn it is, at most ``limit``."""
-        found = self._con.execute(
-            "SELECT seq, tbl, id, part, row FROM outbox WHERE tbl = "
-            "(SELECT tbl FROM outbox ORDER BY seq LIMIT 1) ORDER BY seq LIMIT ?",
-            [limit]).fetchall()
+        with self._cursor() as cur:
+            found = cur.execute(
+                "SELECT seq, tbl, id, part, row FROM outbox WHERE tbl = "
+                "(SELECT tbl FROM outbox ORDER BY seq LIMIT 1) ORDER BY seq LIMIT ?",
+                [limit]).fetchall()
         if not found:
             return None
         parts = [r[3] for r in found]
@@ -65,27 +78,30 @@ class Outbox:
                      [json.loads(r[4]) for r in found], min(parts), max(parts))
 
     def remove(self, seqs: list[int]) -> None:
-        self._con.execute("DELETE FROM outbox WHERE seq IN (SELECT unnest(?))", [seqs])
+        with self._cursor() as cur:
+            cur.execute("DELETE FROM outbox WHERE seq IN (SELECT unnest(?))", [seqs])
 
     def size(self) -> tuple[int, int]:
         """(rows, bytes) waiting."""
-        rows, size = self._con.execute(
-            "SELECT count(*), coalesce(sum(strlen(row)), 0) FROM outbox").fetchone() or (0, 0)
+        with self._cursor() as cur:
+            rows, size = cur.execute("SELECT count(*), coalesce(sum(strlen(row)), 0) "
+                                     "FROM outbox").fetchone() or (0, 0)
         return int(rows), int(size)
 
     def trim(self, max_bytes: int) -> dict[str, int]:
         """Drop the oldest rows until at most ``max_bytes`` wait; returns the dropped rows
         per table."""
-        dropped = self._con.execute(
-            """DELETE FROM outbox WHERE seq <= (
-                   SELECT max(seq) FROM (
-                       SELECT seq, sum(strlen(row)) OVER (ORDER BY seq DESC) AS newer
-                       FROM outbox) WHERE newer > ?)
-               RETURNING tbl""", [max_bytes]).fetchall()
+        with self._cursor() as cur:
+            dropped = cur.execute(
+                """DELETE FROM outbox WHERE seq <= (
+                       SELECT max(seq) FROM (
+                           SELECT seq, sum(strlen(row)) OVER (ORDER BY seq DESC) AS newer
+                           FROM outbox) WHERE newer > ?)
+                   RETURNING tbl""", [max_bytes]).fetchall()
         out: dict[str, int] = defaultdict(int)
         for (table,) in dropped:
             out[table] += 1
         return dict(out)
 
     def close(self) -> None:
-        self._con.close()
+        """Nothing to release: each call's cursor is closed with it."""

@@ -9,6 +9,7 @@ directly: at 8,000 GPUs a generic client library spends seconds per render.
 from __future__ import annotations
 
 import functools
+import math
 import platform
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -135,6 +136,8 @@ class MetricsView:
     cloud_monitoring: CloudMonitoringStats | None = None
     rows_removed: Mapping[tuple[str, str], int] = field(default_factory=dict)
     report: ReportStats | None = None
+    kube_max_staleness: float = math.inf
+    """A Kubernetes kind whose last answer is older than this is down (a hung watch)."""
 
 
 def label_text(names: Sequence[str], values: Sequence[str]) -> str:
@@ -344,7 +347,8 @@ def _cost_families(v: MetricsView) -> Iterator[Metric]:
 def _health_families(v: MetricsView) -> Iterator[Metric]:
     h = v.health
     up = GaugeMetricFamily(P + "exporter_source_up", "1 if the source answered in the last "
-                           "cycle.", labels=["source", "target"])
+                           "cycle (a Kubernetes kind: its last list, event or bookmark is "
+                           "within kubernetes.max_staleness).", labels=["source", "target"])
     dur = GaugeMetricFamily(P + "exporter_scrape_duration_seconds", "Duration of the last "
                             "successful scrape of a target.", labels=["source", "target"])
     for (source, target), ok in sorted(h.up.items()):
@@ -352,7 +356,9 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
         if (source, target) in h.duration:
             dur.add_metric([source, target], h.duration[(source, target)])
     for kind, ok in sorted(v.kube.up.items()):
-        up.add_metric(["kubernetes", kind], 1.0 if ok else 0.0)
+        age = v.kube.age(kind)
+        fresh = age is None or age <= v.kube_max_staleness
+        up.add_metric(["kubernetes", kind], 1.0 if ok and fresh else 0.0)
     last = GaugeMetricFamily(P + "exporter_source_last_success_timestamp_seconds", "When the "
                              "source last answered (Unix time): a dcgm target's last scrape, "
                              "a Kubernetes list, watch event or bookmark, a BigQuery or Cloud "

@@ -23,14 +23,16 @@ hour (how each column combines is declared in ``schema``) and deletes rows older
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate
 
 import duckdb
 import pyarrow as pa
@@ -166,9 +168,35 @@ _ROLLUP = "SELECT " + ", ".join({
           "state, 'hour'))",
     "time": _HOUR_OF, "interval_seconds": "3600.0"}.get(c.name) or _rolled(c)
     for c in GPU_USAGE.columns) + \
-    f" FROM gpu_usage WHERE {_ROLLUP_RANGE} GROUP BY {', '.join([_HOUR_OF, *_KEYS])}"
+    f" FROM {{source}} WHERE {_ROLLUP_RANGE} GROUP BY {', '.join([_HOUR_OF, *_KEYS])}"
 """One row per hour, device, pod and state of the ``gpu_usage`` rows in a range, in the
 table's column order: totals and GPU-second-weighted means stay what they were."""
+
+DAY = 86400.0
+HOURLY = "gpu_usage_hourly"
+"""The rolled-up ``gpu_usage`` rows (and a file's rows from before the daily tables)."""
+_RAW_PREFIX = "gpu_usage_raw_"
+
+
+def raw_table(day: float) -> str:
+    """The table of the ``gpu_usage`` rows at the warehouse interval of the UTC day that
+    starts at ``day``: ``gpu_usage_raw_20261109``."""
+    return _RAW_PREFIX + datetime.fromtimestamp(day, UTC).strftime("%Y%m%d")
+
+
+def _day_of(table: str) -> float:
+    return datetime.strptime(table.removeprefix(_RAW_PREFIX), "%Y%m%d").replace(
+        tzinfo=UTC).timestamp()
+
+
+def _usage_ddl(name: str) -> str:
+    return GPU_USAGE.duckdb_ddl().replace(f" {GPU_USAGE.name} (", f" {name} (", 1)
+
+
+def _base_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {name for (name,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND NOT temporary").fetchall()}
 
 
 def row_id(*parts: object) -> str:
@@ -205,8 +233,24 @@ def _drop_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
     return keyed
 
 
+def _locked[**P, R](method: Callable[Concatenate[Warehouse, P], R]
+                   ) -> Callable[Concatenate[Warehouse, P], R]:
+    """Run ``method`` holding the warehouse's lock: one writer at a time, whichever thread
+    it is in (the cycle's worker, the final flush at shutdown)."""
+    def run(self: Warehouse, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self.lock:
+            return method(self, *args, **kwargs)
+    functools.update_wrapper(run, method)
+    return run
+
+
 class Warehouse:
-    """Stages usage rows each cycle and appends complete intervals to DuckDB."""
+    """Stages usage rows each cycle and appends complete intervals to DuckDB.
+
+    Its writing methods may run in a worker thread (the service keeps DuckDB's work off its
+    event loop); they hold ``lock``, so two threads never write at once. The few reads
+    from other threads (``report_done``, ``snapshot``, the BigQuery outbox) use cursors of
+    their own."""
 
     def __init__(self, path: Path, cluster: str, interval: float,
                  flush_interval: float | None = None, outbox: bool = False,
@@ -219,11 +263,24 @@ class Warehouse:
         """``gpu_usage`` rows older than this are rolled up to hourly ones (0: never)."""
         self.retention = retention
         """Rows older than this are deleted (0: never)."""
-        # A small appender, not an analytics engine: bound DuckDB's memory and threads.
-        self.con = duck.connect(path, memory_limit="64MB", threads=1)
+        self.con = self._connect()
+        self._opened: float | None = None
+        """The time of the first write since the file was opened."""
+        self._readers = 0
+        """Snapshots reading on cursors of their own (the file is not reopened under them)."""
         _drop_keys(self.con)
+        tables = _base_tables(self.con)
+        if GPU_USAGE.name in tables:  # one table, as files were before the daily ones
+            self.con.execute(f"ALTER TABLE {GPU_USAGE.name} RENAME TO {HOURLY}")
+            tables = _base_tables(self.con)
+        self.con.execute(_usage_ddl(HOURLY))
+        self._raw: dict[float, str] = {_day_of(t): t for t in sorted(tables)
+                                       if t.startswith(_RAW_PREFIX)}
+        """UTC day -> the table of its rows at the warehouse interval."""
+        self._usage_view()
         for table in TABLES:
-            self.con.execute(table.duckdb_ddl())
+            if table is not GPU_USAGE:
+                self.con.execute(table.duckdb_ddl())
         self.con.execute(CURRENT_PODS_VIEW)
         self.con.execute(_STAGE_DDL)
         self.con.execute(REPORT_RUNS_DDL)
@@ -249,8 +306,41 @@ class Warehouse:
         self._next_flush = 0.0
         self._next_maintenance = 0.0
         self._saved: tuple[object, object] | None = None
+        self.lock = threading.RLock()
         """The state last saved or loaded (``save_state`` writes only changes)."""
 
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        # A small appender, not an analytics engine: bound DuckDB's memory and threads.
+        return duck.connect(self.path, memory_limit="64MB", threads=1)
+
+    def _reopen_daily(self, now: float) -> None:
+        """Close and open the file again once a day (when no snapshot reads it). DuckDB
+        keeps what it learns of every block it writes (each table's segments, their
+        statistics) for as long as the file is open: about 7 MiB a day at 8,000 GPUs, which
+        a reopen gives back; what the next writes need is read again as they go."""
+        if self._opened is None:
+            self._opened = now
+        if now - now % DAY <= self._opened - self._opened % DAY or self._readers:
+            return
+        self.con.close()
+        self.con = self._connect()
+        self._opened = now
+
+    def _usage_view(self) -> None:
+        """``gpu_usage``: the hourly rows and every day's, as one relation."""
+        parts = [HOURLY, *(self._raw[d] for d in sorted(self._raw))]
+        self.con.execute(f"CREATE OR REPLACE VIEW {GPU_USAGE.name} AS "
+                         + " UNION ALL ".join(f"SELECT * FROM {t}" for t in parts))
+
+    def _raw_table(self, day: float) -> str:
+        """The day's table, made (and added to the view) when it is first written."""
+        if day not in self._raw:
+            self.con.execute(_usage_ddl(raw_table(day)))
+            self._raw[day] = raw_table(day)
+            self._usage_view()
+        return self._raw[day]
+
+    @_locked
     def add_usage(self, rows: Sequence[UsageRow]) -> None:
         """Stage one cycle's rows in the file (one batch, one statement); DuckDB aggregates
         them per interval when they flush. Rows whose staging fails are kept for the next
@@ -290,6 +380,7 @@ class Warehouse:
             self.con.unregister("_staged")
         self._cols = {name: [] for name in _STAGE_COLUMNS}
 
+    @_locked
     def add_pods(self, pods: Iterable[PodInfo], now: float,
                  team_of: Callable[[PodInfo], str],
                  model_of: Callable[[PodInfo], str] = lambda p: p.accelerator or "") -> None:
@@ -315,6 +406,7 @@ class Warehouse:
                 "queue_wait_seconds": wait, "reason": p.reason, "priority": p.priority,
                 "priority_class": p.priority_class, "queue": p.queue, "updated": _ts(now)}
 
+    @_locked
     def finish_vanished(self, present: Collection[str], now: float) -> int:
         """End the pods the table still shows live that the cluster no longer lists: gone
         while no exporter watched (a restart, an outage). Their last row is written again
@@ -334,6 +426,7 @@ class Warehouse:
             self._pods[row["pod_uid"]] = row
         return len(rows)
 
+    @_locked
     def add_event(self, node: str, pool: str, gpu_uuid: str, reason: str, start: float,
                   end: float) -> None:
         self._events.append({
@@ -341,13 +434,17 @@ class Warehouse:
             "node": node, "node_pool": pool, "gpu_uuid": gpu_uuid, "reason": reason,
             "start_time": _ts(start), "end_time": _ts(end), "seconds": end - start})
 
+    @_locked
     def maybe_flush(self, now: float) -> None:
-        """``flush`` when the flush interval has passed; apply the retention hourly."""
+        """``flush`` when the flush interval has passed; apply the retention hourly; reopen
+        the file daily."""
         if now >= self._next_flush:
             self.flush(now)
         if now >= self._next_maintenance:
             self.maintain(now)
+        self._reopen_daily(now)
 
+    @_locked
     def maintain(self, now: float) -> None:
         """Roll up ``gpu_usage`` rows older than ``raw_retention`` and delete rows older than
         ``retention``."""
@@ -358,43 +455,66 @@ class Warehouse:
             self.expire(now - self.retention)
         self._next_maintenance = now + (0.0 if not done else MAINTENANCE_INTERVAL)
 
+    @_locked
     def roll_up(self, before: float, budget_seconds: float = ROLLUP_BUDGET_SECONDS) -> bool:
         """Replace the ``gpu_usage`` rows that started before ``before`` (an hour boundary
-        at most) by one row per hour, device, pod and state, an hour at a time (a bounded
-        transaction in DuckDB's small memory) for at most
-        ``budget_seconds``. True when no such row is left. Local only: BigQuery keeps its
-        rows as they were sent (its retention is the dataset's partition expiration)."""
+        at most) by one row per hour, device, pod and state in ``HOURLY``, an hour at a time
+        (a bounded transaction in DuckDB's small memory) for at most ``budget_seconds``; a
+        day's table is dropped once every row of it is rolled up. True when no such row is
+        left. Local only: BigQuery keeps its rows as they were sent (its retention is the
+        dataset's partition expiration)."""
         before -= before % HOUR
         deadline = time.monotonic() + budget_seconds
-        while True:
-            row = self.con.execute(
-                "SELECT epoch(min(time)) FROM gpu_usage WHERE interval_seconds < 3600 "
-                "AND time < to_timestamp(?)", [before]).fetchone()
-            if row is None or row[0] is None:
-                return True
-            lo = row[0] - row[0] % HOUR
-            span = [lo, min(before, lo + HOUR)]
-            self.con.execute("BEGIN")
-            try:
-                self.con.execute(f"CREATE TEMP TABLE _rolled AS {_ROLLUP}", span)
-                gone = self.con.execute(f"DELETE FROM gpu_usage WHERE {_ROLLUP_RANGE}",
-                                        span).fetchone()
-                self.con.execute("INSERT INTO gpu_usage SELECT * FROM _rolled")
-                self.con.execute("DROP TABLE _rolled")
-                self.con.execute("COMMIT")
-            except BaseException:
-                self.con.execute("ROLLBACK")
-                raise
-            self.rows_removed[GPU_USAGE.name, "rolled_up"] += int(gone[0]) if gone else 0
-            if time.monotonic() > deadline:
-                return False
+        sources = [(None, HOURLY), *sorted((d, t) for d, t in self._raw.items() if d < before)]
+        for day, source in sources:
+            while True:
+                row = self.con.execute(
+                    f"SELECT epoch(min(time)) FROM {source} WHERE interval_seconds < 3600 "
+                    "AND time < to_timestamp(?)", [before]).fetchone()
+                if row is None or row[0] is None:
+                    break
+                lo = row[0] - row[0] % HOUR
+                self._roll_hour(source, [lo, min(before, lo + HOUR)])
+                if time.monotonic() > deadline:
+                    return False
+            if day is not None and day + DAY <= before:
+                self.con.execute(f"DROP TABLE {source}")
+                del self._raw[day]
+                self._usage_view()
+        return True
 
+    def _roll_hour(self, source: str, span: list[float]) -> None:
+        self.con.execute("BEGIN")
+        try:
+            self.con.execute(f"CREATE TEMP TABLE _rolled AS {_ROLLUP.format(source=source)}",
+                             span)
+            gone = self.con.execute(f"DELETE FROM {source} WHERE {_ROLLUP_RANGE}",
+                                    span).fetchone()
+            self.con.execute(f"INSERT INTO {HOURLY} SELECT * FROM _rolled")
+            self.con.execute("DROP TABLE _rolled")
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.rows_removed[GPU_USAGE.name, "rolled_up"] += int(gone[0]) if gone else 0
+
+    @_locked
     def expire(self, before: float) -> None:
-        """Delete every row whose event time is before ``before``."""
+        """Delete every row whose event time is before ``before``; a day's table wholly
+        before it is dropped."""
         for table in TABLES:
-            gone = self.con.execute(f"DELETE FROM {table.name} WHERE {table.partition_by} "
-                                    "< to_timestamp(?)", [before]).fetchone()
-            self.rows_removed[table.name, "expired"] += int(gone[0]) if gone else 0
+            parts = [table.name] if table is not GPU_USAGE else \
+                [HOURLY, *(t for d, t in self._raw.items() if d < before < d + DAY)]
+            for name in parts:
+                gone = self.con.execute(f"DELETE FROM {name} WHERE {table.partition_by} "
+                                        "< to_timestamp(?)", [before]).fetchone()
+                self.rows_removed[table.name, "expired"] += int(gone[0]) if gone else 0
+        for day in sorted(d for d in self._raw if d + DAY <= before):
+            name = self._raw.pop(day)
+            (n,) = self.con.execute(f"SELECT count(*) FROM {name}").fetchone() or (0,)
+            self.con.execute(f"DROP TABLE {name}")
+            self.rows_removed[GPU_USAGE.name, "expired"] += int(n)
+            self._usage_view()
 
     def snapshot(self, ranges: Mapping[str, tuple[datetime, datetime]],
                  directory: Path) -> None:
@@ -402,7 +522,9 @@ class Warehouse:
         to ``<table>.parquet`` in ``directory`` (what ``analytics.store.ParquetStore``
         reads). On a cursor of its own, so it may run in a thread while cycles go on."""
         directory.mkdir(parents=True, exist_ok=True)
-        cur = self.con.cursor()
+        with self.lock:
+            cur = self.con.cursor()
+            self._readers += 1
         try:
             cur.execute("SET TimeZone = 'UTC'")
             for name, (start, end) in ranges.items():
@@ -412,7 +534,9 @@ class Warehouse:
                             f"TO {duck.quote(str(part))} (FORMAT parquet)", [start, end])
                 part.replace(directory / f"{name}.parquet")
         finally:
-            cur.close()
+            with self.lock:
+                cur.close()
+                self._readers -= 1
 
     def load_state(self) -> tuple[dict[str, dict[str, DeviceIdentity]],
                                   dict[tuple[str, str], tuple[float, str, str]]]:
@@ -431,6 +555,7 @@ class Warehouse:
         self._saved = (inventory, incidents)
         return inventory, dict(incidents)
 
+    @_locked
     def save_state(self, inventory: Mapping[str, Mapping[str, DeviceIdentity]],
                    incidents: Incidents) -> None:
         """Replace the saved inventory and open incidents, when they changed (one
@@ -465,13 +590,16 @@ class Warehouse:
 
     def report_done(self, week: str) -> bool:
         """Whether the scheduled report of ``week`` (``2026-W47``) has been made."""
-        return self.con.execute("SELECT count(*) FROM report_runs WHERE week = ?",
-                                [week]).fetchone() != (0,)
+        with self.con.cursor() as cur:
+            return cur.execute("SELECT count(*) FROM report_runs WHERE week = ?",
+                               [week]).fetchone() != (0,)
 
     def record_report(self, week: str, finished: float, directory: Path) -> None:
-        self.con.execute("INSERT OR REPLACE INTO report_runs VALUES (?, to_timestamp(?), ?)",
-                         [week, finished, str(directory)])
+        with self.con.cursor() as cur:
+            cur.execute("INSERT OR REPLACE INTO report_runs VALUES (?, to_timestamp(?), ?)",
+                        [week, finished, str(directory)])
 
+    @_locked
     def flush(self, now: float, partial: bool = False) -> None:
         """Write every interval that ended by ``now``; the rest stays staged in the file, so
         an exporter restarted within an interval completes it instead of losing it.
@@ -489,31 +617,50 @@ class Warehouse:
             self._events.clear()
 
     def _write_usage(self, now: float) -> None:
-        """Aggregate every staged interval that ended by ``now`` into ``gpu_usage``."""
+        """Aggregate every staged interval that ended by ``now`` into its day's table, a day
+        at a time (one transaction each, its staged rows deleted in it). A write is checked
+        against the rows of the intervals it writes, in that table (and in ``HOURLY``, which
+        holds a file's rows from before the daily tables)."""
         complete = "win + ? <= ?"
         row = self.con.execute(f"SELECT min(win), max(win) FROM usage_staging WHERE {complete}",
                                [self.interval, now]).fetchone()
         if row is None or row[0] is None:
             return
-        self._append(GPU_USAGE, _AGGREGATE.format(where=complete),
-                     [self.cluster, self.interval, self.cluster, self.interval, now],
-                     existing=("time BETWEEN to_timestamp(?) AND to_timestamp(?)", list(row)),
-                     after=(f"DELETE FROM usage_staging WHERE {complete}", [self.interval, now]))
+        first, last = row
+        day = first - first % DAY
+        while day <= last:
+            table = self._raw_table(day)
+            where = f"{complete} AND win >= ? AND win < ?"
+            span = [self.interval, now, day, day + DAY]
+            lo, hi = max(first, day), min(last, day + DAY)
+            self._append(GPU_USAGE, _AGGREGATE.format(where=where),
+                         [self.cluster, self.interval, self.cluster, *span],
+                         into=table, existing=(
+                             f"(SELECT id FROM {table} WHERE time BETWEEN to_timestamp(?) AND "
+                             f"to_timestamp(?) UNION ALL SELECT id FROM {HOURLY} WHERE "
+                             "interval_seconds < 3600 AND time BETWEEN to_timestamp(?) AND "
+                             "to_timestamp(?))", [lo, hi, lo, hi]),
+                         after=(f"DELETE FROM usage_staging WHERE {where}", span))
+            day += DAY
 
     def _append(self, table: Table, source: str, params: list[Any] | None = None,
-                batch: pa.Table | None = None,
-                existing: tuple[str, list[Any]] = ("id IN (SELECT id FROM _batch)", []),
+                batch: pa.Table | None = None, into: str | None = None,
+                existing: tuple[str, list[Any]] | None = None,
                 after: tuple[str, list[Any]] | None = None) -> None:
-        """Insert the rows of ``source`` (a query, over ``batch`` as ``_batch``) but those
-        whose id is among the table's rows matching ``existing`` (a condition that holds
-        for every row a new one may repeat); the new ones also go to the outbox. One
+        """Insert the rows of ``source`` (a query, over ``batch`` as ``_batch``) into
+        ``into`` (default: the table) but those whose id is among ``existing`` (a query of
+        ids that holds every row a new one may repeat; default: the table's rows with an id
+        of the batch); the new ones also go to the outbox, as rows of ``table``. One
         transaction, ``after`` included."""
+        into = into or table.name
+        existing = existing or (
+            f"(SELECT id FROM {into} WHERE id IN (SELECT id FROM _batch))", [])
         self.con.execute("BEGIN")
         try:
             if batch is not None:
                 self.con.register("_batch", batch)
-            insert = (f"INSERT INTO {table.name} SELECT s.* FROM ({source}) s ANTI JOIN "
-                      f"(SELECT id FROM {table.name} WHERE {existing[0]}) o ON s.id = o.id")
+            insert = (f"INSERT INTO {into} SELECT s.* FROM ({source}) s "
+                      f"ANTI JOIN {existing[0]} o ON s.id = o.id")
             params = [*(params or []), *existing[1]]
             if self.with_outbox:  # the new rows themselves, for the outbox
                 fresh = self.con.execute(f"{insert} RETURNING *", params).to_arrow_table()
@@ -538,11 +685,13 @@ class Warehouse:
 
     def open_outbox(self) -> outbox.Outbox:
         """The outbox, for a sender in another thread."""
-        return outbox.Outbox(self.con)
+        return outbox.Outbox(lambda: self.con, self.lock)
 
+    @_locked
     def close(self) -> None:
         self.con.close()
 
+    @_locked
     def forget_pod(self, uid: str) -> None:
         """Drop the change-tracking of a pod that is gone for good."""
         self._pod_signatures.pop(uid, None)

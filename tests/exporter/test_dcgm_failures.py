@@ -150,11 +150,13 @@ def node_price(exporter: Exporter, node: str) -> float:
 
 async def test_a_hostile_scrape_leaves_no_trace_once_the_target_is_healthy(
         sim: SimulatorServer, tmp_path: Path,
-        serve: Callable[[Handler], Awaitable[str]]) -> None:
+        serve: Callable[[Handler], Awaitable[str]], caplog: pytest.LogCaptureFixture) -> None:
     """One answer of the 8-GPU node's dcgm-exporter carries 200,000 series of distinct
     GPUs under its hostname: the node still has its 8 GPUs, the rest is counted
-    ``too_many_devices`` and never billed; once the exporter answers normally again,
-    /metrics names the GPUs it named before, as many series as before, at the same cost."""
+    ``too_many_devices`` and never billed, logged once as it begins and once as it ends;
+    once the exporter answers normally again, /metrics names the GPUs it named before, as
+    many series as before, at the same cost."""
+    caplog.set_level(logging.INFO, logger="exporter.service")
     (h100,) = [n for n in sim.cluster.live_nodes() if n.pool.name == "h100"]
     hostile = False
 
@@ -190,6 +192,9 @@ async def test_a_hostile_scrape_leaves_no_trace_once_the_target_is_healthy(
 
         hostile = False
         await step_both(sim, exporter, 2)
+        logged = [r.getMessage() for r in caplog.records if r.getMessage().endswith(
+            "gpus than the node holds")]
+        assert logged == ["more gpus than the node holds", "no more gpus than the node holds"]
         assert uuid_labels(exporter.metrics_text) == uuids
         assert series(exporter.metrics_text) == count
         assert node_price(exporter, h100.name) == price

@@ -116,10 +116,20 @@ async def test_a_frozen_api_makes_the_view_stale_then_ready_again(
                   if lbl["source"] == "kubernetes"}
         assert stamps.keys() == {"nodes", "pods", "namespaces"}
         assert all(v <= frozen for v in stamps.values()), "stamped before the freeze"
+        assert kube_up(exporter) == {"nodes": 0, "pods": 0}, "a silent view is not up"
         sim.api.stall(0)
         sim.api.hang_watches(0)
         await until(lambda: max(exporter.kube.age(k) or 99 for k in ("nodes", "pods")) < 1)
         assert await readyz(client) == (200, "ready\n")
+        await exporter.cycle(sim.cluster.now)
+        assert kube_up(exporter) == {"nodes": 1, "pods": 1}
+
+
+def kube_up(exporter: Exporter) -> dict[str, float]:
+    """``source_up`` of the Kubernetes node and pod views."""
+    return {lbl["target"]: v for lbl, v in families(exporter.metrics_text)[
+        "gke_gpu_exporter_source_up"] if lbl["source"] == "kubernetes"
+        and lbl["target"] in ("nodes", "pods")}
 
 
 async def test_a_failing_target_keeps_the_time_of_its_last_answer(

@@ -134,3 +134,70 @@ def test_a_file_with_keyed_tables_is_rebuilt_without_keys(tmp_path: Path) -> Non
     assert count(opened) == (2, 120.0)
     assert dict(opened.rows_written) == {"gpu_usage": 1, "gpu_pods": 0}
     assert opened.con.execute("SELECT count(*) FROM outbox").fetchone() == (1,)
+
+
+DAY = 86400.0
+T0 = 1_794_182_400.0  # Monday 2026-11-09 00:00 UTC
+
+
+def usage_tables(wh: Warehouse) -> list[str]:
+    return sorted(name for (name,) in wh.con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE 'gpu_usage%'"
+    ).fetchall())
+
+
+def test_each_day_is_written_to_a_table_of_its_own(tmp_path: Path) -> None:
+    """A flush across midnight writes each interval to its day's table; ``gpu_usage`` shows
+    every day and the hourly rows as one; a rewrite of either day adds nothing; a day
+    rolled up or past the retention is dropped whole, its rows counted."""
+    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
+    for t in (T0 + DAY - 60, T0 + DAY - 30, T0 + DAY, T0 + DAY + 30):
+        wh.add_usage(rows(t))
+    wh.flush(T0 + DAY + 60)
+    assert usage_tables(wh) == ["gpu_usage_hourly", "gpu_usage_raw_20261109",
+                                "gpu_usage_raw_20261110"]
+    assert count(wh) == (2, 120.0)
+    for t in (T0 + DAY - 60, T0 + DAY):   # both intervals again, as after a restart
+        wh.add_usage(rows(t))
+    wh.flush(T0 + DAY + 60)
+    assert count(wh) == (2, 120.0) and wh.rows_written["gpu_usage"] == 2
+    assert wh.roll_up(T0 + DAY)           # the first day: rolled up, its table dropped
+    assert usage_tables(wh) == ["gpu_usage_hourly", "gpu_usage_raw_20261110"]
+    assert count(wh) == (2, 120.0)
+    assert wh.con.execute("SELECT interval_seconds FROM gpu_usage ORDER BY time").fetchall() \
+        == [(3600.0,), (60.0,)]
+    wh.expire(T0 + 2 * DAY)               # both days past the retention
+    assert usage_tables(wh) == ["gpu_usage_hourly"]
+    assert count(wh) == (0, None)
+    assert wh.rows_removed["gpu_usage", "expired"] == 2
+    wh.close()
+
+
+def test_the_file_is_reopened_daily_but_not_under_a_snapshot(tmp_path: Path) -> None:
+    """At the first flush of a new day the warehouse opens its file again (what DuckDB
+    learnt of the blocks written the day before is let go), unless a snapshot is reading
+    it; nothing written or staged is lost, and the outbox goes on with the new connection."""
+    from exporter.sinks.outbox import Outbox
+
+    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0, outbox=True)
+    box: Outbox = wh.open_outbox()
+    wh.add_usage(rows(T0))
+    wh.maybe_flush(T0 + 30)
+    first = wh.con
+    wh.add_usage(rows(T0 + 30))
+    wh.maybe_flush(T0 + 60)
+    assert wh.con is first and count(wh) == (1, 60.0)
+    wh._readers += 1                     # a snapshot under way
+    wh.add_usage(rows(T0 + DAY))
+    wh.maybe_flush(T0 + DAY + 30)
+    assert wh.con is first
+    wh._readers -= 1
+    wh.add_usage(rows(T0 + DAY + 30))
+    wh.maybe_flush(T0 + DAY + 60)
+    assert wh.con is not first
+    assert count(wh) == (2, 120.0)
+    batch = box.oldest(10)
+    assert batch is not None and len(batch.rows) == 2
+    box.remove(batch.seqs)
+    assert box.size() == (0, 0)
+    wh.close()
