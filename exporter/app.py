@@ -230,8 +230,12 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
 
 
 def http_app(exporter: Exporter) -> web.Application:
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=exporter.metrics_text, headers={"Content-Type": _TEXT})
+    async def metrics(request: web.Request) -> web.Response:
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            return web.Response(body=exporter.metrics_gzip, headers={
+                "Content-Type": _TEXT, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+        return web.Response(body=exporter.metrics_text, headers={
+            "Content-Type": _TEXT, "Vary": "Accept-Encoding"})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gzip
 import logging
 import time
 from collections import defaultdict
@@ -46,6 +47,9 @@ DCGM_FIELDS_READ = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.valu
 """Every DCGM field the exporter uses; the source skips the other families unparsed."""
 
 VIEW_KINDS = ("nodes", "pods")
+GZIP_LEVEL = 1
+"""The fastest: 20 MB of exposition in about 0.04 s CPU, at most a third larger than at
+level 6 (three times the CPU)."""
 """The Kubernetes kinds the figures stand on: no figure before both are listed."""
 
 KEEP_ENDED_PODS = 10_000
@@ -195,6 +199,8 @@ class Exporter:
         self.last_cycle_time = 0.0
         self._view_now: MetricsView | None = None
         self._rendered: bytes | None = None
+        self._gzipped: tuple[bytes, bytes] | None = None
+        """The exposition it compressed, and the result."""
         self._vanished_unchecked = True
         """Pods that ended while no exporter watched are yet to be finished."""
         self._target_nodes: dict[str, set[str]] = {}
@@ -380,6 +386,15 @@ class Exporter:
         if self._rendered is None:
             self._rendered = render(self._view_now) if self._view_now is not None else b""
         return self._rendered
+
+    @property
+    def metrics_gzip(self) -> bytes:
+        """``metrics_text`` gzip-compressed, at most once per cycle (for scrapers that
+        accept gzip: a fleet's exposition shrinks about tenfold)."""
+        text = self.metrics_text
+        if self._gzipped is None or self._gzipped[0] is not text:
+            self._gzipped = (text, gzip.compress(text, compresslevel=GZIP_LEVEL, mtime=0))
+        return self._gzipped[1]
 
     # ------------------------------------------------------------------ pieces
 

@@ -186,6 +186,37 @@ async def test_readyz_waits_for_the_first_cycle(make_server: Callable[..., Any],
         assert "gke_gpu_cluster_available_gpus" in body
 
 
+async def test_metrics_are_rendered_and_compressed_once_per_cycle(
+        make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
+        tmp_path: Path) -> None:
+    """Every scrape of a cycle gets the same exposition; one that accepts gzip gets it
+    compressed, compressed once for all of them."""
+    import gzip
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    sim: SimulatorServer = await make_server(make_scenario())
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    async with open_exporter(cfg) as exporter, \
+            TestClient(TestServer(http_app(exporter)), auto_decompress=False) as client:
+        await exporter.kube.wait_synced()
+        await exporter.cycle(sim.cluster.now)
+        plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        assert "Content-Encoding" not in plain.headers
+        text = await plain.read()
+        assert text is not None and text == exporter.metrics_text
+        zipped = [await client.get("/metrics", headers={"Accept-Encoding": "gzip, deflate"})
+                  for _ in range(2)]
+        assert all(r.headers["Content-Encoding"] == "gzip" for r in zipped)
+        bodies = [await r.read() for r in zipped]
+        assert bodies[0] == bodies[1] and gzip.decompress(bodies[0]) == text
+        assert len(bodies[0]) * 4 < len(text)
+        first = exporter.metrics_gzip
+        assert exporter.metrics_gzip is first          # not compressed again
+        await step_both(sim, exporter, 1)
+        assert gzip.decompress(exporter.metrics_gzip) == exporter.metrics_text != text
+
+
 async def test_run_serves_and_stops_on_sigterm(make_server: Callable[..., Any],
                                                make_scenario: Callable[..., Scenario],
                                                tmp_path: Path) -> None:

@@ -132,3 +132,41 @@ def _staged_gpu_seconds(path: Path) -> float:
         con.close()
     return float(row[0]) if row else 0.0
 
+
+
+async def test_a_slow_warehouse_never_holds_up_metrics(
+        make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
+        tmp_path: Path) -> None:
+    """A flush that takes two seconds (a checkpoint of a large file, a slow disk) runs in
+    the warehouse's thread: scrapes of /metrics during it are answered at once."""
+    import time
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from exporter.app import http_app
+
+    sim: SimulatorServer = await make_server(make_scenario())
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    async with open_exporter(cfg) as exporter, \
+            TestClient(TestServer(http_app(exporter))) as client:
+        await step_both(sim, exporter, 2)
+        wh = exporter.warehouse
+        assert wh is not None
+        flush = wh.flush
+
+        def slow_flush(now: float, partial: bool = False) -> None:
+            time.sleep(2.0)
+            flush(now, partial)
+
+        wh.flush = slow_flush  # type: ignore[method-assign]
+        wh._next_flush = 0.0
+        cycle = asyncio.create_task(step_both(sim, exporter, 1))
+        waits = []
+        while not cycle.done():
+            began = time.perf_counter()
+            resp = await client.get("/metrics")
+            assert resp.status == 200 and b"gke_gpu_gpu_seconds_total" in await resp.read()
+            waits.append(time.perf_counter() - began)
+            await asyncio.sleep(0.1)
+        await cycle
+        assert len(waits) >= 10 and max(waits) < 0.5
