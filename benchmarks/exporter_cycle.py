@@ -3,15 +3,18 @@
 Starts ``gke-gpu-exporter simulate --scenario fleet --nodes N`` in its own process, then
 runs the exporter here, as ``run`` does: Kubernetes list + watch, discovery of the
 dcgm-exporter pods, and per cycle: scrape every endpoint, parse, join, compute, append to
-the DuckDB warehouse, render /metrics. Virtual time moves one step between cycles.
+the DuckDB warehouse, render /metrics. Virtual time moves one step between cycles. Prints
+each cycle's CPU by stage (scrape: HTTP and parsing; compute; warehouse; render), the
+median and 95th percentile of each, and the process's RSS after each cycle.
 
-    .venv/bin/python benchmarks/exporter_cycle.py [--nodes 1000 125] [--cycles 4]
+    .venv/bin/python benchmarks/exporter_cycle.py [--nodes 125 1000] [--cycles 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import sys
 import tempfile
@@ -24,7 +27,7 @@ from exporter.app import open_exporter
 from exporter.config import load_config
 
 
-async def bench(nodes: int, cycles: int) -> None:
+async def bench(nodes: int, cycles: int, every: int) -> None:
     out = Path(tempfile.mkdtemp(prefix="cycle-bench-"))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "exporter", "simulate", "--scenario", "fleet", "--nodes",
@@ -44,44 +47,64 @@ async def bench(nodes: int, cycles: int) -> None:
         "cluster": "fleet", "interval": 30, "dcgm": {"timeout": 10},
         "kubernetes": {"kubeconfig": str(out / "kubeconfig")},
         "warehouse": {"path": str(out / "w.duckdb"), "interval": 30, "flush_interval": 30}})
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    stages = ("scrape", "compute", "warehouse", "render")
+    per_cycle: list[dict[str, float]] = []
+    rss: list[float] = []
     async with open_exporter(cfg) as exporter, aiohttp.ClientSession() as s:
         await exporter.kube.wait_synced()
-        print(f"{nodes} nodes x 8 GPUs: {len(exporter.kube.pods)} pods listed")
-        print(f"{'cycle':>5} {'CPU s':>6} {'wall s':>7} {'render s':>8} {'samples':>8} "
-              f"{'RSS MiB':>8}")
-        now = 0.0
+        print(f"{nodes} nodes x 8 GPUs: {len(exporter.kube.pods)} pods listed; "
+              f"RSS {rss_mib():.0f} MiB before the first cycle")
+        print(f"{'cycle':>5} {'CPU s':>6} {'wall s':>7} " + " ".join(f"{s:>9}" for s in stages)
+              + f" {'samples':>8} {'RSS MiB':>8}")
         for i in range(cycles):
             async with s.post(f"{api}/sim/advance?seconds=30") as resp:
                 now = (await resp.json())["now_unix"]
             await asyncio.sleep(0.2)  # let the watches deliver the step's changes
             cpu0, wall0 = time.process_time(), time.perf_counter()
             await exporter.cycle(now)
-            t_render = time.perf_counter()
             body = exporter.metrics_text
-            if exporter.warehouse is not None:
-                exporter.warehouse.flush(now + 30)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            render = time.perf_counter() - t_render
+            per_cycle.append(exporter.stage_cpu | {"cycle": cpu})
+            rss.append(rss_mib())
             samples = sum(len(d.fields) for d in exporter.states)
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"{i + 1:>5} {cpu:>6.2f} {wall:>7.2f} {render:>8.2f} {samples:>8} "
-                  f"{rss:>8.0f}")
+            if i < 10 or (i + 1) % every == 0 or i + 1 == cycles:
+                print(f"{i + 1:>5} {cpu:>6.3f} {wall:>7.3f} "
+                      + " ".join(f"{exporter.stage_cpu.get(s, 0):>9.3f}" for s in stages)
+                      + f" {samples:>8} {rss[-1]:>8.0f}", flush=True)
             del body
-        print(f"exporter RSS high-water mark {rss:.0f} MiB (at start {rss0:.0f} MiB)")
+        steady = per_cycle[1:] or per_cycle  # the first cycle warms caches up
+        print("CPU s per cycle, median / p95 over cycles 2-"
+              f"{cycles}: " + ", ".join(
+                  f"{k} {_q(steady, k, 50):.3f} / {_q(steady, k, 95):.3f}"
+                  for k in ("cycle", *stages)))
+        print(f"RSS after cycle 1 {rss[0]:.0f} MiB, after cycle {cycles} {rss[-1]:.0f} MiB, "
+              f"high-water mark {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
+              " MiB")
     proc.terminate()
     await proc.wait()
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+
+
+def _q(cycles: list[dict[str, float]], key: str, pct: int) -> float:
+    values = sorted(c.get(key, 0.0) for c in cycles)
+    return values[min(len(values) - 1, round(pct / 100 * (len(values) - 1)))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[125, 1000])
-    parser.add_argument("--cycles", type=int, default=4)
+    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--every", type=int, default=50,
+                        help="after the first 10 cycles, print every Nth")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 8192)), hard))
     for n in args.nodes:
-        asyncio.run(bench(n, args.cycles))
+        asyncio.run(bench(n, args.cycles, args.every))
 
 
 if __name__ == "__main__":

@@ -196,6 +196,10 @@ class Exporter:
         self.viewed_cycles = 0
         """Cycles that ran on a listed Kubernetes view (nodes and pods)."""
         self.cycle_seconds = 0.0
+        self.stage_cpu: dict[str, float] = {}
+        """CPU seconds of the last cycle by stage: scrape (HTTP and parsing), compute,
+        warehouse, and render once /metrics is rendered (every thread of the process, so
+        approximate while other work runs)."""
         self.last_cycle_time = 0.0
         self._view_now: MetricsView | None = None
         self._rendered: bytes | None = None
@@ -280,10 +284,11 @@ class Exporter:
     # ------------------------------------------------------------------ the cycle
 
     async def cycle(self, now: float) -> None:
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         viewed = all(self.kube.synced[k].is_set() for k in VIEW_KINDS)
         targets = self.targets()
         results = await self.dcgm.fetch(list(targets))
+        stages = {"scrape": time.process_time() - cpu}
         readings: dict[str, list[DeviceReading]] = defaultdict(list)
         unknown: set[str] = set()
         complete = True
@@ -371,8 +376,11 @@ class Exporter:
         self._queue(now)
         self._bottlenecks(now, states)
         self._forget_gone(states, nodes)
+        stages["compute"] = time.process_time() - cpu - stages["scrape"]
         if self.warehouse is not None:
             await self._write_warehouse(self.warehouse, usage, nodes, now)
+        stages["warehouse"] = time.process_time() - cpu - sum(stages.values())
+        self.stage_cpu = stages
         self.cycles += 1
         self.viewed_cycles += viewed
         self.last_cycle_time = now
@@ -384,7 +392,9 @@ class Exporter:
     def metrics_text(self) -> bytes:
         """The exposition of the last cycle, rendered at most once per cycle."""
         if self._rendered is None:
+            cpu = time.process_time()
             self._rendered = render(self._view_now) if self._view_now is not None else b""
+            self.stage_cpu["render"] = time.process_time() - cpu
         return self._rendered
 
     @property
