@@ -350,6 +350,7 @@ class Warehouse:
             self.rows_removed[GPU_USAGE.name, "unstaged"] += len(cols["win"])
             cols = self._cols = {name: [] for name in _STAGE_COLUMNS}
         readings: dict[int, tuple[Any, ...]] = {}
+        batch: list[tuple[Any, ...]] = []
         for r in rows:
             d, o = r.device, r.owner
             vals = readings.get(id(d))
@@ -359,14 +360,15 @@ class Warehouse:
                 vals = readings[id(d)] = (*(f.get(name) for name in FIELDS.values()),
                                           *memory_bytes(f), int(f.get(XID, 0)),
                                           None if reasons is None else int(reasons))
-            row = (r.start - r.start % self.interval, d.device_id, o.uid if o else "",
-                   d.state, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
-                   d.gpu_uuid, d.gpu_index, d.mig_profile, o.namespace if o else None,
-                   o.name if o else None, o.team if o else None, o.workload if o else None,
-                   d.reason, r.seconds, r.utilized_seconds, r.cost_usd,
-                   d.price_usd_per_hour, *vals)
-            for name, value in zip(_STAGE_COLUMNS, row, strict=True):
-                cols[name].append(value)
+            batch.append((r.start - r.start % self.interval, d.device_id, o.uid if o else "",
+                          d.state, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
+                          d.gpu_uuid, d.gpu_index, d.mig_profile, o.namespace if o else None,
+                          o.name if o else None, o.team if o else None,
+                          o.workload if o else None, d.reason, r.seconds, r.utilized_seconds,
+                          r.cost_usd, d.price_usd_per_hour, *vals))
+        if batch:
+            for name, column in zip(_STAGE_COLUMNS, zip(*batch, strict=True), strict=True):
+                cols[name].extend(column)
         self._stage()
 
     def _stage(self) -> None:
