@@ -51,7 +51,9 @@ def _escape(value: str) -> str:
 
 
 def _number(value: float) -> str:
-    if value == int(value) and abs(value) < 1e15:
+    if value.__class__ is int:
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(float(value))
 
@@ -66,13 +68,13 @@ class Metric:
                  value: float | None = None) -> None:
         self.name = name + self.suffix
         self.documentation = documentation
-        self.labels = list(labels or [])
+        self.labels = tuple(labels or ())
         self.lines: list[str] = []
         if value is not None:
             self.lines.append(f"{self.name} {_number(value)}\n")
 
     def _labels(self, values: Sequence[str], extra: str = "") -> str:
-        pairs = label_text(self.labels, values)
+        pairs = _label_text_cached(self.labels, tuple(values))
         if extra:
             pairs = f"{pairs},{extra}" if pairs else extra
         return "{" + pairs + "}" if pairs else ""
@@ -144,6 +146,12 @@ def label_text(names: Sequence[str], values: Sequence[str]) -> str:
     return ",".join(f'{k}="{_escape(v)}"' for k, v in zip(names, values, strict=True))
 
 
+@functools.lru_cache(maxsize=1 << 15)
+def _label_text_cached(names: tuple[str, ...], values: tuple[str, ...]) -> str:
+    """``label_text`` of label sets that come back every cycle (a GPU's, a group's)."""
+    return label_text(names, values)
+
+
 @functools.lru_cache(maxsize=65536)
 def _device_labels_cached(cluster: str, node: str, pool: str, zone: str, model: str,
                           provisioning: str, gpu: str, uuid: str, mig_profile: str,
@@ -194,7 +202,7 @@ def _families(v: MetricsView) -> Iterator[Metric]:
         if d.price_usd_per_hour is not None:
             price.add_labelled(labels, d.price_usd_per_hour)
         for o in d.owners:
-            alloc.add_labelled(labels + "," + label_text(
+            alloc.add_labelled(labels + "," + _label_text_cached(
                 ("namespace", "pod", "team", "workload"),
                 (o.namespace, o.name, o.team, o.workload)), 1.0)
     yield from (util, mem_used, mem_total, available, state, price, alloc)
