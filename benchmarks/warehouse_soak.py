@@ -138,6 +138,31 @@ def main() -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"total {time.perf_counter() - began_all:,.0f} s; peak RSS {peak:,.0f} MiB")
         wh.close()
+        reopen(path, states, T0 + args.days * DAY, args.raw_days * DAY)
+
+
+def reopen(path: Path, states: list[compute.DeviceState], start: float,
+           raw_retention: float) -> None:
+    """A restart on the file: the time to open it, to write the next intervals, and what a
+    rewrite of them adds."""
+    began = time.perf_counter()
+    wh = Warehouse(path, "fleet", interval=60.0, raw_retention=raw_retention)
+    opened = time.perf_counter() - began
+    flushes = []
+    for c in range(4):
+        wh.add_usage(usage(states, start + c * CYCLE))
+        began = time.perf_counter()
+        wh.flush(start + (c + 1) * CYCLE)
+        flushes.append(time.perf_counter() - began)
+    written = wh.rows_written["gpu_usage"]
+    for c in range(4):  # the same cycles again, as a restart replays them
+        wh.add_usage(usage(states, start + c * CYCLE))
+    wh.flush(start + 4 * CYCLE)
+    print(f"reopened in {opened:.2f} s; next two intervals flushed in "
+          f"{' / '.join(f'{f * 1e3:.0f}' for f in flushes if f > 0.001)} ms, "
+          f"{written:,} rows; written again: {wh.rows_written['gpu_usage'] - written} rows added; "
+          f"RSS {rss_mib():,.0f} MiB")
+    wh.close()
 
 
 if __name__ == "__main__":

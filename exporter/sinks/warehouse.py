@@ -7,17 +7,21 @@ loses at most the cycle under way), and aggregated in SQL once their interval is
 Every row has a deterministic id (a hash of cluster, interval, device, pod and state) and a
 write skips the ids already there, so a restart or a retried flush never double-counts. The
 tables have no key: DuckDB holds a key's index in memory, and it would grow with the table
-past the connection's small memory limit. A ``gpu_usage`` write looks only at the intervals
-it writes (the id includes the interval), so its cost stays flat as the table grows; the
+past the connection's small memory limit.
+
+``gpu_usage`` is a view over one table per UTC day (``gpu_usage_raw_20261109``) and one of
+hourly rows (``HOURLY``). A write goes to its day's table and looks only at the intervals it
+writes, so neither it nor DuckDB's checkpoint after it grows with the months behind it; the
 small ``gpu_pods`` and ``availability_events`` are looked up by the ids written. A file
-made when the tables were keyed is rebuilt without the keys when it is opened.
-``gpu_pods`` keeps the latest state of each GPU pod; ``availability_events`` one row per
-incident.
+made when ``gpu_usage`` was one keyed table opens with the keys dropped and that table as
+``HOURLY``. ``gpu_pods`` keeps the latest state of each GPU pod; ``availability_events``
+one row per incident.
 
 Hourly, the retention rolls ``gpu_usage`` rows older than ``raw_retention`` up to one row per
-hour (how each column combines is declared in ``schema``) and deletes rows older than
-``retention``. ``snapshot`` copies what a week's report reads to Parquet, and
-``report_runs`` records the weeks whose scheduled report is made (``scheduled_report``).
+hour in ``HOURLY`` (how each column combines is declared in ``schema``), dropping each day's
+table once it is rolled up, and deletes rows older than ``retention``. ``snapshot`` copies
+what a week's report reads to Parquet, and ``report_runs`` records the weeks whose scheduled
+report is made (``scheduled_report``).
 """
 
 from __future__ import annotations
