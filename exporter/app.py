@@ -221,6 +221,7 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
                     bigquery.stop, min(BIGQUERY_SHUTDOWN_SECONDS, shutdown.left())))
             else:
                 bigquery.stop(0)
+        exporter.close()
         if warehouse is not None and flushed:
             warehouse.close()
         await session.close()

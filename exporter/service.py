@@ -17,6 +17,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -218,6 +219,8 @@ class Exporter:
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
         self.warehouse_error: str | None = None
+        self._warehouse_thread = ThreadPoolExecutor(1, thread_name_prefix="warehouse")
+        """One thread for DuckDB's work: its memory stays in one allocator arena."""
         """Why the last cycle's warehouse work failed; None when it did not."""
 
     @property
@@ -387,6 +390,10 @@ class Exporter:
         self.cycle_seconds = time.perf_counter() - began
         self._view_now = self._view(nodes, now)
         self._rendered = None
+
+    def close(self) -> None:
+        """Let the warehouse's thread end once its work (if any) is done."""
+        self._warehouse_thread.shutdown(wait=False)
 
     @property
     def metrics_text(self) -> bytes:
@@ -585,7 +592,7 @@ class Exporter:
         try:
             warehouse.add_pods(list(self.kube.pods.values()), now, self._team,
                                lambda p: gpu_model(p, nodes))
-            await asyncio.to_thread(write)
+            await asyncio.get_running_loop().run_in_executor(self._warehouse_thread, write)
         except Exception as exc:
             self.warehouse_error = f"{type(exc).__name__}: {exc}"
             self.health.errors["warehouse", path] += 1
