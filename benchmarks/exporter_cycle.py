@@ -5,7 +5,8 @@ runs the exporter here, as ``run`` does: Kubernetes list + watch, discovery of t
 dcgm-exporter pods, and per cycle: scrape every endpoint, parse, join, compute, append to
 the DuckDB warehouse, render /metrics. Virtual time moves one step between cycles. Prints
 each cycle's CPU by stage (scrape: HTTP and parsing; compute; warehouse; render), the
-median and 95th percentile of each, and the process's RSS after each cycle.
+median and 95th percentile of each, and after each cycle the process's RSS, its open file
+descriptors and the warehouse file's size: ``--cycles 1000`` is the soak.
 
     .venv/bin/python benchmarks/exporter_cycle.py [--nodes 125 1000] [--cycles 20]
 """
@@ -55,7 +56,7 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
         print(f"{nodes} nodes x 8 GPUs: {len(exporter.kube.pods)} pods listed; "
               f"RSS {rss_mib():.0f} MiB before the first cycle")
         print(f"{'cycle':>5} {'CPU s':>6} {'wall s':>7} " + " ".join(f"{s:>9}" for s in stages)
-              + f" {'samples':>8} {'RSS MiB':>8}")
+              + f" {'samples':>8} {'RSS MiB':>8} {'fds':>5} {'file MiB':>8}")
         for i in range(cycles):
             async with s.post(f"{api}/sim/advance?seconds=30") as resp:
                 now = (await resp.json())["now_unix"]
@@ -70,7 +71,8 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
             if i < 10 or (i + 1) % every == 0 or i + 1 == cycles:
                 print(f"{i + 1:>5} {cpu:>6.3f} {wall:>7.3f} "
                       + " ".join(f"{exporter.stage_cpu.get(s, 0):>9.3f}" for s in stages)
-                      + f" {samples:>8} {rss[-1]:>8.0f}", flush=True)
+                      + f" {samples:>8} {rss[-1]:>8.0f} {len(os.listdir('/proc/self/fd')):>5}"
+                      f" {file_mib(out):>8.0f}", flush=True)
             del body
         steady = per_cycle[1:] or per_cycle  # the first cycle warms caches up
         print("CPU s per cycle, median / p95 over cycles 2-"
@@ -87,6 +89,11 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
 def rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+
+
+def file_mib(out: Path) -> float:
+    """The warehouse file and its write-ahead log."""
+    return sum(p.stat().st_size for p in out.glob("w.duckdb*") if p.is_file()) / (1 << 20)
 
 
 def _q(cycles: list[dict[str, float]], key: str, pct: int) -> float:

@@ -1,0 +1,41 @@
+"""The benchmarks run, at a small scale, so that they keep working: what they print is
+what the README quotes at fleet scale."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def bench(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    return done.stdout
+
+
+def test_the_cycle_benchmark_prints_cpu_by_stage_and_rss() -> None:
+    out = bench("benchmarks/exporter_cycle.py", "--nodes", "125", "--cycles", "3")
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ ", line)]
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    assert all(r[7] == "17000" for r in rows)                  # 125 nodes x 8 GPUs x 17
+    assert all(float(r[1]) > 0 and int(r[9]) > 0 for r in rows)  # CPU, open files
+    summary = re.search(r"cycle ([\d.]+) / ([\d.]+), scrape ([\d.]+) / [\d.]+, compute "
+                        r"([\d.]+) / [\d.]+, warehouse ([\d.]+) / [\d.]+, render ([\d.]+)", out)
+    assert summary is not None, out
+    cycle, _, *stages = map(float, summary.groups())
+    assert 0 < sum(stages) <= cycle * 1.5
+    assert re.search(r"RSS after cycle 1 \d+ MiB, after cycle 3 \d+ MiB", out)
+
+
+def test_the_warehouse_soak_writes_rolls_up_and_reopens() -> None:
+    out = bench("benchmarks/warehouse_soak.py", "--gpus", "100", "--days", "2",
+                "--raw-days", "1")
+    days = [line.split() for line in out.splitlines() if re.match(r"\s+[12] ", line)]
+    assert [d[1] for d in days] == ["144,000", "288,000"]    # 100 GPUs x 1,440 minutes
+    assert "written again: 0 rows added" in out
