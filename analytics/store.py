@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # a heavy import, needed only for BigQuery
 
 Param = str | int | float | bool | datetime | Sequence[str] | None
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
-MEMORY_LIMIT = "512MB"
+MEMORY_LIMIT = "256MB"
 """DuckDB's share of a report's memory; it spills to disk beyond."""
 
 
