@@ -282,6 +282,11 @@ class Warehouse:
                                        if t.startswith(_RAW_PREFIX)}
         """UTC day -> the table of its rows at the warehouse interval."""
         self._usage_view()
+        (self._hourly_has_raw,) = self.con.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {HOURLY} WHERE interval_seconds < 3600)"
+        ).fetchone() or (False,)
+        """Whether ``HOURLY`` still holds rows at the warehouse interval (a file from before
+        the daily tables): rolled up like a day's, and checked by writes."""
         for table in TABLES:
             if table is not GPU_USAGE:
                 self.con.execute(table.duckdb_ddl())
@@ -310,8 +315,8 @@ class Warehouse:
         self._next_flush = 0.0
         self._next_maintenance = 0.0
         self._saved: tuple[object, object] | None = None
-        self.lock = threading.RLock()
         """The state last saved or loaded (``save_state`` writes only changes)."""
+        self.lock = threading.RLock()
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         # A small appender, not an analytics engine: bound DuckDB's memory and threads.
@@ -471,7 +476,8 @@ class Warehouse:
         dataset's partition expiration)."""
         before -= before % HOUR
         deadline = time.monotonic() + budget_seconds
-        sources = [(None, HOURLY), *sorted((d, t) for d, t in self._raw.items() if d < before)]
+        sources = [*([(None, HOURLY)] if self._hourly_has_raw else []),
+                   *sorted((d, t) for d, t in self._raw.items() if d < before)]
         for day, source in sources:
             while True:
                 row = self.con.execute(
@@ -483,7 +489,11 @@ class Warehouse:
                 self._roll_hour(source, [lo, min(before, lo + HOUR)])
                 if time.monotonic() > deadline:
                     return False
-            if day is not None and day + DAY <= before:
+            if day is None:  # a file's rows from before the daily tables: all rolled up?
+                (self._hourly_has_raw,) = self.con.execute(
+                    f"SELECT EXISTS (SELECT 1 FROM {HOURLY} WHERE interval_seconds < 3600)"
+                ).fetchone() or (False,)
+            elif day + DAY <= before:
                 self.con.execute(f"DROP TABLE {source}")
                 del self._raw[day]
                 self._usage_view()
@@ -596,12 +606,12 @@ class Warehouse:
 
     def report_done(self, week: str) -> bool:
         """Whether the scheduled report of ``week`` (``2026-W47``) has been made."""
-        with self.con.cursor() as cur:
+        with self.lock, self.con.cursor() as cur:
             return cur.execute("SELECT count(*) FROM report_runs WHERE week = ?",
                                [week]).fetchone() != (0,)
 
     def record_report(self, week: str, finished: float, directory: Path) -> None:
-        with self.con.cursor() as cur:
+        with self.lock, self.con.cursor() as cur:
             cur.execute("INSERT OR REPLACE INTO report_runs VALUES (?, to_timestamp(?), ?)",
                         [week, finished, str(directory)])
 
@@ -643,9 +653,11 @@ class Warehouse:
                          [self.cluster, self.interval, self.cluster, *span],
                          into=table, existing=(
                              f"(SELECT id FROM {table} WHERE time BETWEEN to_timestamp(?) AND "
-                             f"to_timestamp(?) UNION ALL SELECT id FROM {HOURLY} WHERE "
-                             "interval_seconds < 3600 AND time BETWEEN to_timestamp(?) AND "
-                             "to_timestamp(?))", [lo, hi, lo, hi]),
+                             "to_timestamp(?)" + (
+                                 f" UNION ALL SELECT id FROM {HOURLY} WHERE interval_seconds "
+                                 "< 3600 AND time BETWEEN to_timestamp(?) AND to_timestamp(?)"
+                                 if self._hourly_has_raw else "") + ")",
+                             [lo, hi, *([lo, hi] if self._hourly_has_raw else [])]),
                          after=(f"DELETE FROM usage_staging WHERE {where}", span))
             day += DAY
 

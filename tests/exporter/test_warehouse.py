@@ -134,6 +134,13 @@ def test_a_file_with_keyed_tables_is_rebuilt_without_keys(tmp_path: Path) -> Non
     assert count(opened) == (2, 120.0)
     assert dict(opened.rows_written) == {"gpu_usage": 1, "gpu_pods": 0}
     assert opened.con.execute("SELECT count(*) FROM outbox").fetchone() == (1,)
+    # the old table's rows are rolled up in place; then writes no longer look at it
+    assert opened._hourly_has_raw
+    assert opened.roll_up(7200.0)
+    assert not opened._hourly_has_raw
+    assert count(opened) == (2, 120.0)
+    assert opened.con.execute("SELECT DISTINCT interval_seconds FROM gpu_usage_hourly"
+                              ).fetchall() == [(3600.0,)]
 
 
 DAY = 86400.0
