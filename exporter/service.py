@@ -48,10 +48,11 @@ DCGM_FIELDS_READ = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.valu
 """Every DCGM field the exporter uses; the source skips the other families unparsed."""
 
 VIEW_KINDS = ("nodes", "pods")
+"""The Kubernetes kinds the figures stand on: no figure before both are listed."""
+
 GZIP_LEVEL = 1
 """The fastest: 20 MB of exposition in about 0.04 s CPU, at most a third larger than at
 level 6 (three times the CPU)."""
-"""The Kubernetes kinds the figures stand on: no figure before both are listed."""
 
 KEEP_ENDED_PODS = 10_000
 """Pods gone from the cluster whose per-pod sums ``Totals`` keeps."""
@@ -219,9 +220,9 @@ class Exporter:
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
         self.warehouse_error: str | None = None
+        """Why the last cycle's warehouse work failed; None when it did not."""
         self._warehouse_thread = ThreadPoolExecutor(1, thread_name_prefix="warehouse")
         """One thread for DuckDB's work: its memory stays in one allocator arena."""
-        """Why the last cycle's warehouse work failed; None when it did not."""
 
     @property
     def ready(self) -> bool:
