@@ -38,10 +38,11 @@ def warehouse_errors(exporter: Exporter) -> float:
                and s.labels["source"] == "warehouse")
 
 
-def stored_gpu_seconds(path: Path) -> float:
+def stored_gpu_seconds(path: Path, table: str = "gpu_usage") -> float:
+    """GPU-seconds in ``table`` of the file (``usage_staging``: staged, not yet written)."""
     con = duck.connect(path, read_only=True)
     try:
-        row = con.execute("SELECT coalesce(sum(gpu_seconds), 0) FROM gpu_usage").fetchone()
+        row = con.execute(f"SELECT coalesce(sum(gpu_seconds), 0) FROM {table}").fetchone()
     finally:
         con.close()
     return float(row[0]) if row else 0.0
@@ -118,19 +119,10 @@ async def test_each_sigkill_loses_at_most_one_cycle(
     assert await proc.wait() == 0
     stored = stored_gpu_seconds(path)
     # The clean stop stages everything and writes the intervals complete by its last cycle.
-    stored += _staged_gpu_seconds(path)
+    stored += stored_gpu_seconds(path, "usage_staging")
     counted += last
     assert counted > 0
     assert abs(stored - counted) <= kills * devices * cycle
-
-
-def _staged_gpu_seconds(path: Path) -> float:
-    con = duck.connect(path, read_only=True)
-    try:
-        row = con.execute("SELECT coalesce(sum(gpu_seconds), 0) FROM usage_staging").fetchone()
-    finally:
-        con.close()
-    return float(row[0]) if row else 0.0
 
 
 
