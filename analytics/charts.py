@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 
 from analytics.report import WeeklyReport
+from analytics.workspace import Table
 
 CHARTS = {
     "daily_cost": "Daily cost by team",
@@ -23,7 +26,7 @@ def _png(fig: Figure) -> bytes:
 
 
 def daily_cost(report: WeeklyReport) -> bytes:
-    table = report.tables["daily_cost_by_team"]
+    table = report.frame("daily_cost_by_team")
     fig = Figure(figsize=(7, 3.2))
     ax = fig.subplots()
     bottom = np.zeros(len(table))
@@ -40,14 +43,28 @@ def daily_cost(report: WeeklyReport) -> bytes:
     return _png(fig)
 
 
+BINS = [i / 20 for i in range(21)]
+
+
+def _utilization_hours(pods: pd.DataFrame | Table) -> np.ndarray:
+    """GPU-hours of pods by mean utilisation, in ``BINS``."""
+    if isinstance(pods, Table):
+        chunks: Iterable[pd.DataFrame] = pods.ws.chunks(
+            f"SELECT utilization, gpu_seconds FROM {pods.name} WHERE utilization IS NOT NULL")
+    else:
+        chunks = [pods[pods.utilization.notna()]] if not pods.empty else []
+    hours = np.zeros(len(BINS) - 1)
+    for c in chunks:
+        hours += np.histogram(c.utilization.to_numpy(dtype=float), bins=BINS,
+                              weights=c.gpu_seconds.to_numpy(dtype=float) / 3600)[0]
+    return hours
+
+
 def utilization(report: WeeklyReport) -> bytes:
-    pods = report.pods
     fig = Figure(figsize=(7, 3.0))
     ax = fig.subplots()
-    if not pods.empty:
-        known = pods[pods.utilization.notna()]
-        ax.hist(known.utilization.to_numpy(), bins=[i / 20 for i in range(21)],
-                weights=known.gpu_seconds.to_numpy() / 3600)
+    if not report.pods.empty:
+        ax.hist(BINS[:-1], bins=BINS, weights=_utilization_hours(report.pods))
     ax.set_xlabel("mean utilisation over the week")
     ax.set_ylabel("GPU-hours")
     ax.set_title(CHARTS["utilization"])
@@ -55,7 +72,7 @@ def utilization(report: WeeklyReport) -> bytes:
 
 
 def queue_wait(report: WeeklyReport) -> bytes:
-    q = report.tables["queue"]
+    q = report.frame("queue")
     q = q[q.pods > 0].head(8)
     fig = Figure(figsize=(7, 3.2))
     ax = fig.subplots()

@@ -1,4 +1,7 @@
-"""The weekly report's figures: pure functions of the frames ``analytics.queries`` returns.
+"""The weekly report's figures: pure functions of the frames ``analytics.queries`` returns,
+and, for the per-pod and per-workload ones, SQL over the report's workspace
+(``analytics.workspace``), where the week's pods are; on a frame of pods those functions
+run the same SQL in a workspace of their own.
 
 Definitions (each next to its test in ``tests/analytics/test_figures.py``):
 
@@ -22,13 +25,28 @@ Definitions (each next to its test in ``tests/analytics/test_figures.py``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from analytics.week import Week
-from exporter.bottleneck import Signals, decide
+from analytics.workspace import Table, Workspace
+from exporter.bottleneck import (
+    COMM_LINK_SHARE,
+    COMM_SM_MAX,
+    IDLE_GR,
+    MEMORY_DRAM_MIN,
+    MEMORY_TENSOR_MAX,
+    RUNNING_GR,
+    SMALL_BATCH_GPU_UTIL,
+    SMALL_BATCH_SM_MAX,
+    STALL_SHARE,
+    THROTTLED_SHARE,
+    THROTTLED_TEMP_C,
+    Signals,
+)
 from exporter.catalog import GPU_MODELS
 
 HOUR = 3600.0
@@ -207,6 +225,24 @@ def queue(pod_states: pd.DataFrame, week: Week) -> pd.DataFrame:
         ["p90_seconds", "team"], ascending=[False, True], ignore_index=True)
 
 
+QUEUE_STATES = """
+SELECT team, gpu_model, created, scheduled, finished, gpus, queue_wait_seconds
+FROM pod_states
+"""
+"""What ``queue`` reads of every pod's latest state (in the workspace)."""
+
+
+def longest_waits_of(chunks: Iterable[pd.DataFrame], week: Week, n: int = TOP
+                     ) -> pd.DataFrame:
+    """``longest_waits`` of pod states that come in chunks: the longest of each chunk's."""
+    tops = [t for c in chunks if not (t := longest_waits(c, week, n)).empty]
+    if not tops:
+        return longest_waits(pd.DataFrame(), week, n)
+    out = pd.concat(tops, ignore_index=True)
+    return out.sort_values(["wait_seconds", "pod"], ascending=[False, True]) \
+        .head(n).reset_index(drop=True)
+
+
 def longest_waits(pod_states: pd.DataFrame, week: Week, n: int = TOP) -> pd.DataFrame:
     """The longest waits that ended in the week, or are still going at its end."""
     cols = ["namespace", "pod", "team", "gpu_model", "gpus", "wait_seconds", "state"]
@@ -243,6 +279,13 @@ def availability(avail: pd.DataFrame, target: float) -> pd.DataFrame:
     })
     out["meets_target"] = out.availability >= target
     return out.sort_values(["availability", "node_pool"], ignore_index=True)
+
+
+PREEMPTED = """
+SELECT * FROM pod_states
+WHERE reason = 'Terminated' AND phase = 'Failed' AND finished IS NOT NULL
+"""
+"""The pod states ``incidents`` reads (spot preemptions), in the workspace."""
 
 
 def incidents(events: pd.DataFrame, pod_states: pd.DataFrame, week: Week) -> pd.DataFrame:
@@ -285,13 +328,277 @@ def pod_signals(row: object) -> Signals:
                    throttled_share=g("throttled_share"))
 
 
+EVIDENCE = ("gr_engine_active", "sm_active", "tensor_active", "dram_active",
+            "gpu_util_percent", "gpu_temp_celsius", "throttled_share", "nvlink_share",
+            "stalled_share")
+"""The evidence a class is shown with, in ``exporter.bottleneck.decide``'s order; a pod's
+evidence is in the columns ``ev_<name>`` (null where that rule did not look)."""
+
+
+def _col(pods: pd.DataFrame, name: str) -> np.ndarray:
+    values: np.ndarray = pd.to_numeric(pods[name], errors="coerce").to_numpy(
+        dtype=float, na_value=np.nan)
+    return values
+
+
+def pod_classes(pods: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``exporter.bottleneck.decide`` over every pod at once: each pod's class and its
+    evidence columns (NaN where absent)."""
+    gr, sm, tensor, dram = (_col(pods, c) for c in ("gr_engine_active", "sm_active",
+                                                     "tensor_active", "dram_active"))
+    util, temp = _col(pods, "gpu_util_percent"), _col(pods, "temperature_celsius")
+    tx, rx = _col(pods, "nvlink_tx_bytes_per_second"), _col(pods, "nvlink_rx_bytes_per_second")
+    stalled = np.nan_to_num(_col(pods, "stalled_share"), nan=0.0)
+    max_gr = np.nan_to_num(_col(pods, "max_gr"), nan=0.0)
+    throttled_share = _col(pods, "throttled_share")
+    models = pods["gpu_model"].astype(object).to_numpy()
+    bandwidth = np.array([m.nvlink_bytes_per_second if (m := GPU_MODELS.get(a or "")) else 0.0
+                          for a in models], dtype=float) if len(models) else np.zeros(0)
+    has = ~np.isnan(gr)
+    idle = has & (gr < IDLE_GR)
+    after_idle = has & ~idle
+    throttled = np.nan_to_num(throttled_share, nan=0.0)
+    is_throttled = after_idle & ((throttled >= THROTTLED_SHARE) |
+                                 (~np.isnan(temp) & (temp >= THROTTLED_TEMP_C)))
+    after_throttle = after_idle & ~is_throttled
+    linked = after_throttle & (bandwidth > 0) & ~np.isnan(tx) & ~np.isnan(rx)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        link = np.where(linked, np.fmax(tx, rx) / np.where(bandwidth > 0, bandwidth, 1.0),
+                        np.nan)
+    sm_or_tensor = np.where(np.isnan(sm), np.nan_to_num(tensor, nan=0.0), sm)
+    comm = linked & (link >= COMM_LINK_SHARE) & (sm_or_tensor < COMM_SM_MAX)
+    after_comm = after_throttle & ~comm
+    input_bound = after_comm & (stalled >= STALL_SHARE) & (max_gr >= RUNNING_GR)
+    launching = np.where(np.isnan(util), gr >= IDLE_GR, util >= SMALL_BATCH_GPU_UTIL)
+    small = after_comm & ~input_bound & launching & (
+        (~np.isnan(sm) & (sm < SMALL_BATCH_SM_MAX)) | (np.isnan(sm) & (gr < 0.5)))
+    memory = after_comm & ~input_bound & ~small & (dram >= MEMORY_DRAM_MIN) & \
+        (tensor < MEMORY_TENSOR_MAX)
+    classes = np.select([~has, idle, is_throttled, comm, input_bound, small, memory],
+                        ["insufficient_signal", "idle", "throttled", "comm_bound",
+                         "input_bound", "small_batch", "memory_bound"], "healthy")
+    nan = np.full(len(gr), np.nan)
+    evidence = {
+        "gr_engine_active": gr, "sm_active": np.where(has, sm, nan),
+        "tensor_active": np.where(has, tensor, nan), "dram_active": np.where(has, dram, nan),
+        "gpu_util_percent": util, "gpu_temp_celsius": np.where(has, temp, nan),
+        "throttled_share": np.where(after_idle, throttled_share, nan),
+        "nvlink_share": link,
+        "stalled_share": np.where(after_comm, stalled, nan),
+    }
+    return classes.astype(object), evidence
+
+
+def _evidence_dicts(ev: pd.DataFrame) -> list[dict[str, float]]:
+    cols = [c for c in EVIDENCE if f"ev_{c}" in ev.columns]
+    values = ev[[f"ev_{c}" for c in cols]].to_numpy(dtype=float, na_value=np.nan)
+    return [{k: float(v) for k, v in zip(cols, row, strict=True) if v == v}
+            for row in values.tolist()]
+
+
+def with_evidence(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ``ev_*`` columns as one ``evidence`` dict per row, where the evidence column
+    stands (or at the end)."""
+    ev_cols = [c for c in frame.columns if str(c).startswith("ev_")]
+    if not ev_cols:
+        return frame
+    out = frame.drop(columns=ev_cols)
+    dicts = _evidence_dicts(frame)
+    if "evidence" in out.columns:
+        out["evidence"] = dicts
+    else:
+        out = out.assign(evidence=dicts)
+    return out
+
+
+def classify_arrow(batch: pa.Table) -> pa.Table:
+    """A batch of pods with each pod's class and evidence columns added."""
+    frame = batch.select([c for c in _SIGNAL_COLUMNS if c in batch.column_names]).to_pandas()
+    for c in _SIGNAL_COLUMNS:
+        if c not in frame.columns:
+            frame[c] = np.nan
+    classes, evidence = pod_classes(frame)
+    out = batch.append_column("bottleneck", pa.array(classes, type=pa.string()))
+    for k in EVIDENCE:
+        out = out.append_column(f"ev_{k}", pa.array(evidence[k], type=pa.float64(),
+                                                    from_pandas=True))
+    return out
+
+
+_SIGNAL_COLUMNS = ("gpu_model", "gr_engine_active", "sm_active", "tensor_active",
+                   "dram_active", "gpu_util_percent", "temperature_celsius",
+                   "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second",
+                   "stalled_share", "max_gr", "throttled_share")
+
+
 def classify_pods(pods: pd.DataFrame) -> pd.DataFrame:
     """Each pod's class over the week (``exporter.bottleneck``'s rules) and evidence."""
     if pods.empty:
         return pods.assign(bottleneck=pd.Series(dtype=str), evidence=pd.Series(dtype=object))
-    found = [decide(pod_signals(r), r.gpu_model) for r in pods.itertuples()]
-    return pods.assign(bottleneck=[d.bottleneck for d in found],
-                       evidence=[d.evidence for d in found])
+    classes, evidence = pod_classes(pods)
+    ev = pd.DataFrame({f"ev_{k}": v for k, v in evidence.items()}, index=pods.index)
+    return pods.assign(bottleneck=classes, evidence=_evidence_dicts(ev))
+
+
+# The per-workload tables, in the workspace's SQL (DuckDB) over its ``pods`` table (the
+# PODS query's columns, each pod's class and ``ev_*`` columns, and ``seq``, the order
+# pods arrived in), ``pod_states`` (the POD_STATES query's), ``prices`` and ``models``.
+
+_ORDER = "list_position([" + ", ".join(f"'{c}'" for c in ADVICE) + "], bottleneck)"
+
+BOTTLENECKS = f"""
+WITH c AS (
+    SELECT COALESCE(namespace, '') AS namespace, COALESCE(workload, '') AS workload, team,
+           gpu_model, pod_uid, gpu_seconds, bottleneck, seq,
+           {", ".join(f"ev_{k}" for k in EVIDENCE)}
+    FROM pods),
+per_class AS (
+    SELECT namespace, workload, bottleneck, SUM(gpu_seconds) AS gpu_seconds
+    FROM c GROUP BY namespace, workload, bottleneck),
+winner AS (
+    SELECT namespace, workload, bottleneck FROM per_class
+    QUALIFY row_number() OVER (PARTITION BY namespace, workload
+                               ORDER BY gpu_seconds DESC NULLS LAST, bottleneck) = 1),
+totals AS (
+    SELECT namespace, workload,
+           arg_min(team, seq) FILTER (WHERE team IS NOT NULL) AS team,
+           arg_min(gpu_model, seq) FILTER (WHERE gpu_model IS NOT NULL) AS gpu_model,
+           count(pod_uid) AS pods, SUM(gpu_seconds) AS gpu_seconds
+    FROM c GROUP BY namespace, workload),
+ev AS (
+    SELECT namespace, workload,
+           {", ".join(f"SUM(ev_{k} * gpu_seconds) / NULLIF(SUM(CASE WHEN ev_{k} IS NOT NULL "
+                      f"THEN gpu_seconds ELSE 0 END), 0) AS ev_{k}" for k in EVIDENCE)}
+    FROM c JOIN winner USING (namespace, workload, bottleneck)
+    GROUP BY namespace, workload)
+SELECT t.namespace, t.workload, t.team, t.gpu_model, w.bottleneck, t.pods,
+       t.gpu_seconds / {HOUR} AS gpu_hours, NULL AS evidence,
+       {", ".join(f"ev.ev_{k}" for k in EVIDENCE)}
+FROM totals t JOIN winner w USING (namespace, workload)
+LEFT JOIN ev USING (namespace, workload)
+ORDER BY {_ORDER.replace("bottleneck", "w.bottleneck")}, gpu_hours DESC, t.workload
+"""
+
+RIGHTSIZING = f"""
+WITH w AS (
+    SELECT row_number() OVER () AS wid, *
+    FROM (SELECT namespace, workload, team, gpu_model, provisioning,
+                 SUM(cost_usd) AS cost_usd,
+                 SUM(COALESCE(utilization, 0) * gpu_seconds) AS util_x,
+                 SUM(CASE WHEN utilization IS NOT NULL THEN gpu_seconds ELSE 0 END) AS util_w,
+                 MAX(peak_memory_bytes) AS peak, MAX(memory_total_bytes) AS total,
+                 MAX(GREATEST(nvlink_tx_bytes_per_second, nvlink_rx_bytes_per_second))
+                     AS nvlink,
+                 BOOL_OR(mig) AS mig
+          FROM pods GROUP BY namespace, workload, team, gpu_model, provisioning)),
+x AS (
+    SELECT w.*, w.util_x / w.util_w AS util, cur.tensor_tflops AS cur_tflops,
+           cp.price AS cur_price,
+           COALESCE(cur.nvlink_bytes_per_second > 0
+                    AND w.nvlink >= {NVLINK_USE_SHARE} * cur.nvlink_bytes_per_second, false)
+               AS uses_nvlink
+    FROM w JOIN models cur ON cur.accelerator = w.gpu_model
+    JOIN prices cp ON cp.gpu_model = w.gpu_model AND cp.provisioning = w.provisioning
+    WHERE NOT COALESCE(w.mig, false) AND w.peak IS NOT NULL AND w.util_w <> 0),
+fit AS (
+    SELECT x.*, m.accelerator AS suggested_model, p.price AS fit_price
+    FROM x JOIN prices p ON p.provisioning = x.provisioning AND p.price < x.cur_price
+    JOIN models m ON m.accelerator = p.gpu_model
+    WHERE NOT (x.uses_nvlink AND m.nvlink_bytes_per_second <= 0)
+      AND x.peak <= {MEMORY_HEADROOM} * m.memory_mib * 1024 * 1024
+      AND x.util * x.cur_tflops <= {COMPUTE_HEADROOM} * m.tensor_tflops
+    QUALIFY row_number() OVER (PARTITION BY x.wid ORDER BY p.price, m.idx) = 1)
+SELECT namespace, workload, team, gpu_model, COALESCE(peak, 0) / {GIB} AS peak_memory_gib,
+       COALESCE(total, 0) / {GIB} AS gpu_memory_gib, util AS utilization, suggested_model,
+       cost_usd * (1 - fit_price / cur_price) AS weekly_saving_usd
+FROM fit
+ORDER BY weekly_saving_usd DESC, workload
+"""
+
+SPOT = f"""
+WITH p AS (
+    SELECT p.namespace, p.workload, p.team, p.gpu_model, p.cost_usd
+    FROM pods p JOIN (SELECT DISTINCT cluster, pod_uid, owner_kind FROM pod_states) s
+      ON s.cluster = p.cluster AND s.pod_uid = p.pod_uid
+    WHERE p.provisioning = 'on-demand'
+      AND s.owner_kind IN ({", ".join(f"'{k}'" for k in ("Job", "JobSet"))})),
+g AS (
+    SELECT namespace, workload, team, gpu_model, SUM(cost_usd) AS cost_usd
+    FROM p GROUP BY namespace, workload, team, gpu_model),
+r AS (
+    SELECT g.*, s.price / o.price AS ratio
+    FROM g JOIN prices o ON o.gpu_model = g.gpu_model AND o.provisioning = 'on-demand'
+    JOIN prices s ON s.gpu_model = g.gpu_model AND s.provisioning = 'spot'
+    WHERE o.price > 0)
+SELECT namespace, workload, team, gpu_model, cost_usd, cost_usd * ratio AS spot_cost_usd,
+       cost_usd * (1 - ratio) AS weekly_saving_usd
+FROM r
+ORDER BY weekly_saving_usd DESC, workload
+"""
+
+IDLE_OFFENDERS = """
+SELECT * FROM pods WHERE idle_cost_usd > 0 ORDER BY idle_cost_usd DESC, pod LIMIT $n
+"""
+
+type Frame = pd.DataFrame | Table
+
+
+def _finish_workloads(f: pd.DataFrame) -> pd.DataFrame:
+    f = with_evidence(f)
+    return f.assign(advice=f.bottleneck.map(ADVICE))
+
+
+def prepare(ws: Workspace, prices: Mapping[tuple[str, str], float]) -> None:
+    """The price book and the GPU catalog as workspace tables."""
+    ws.con.execute("CREATE OR REPLACE TABLE prices (gpu_model VARCHAR, provisioning VARCHAR, "
+                   "price DOUBLE)")
+    ws.con.execute("CREATE OR REPLACE TABLE models (idx INTEGER, accelerator VARCHAR, "
+                   "memory_mib DOUBLE, tensor_tflops DOUBLE, "
+                   "nvlink_bytes_per_second DOUBLE)")
+    if prices:
+        ws.con.executemany("INSERT INTO prices VALUES (?, ?, ?)",
+                           [[m, p, float(v)] for (m, p), v in prices.items()])
+    ws.con.executemany("INSERT INTO models VALUES (?, ?, ?, ?, ?)",
+                       [[i, m.accelerator, float(m.memory_mib), float(m.tensor_tflops),
+                         float(m.nvlink_bytes_per_second)]
+                        for i, m in enumerate(GPU_MODELS.values())])
+
+
+def bottleneck_table(ws: Workspace) -> Table:
+    return ws.table(BOTTLENECKS, _finish_workloads)
+
+
+def rightsizing_table(ws: Workspace) -> Table:
+    return ws.table(RIGHTSIZING)
+
+
+def spot_table(ws: Workspace) -> Table:
+    return ws.table(SPOT)
+
+
+def idle_offenders_of(ws: Workspace, n: int = TOP) -> pd.DataFrame:
+    return idle_offenders(ws.frame(IDLE_OFFENDERS, {"n": n}), n)
+
+
+def _scratch(prices: Mapping[tuple[str, str], float] | None = None,
+             **frames: pd.DataFrame) -> Workspace:
+    ws = Workspace()
+    prepare(ws, prices or {})
+    for name, frame in frames.items():
+        ws.put(name, frame)
+    return ws
+
+
+def _pods_frame(pods: pd.DataFrame) -> pd.DataFrame:
+    """Pods as the workspace holds them: with class, ``ev_*`` columns and ``seq``."""
+    if "bottleneck" not in pods.columns:
+        pods = classify_pods(pods)
+    ev = pd.DataFrame(list(pods["evidence"]), index=pods.index,
+                      columns=list(EVIDENCE), dtype=float) if "evidence" in pods.columns \
+        else pd.DataFrame(index=pods.index, columns=list(EVIDENCE), dtype=float)
+    out = pods.drop(columns=[c for c in ("evidence",) if c in pods.columns])
+    out = out.assign(**{f"ev_{k}": ev[k] for k in EVIDENCE})
+    return out.assign(seq=np.arange(len(out)))
 
 
 def bottlenecks(classified: pd.DataFrame) -> pd.DataFrame:
@@ -301,40 +608,21 @@ def bottlenecks(classified: pd.DataFrame) -> pd.DataFrame:
             "evidence", "advice"]
     if classified.empty:
         return pd.DataFrame(columns=cols)
-    key = ["namespace", "workload"]
-    c = classified.assign(namespace=classified.namespace.fillna(""),
-                          workload=classified.workload.fillna(""))
-    per_class = c.groupby([*key, "bottleneck"], as_index=False).gpu_seconds.sum()
-    winner = per_class.sort_values(["gpu_seconds", "bottleneck"], ascending=[False, True]) \
-        .drop_duplicates(key)[[*key, "bottleneck"]]
-    totals = c.groupby(key, as_index=False).agg(
-        team=("team", "first"), gpu_model=("gpu_model", "first"), pods=("pod_uid", "count"),
-        gpu_seconds=("gpu_seconds", "sum"))
-    mine = c.merge(winner, on=[*key, "bottleneck"])
-    ev = pd.DataFrame(list(mine.evidence), index=mine.index, dtype=float)
-    w = mine.gpu_seconds
-    weighted = ev.mul(w, axis=0).assign(**{k: mine[k] for k in key}).groupby(key).sum()
-    weights = ev.notna().mul(w, axis=0).assign(**{k: mine[k] for k in key}).groupby(key).sum()
-    means = (weighted / weights.where(weights > 0)).reset_index()
-    evidence = [{k: float(v) for k, v in row.items() if k not in key and pd.notna(v)}
-                for row in means.to_dict("records")]
-    means = means[key].assign(evidence=evidence)
-    out = totals.merge(winner, on=key).merge(means, on=key, how="left")
-    out["gpu_hours"] = out.pop("gpu_seconds") / HOUR
-    out["advice"] = out.bottleneck.map(ADVICE)
-    order = {cls: i for i, cls in enumerate(ADVICE)}
-    out = out.assign(_order=out.bottleneck.map(order)).sort_values(
-        ["_order", "gpu_hours", "workload"], ascending=[True, False, True])
-    return out[cols].reset_index(drop=True)
+    return bottleneck_table(_scratch(pods=_pods_frame(classified))).frame()[cols]
 
 
-def bottleneck_summary(workloads: pd.DataFrame) -> pd.DataFrame:
+def bottleneck_summary(workloads: Frame) -> pd.DataFrame:
     """Per class: how many workloads, their GPU-hours, and what to try."""
     cols = ["bottleneck", "workloads", "gpu_hours", "advice"]
     if workloads.empty:
         return pd.DataFrame(columns=cols)
-    g = workloads.groupby("bottleneck", as_index=False).agg(
-        workloads=("workload", "count"), gpu_hours=("gpu_hours", "sum"))
+    if isinstance(workloads, Table):
+        g = workloads.ws.frame(f"SELECT bottleneck, count(workload) AS workloads, "
+                               f"SUM(gpu_hours) AS gpu_hours FROM {workloads.name} "
+                               f"GROUP BY bottleneck")
+    else:
+        g = workloads.groupby("bottleneck", as_index=False).agg(
+            workloads=("workload", "count"), gpu_hours=("gpu_hours", "sum"))
     g["advice"] = g.bottleneck.map(ADVICE)
     order = {c: i for i, c in enumerate(ADVICE)}
     return g.sort_values("bottleneck", key=lambda s: s.map(order), ignore_index=True)[cols]
@@ -347,7 +635,8 @@ def cheapest_fit(model: str, provisioning: str, peak_memory_bytes: float | None,
                  utilization: float | None, uses_nvlink: bool,
                  prices: Mapping[tuple[str, str], float]) -> str | None:
     """The cheapest model that holds the memory and the compute (see module docstring);
-    None when nothing cheaper fits or the need is unknown."""
+    None when nothing cheaper fits or the need is unknown. (``RIGHTSIZING`` is the same
+    choice over every workload at once.)"""
     current = GPU_MODELS.get(model)
     price = prices.get((model, provisioning))
     if current is None or price is None or peak_memory_bytes is None or utilization is None:
@@ -364,44 +653,12 @@ def cheapest_fit(model: str, provisioning: str, peak_memory_bytes: float | None,
     return best
 
 
-def _per_workload(pods: pd.DataFrame) -> pd.DataFrame:
-    agg = pods.assign(nvlink=pods[["nvlink_tx_bytes_per_second",
-                                   "nvlink_rx_bytes_per_second"]].max(axis=1))
-    agg = agg.assign(util_x=agg.utilization.fillna(0) * agg.gpu_seconds,
-                     util_w=agg.gpu_seconds.where(agg.utilization.notna(), 0.0))
-    return agg.groupby(["namespace", "workload", "team", "gpu_model", "provisioning"],
-                       as_index=False, dropna=False).agg(
-        pods=("pod_uid", "count"), gpu_seconds=("gpu_seconds", "sum"),
-        cost_usd=("cost_usd", "sum"), util_x=("util_x", "sum"), util_w=("util_w", "sum"),
-        peak_memory_bytes=("peak_memory_bytes", "max"),
-        memory_total_bytes=("memory_total_bytes", "max"), nvlink=("nvlink", "max"),
-        mig=("mig", "max"))
-
-
 def rightsizing(pods: pd.DataFrame, prices: Mapping[tuple[str, str], float]) -> pd.DataFrame:
     cols = ["namespace", "workload", "team", "gpu_model", "peak_memory_gib",
             "gpu_memory_gib", "utilization", "suggested_model", "weekly_saving_usd"]
     if pods.empty:
         return pd.DataFrame(columns=cols)
-    rows = []
-    for w in _per_workload(pods).itertuples():
-        if w.mig:
-            continue  # already a fraction of a GPU
-        util = w.util_x / w.util_w if w.util_w else None
-        model = GPU_MODELS.get(w.gpu_model)
-        uses_nvlink = bool(model and model.has_nvlink and _opt(w.nvlink) is not None
-                           and w.nvlink >= NVLINK_USE_SHARE * model.nvlink_bytes_per_second)
-        peak = _opt(w.peak_memory_bytes)
-        fit = cheapest_fit(w.gpu_model, w.provisioning, peak, util, uses_nvlink, prices)
-        if fit is None:
-            continue
-        ratio = prices[(fit, w.provisioning)] / prices[(w.gpu_model, w.provisioning)]
-        rows.append((w.namespace, w.workload, w.team, w.gpu_model,
-                     (peak or 0.0) / GIB, (_opt(w.memory_total_bytes) or 0.0) / GIB, util, fit,
-                     w.cost_usd * (1 - ratio)))
-    out = pd.DataFrame(rows, columns=cols)
-    return out.sort_values(["weekly_saving_usd", "workload"], ascending=[False, True],
-                           ignore_index=True)
+    return rightsizing_table(_scratch(prices, pods=_pods_frame(pods))).frame()[cols]
 
 
 BATCH_KINDS = ("Job", "JobSet")
@@ -413,32 +670,36 @@ def spot_candidates(pods: pd.DataFrame, pod_states: pd.DataFrame,
             "weekly_saving_usd"]
     if pods.empty or pod_states.empty:
         return pd.DataFrame(columns=cols)
-    kinds = pod_states[["cluster", "pod_uid", "owner_kind"]]
-    p = pods.merge(kinds, on=["cluster", "pod_uid"], how="left")
-    p = p[(p.provisioning == "on-demand") & p.owner_kind.isin(BATCH_KINDS)]
-    g = p.groupby(["namespace", "workload", "team", "gpu_model"], as_index=False,
-                  dropna=False).cost_usd.sum()
-    on_demand = g.gpu_model.map(lambda m: prices.get((m, "on-demand"))).astype(float)
-    spot = g.gpu_model.map(lambda m: prices.get((m, "spot"))).astype(float)
-    g = g[on_demand.notna() & spot.notna() & (on_demand > 0)]
-    ratio = (spot / on_demand)[g.index]
-    g = g.assign(spot_cost_usd=g.cost_usd * ratio, weekly_saving_usd=g.cost_usd * (1 - ratio))
-    return g[cols].sort_values(["weekly_saving_usd", "workload"], ascending=[False, True],
-                               ignore_index=True)
+    ws = _scratch(prices, pods=_pods_frame(pods), pod_states=pod_states)
+    return spot_table(ws).frame()[cols]
 
 
-def savings(spot: pd.DataFrame, rightsize: pd.DataFrame, unallocated: pd.DataFrame,
-            pods: pd.DataFrame) -> pd.DataFrame:
+def _total(t: Frame, column: str) -> float:
+    if t.empty:
+        return 0.0
+    return t.sum(column) if isinstance(t, Table) else float(t[column].sum())
+
+
+def sharing_cost(pods: Frame) -> float:
+    """The idle cost of pods under ``SHARING_UTILIZATION``."""
+    if pods.empty:
+        return 0.0
+    if isinstance(pods, Table):
+        return pods.view(f"utilization < {SHARING_UTILIZATION}").sum("idle_cost_usd")
+    return float(pods[pods.utilization < SHARING_UTILIZATION].idle_cost_usd.sum())
+
+
+def savings(spot: Frame, rightsize: Frame, unallocated: pd.DataFrame,
+            pods: Frame) -> pd.DataFrame:
     """The article's levers, priced with this week's data (upper bounds)."""
-    sharing = pods[pods.utilization < SHARING_UTILIZATION] if not pods.empty else pods
     return pd.DataFrame([
         ("spot", "batch Jobs on on-demand GPUs moved to spot (with checkpoints)",
-         float(spot.weekly_saving_usd.sum()) if not spot.empty else 0.0),
+         _total(spot, "weekly_saving_usd")),
         ("autoscaling", "unallocated capacity an autoscaler would have removed",
-         float(unallocated.cost_usd.sum()) if not unallocated.empty else 0.0),
+         _total(unallocated, "cost_usd")),
         ("sharing", f"idle cost of pods under {SHARING_UTILIZATION:.0%} utilisation, which "
                     "time-sharing or MIG could pack together",
-         float(sharing.idle_cost_usd.sum()) if not sharing.empty else 0.0),
+         sharing_cost(pods)),
         ("right-sizing", "workloads on the cheapest GPU that fits",
-         float(rightsize.weekly_saving_usd.sum()) if not rightsize.empty else 0.0),
+         _total(rightsize, "weekly_saving_usd")),
     ], columns=["lever", "how", "weekly_saving_usd"])

@@ -8,10 +8,14 @@ Every query takes ``@start``/``@end`` (and partition filters BigQuery requires) 
 
 from __future__ import annotations
 
-import pandas as pd
+from collections.abc import Callable
 
-from analytics.store import Param, Store
+import pandas as pd
+import pyarrow as pa
+
+from analytics.store import Param, Store, batches
 from analytics.week import POD_LOOKBACK, Week
+from analytics.workspace import Workspace
 from exporter.bottleneck import STALL_GR, THROTTLE_BITS
 
 
@@ -100,14 +104,31 @@ ORDER BY start_time, gpu_uuid
 
 
 def fetch(store: Store, week: Week, team: str | None = None) -> dict[str, pd.DataFrame]:
-    """Every frame the report is built from."""
+    """Every summary frame the report is built from (the per-pod rows go to ``load``)."""
     base: dict[str, Param] = {"start": week.start, "end": week.end, "team": team}
     return {
         "usage": store.query(USAGE, base | {"prev_start": week.previous.start}),
         "daily": store.query(DAILY, base),
-        "pods": store.query(PODS, base | {"stall_gr": STALL_GR,
-                                          "throttle_bits": THROTTLE_BITS}),
-        "pod_states": store.query(POD_STATES, base | {"lookback": week.start - POD_LOOKBACK}),
         "availability": store.query(AVAILABILITY, {"start": week.start, "end": week.end}),
         "incidents": store.query(INCIDENTS, {"start": week.start, "end": week.end}),
     }
+
+
+def load(store: Store, week: Week, ws: Workspace, team: str | None = None,
+         classify: Callable[[pa.Table], pa.Table] = lambda t: t) -> None:
+    """The week's pods (each classified on its way in, numbered in ``seq``) and their
+    latest states into the workspace's ``pods`` and ``pod_states``, a batch at a time."""
+    base: dict[str, Param] = {"start": week.start, "end": week.end, "team": team}
+    seen = 0
+
+    def numbered(t: pa.Table) -> pa.Table:
+        nonlocal seen
+        t = classify(t).append_column("seq", pa.array(range(seen, seen + t.num_rows),
+                                                      type=pa.int64()))
+        seen += t.num_rows
+        return t
+
+    ws.load("pods", batches(store, PODS, base | {"stall_gr": STALL_GR,
+                                                 "throttle_bits": THROTTLE_BITS}), numbered)
+    ws.load("pod_states", batches(store, POD_STATES,
+                                  base | {"lookback": week.start - POD_LOOKBACK}))

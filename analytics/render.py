@@ -4,10 +4,12 @@ CSV. Every name that comes from the cluster is escaped for the format it lands i
 from __future__ import annotations
 
 import html
+import io
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -15,6 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from analytics import format as fmt
 from analytics.charts import CHARTS, render_all
 from analytics.report import SECTIONS, WeeklyReport
+from analytics.workspace import Table
 
 ROWS = 15
 """Rows of a table shown in Markdown and HTML; CSV and JSON have them all."""
@@ -26,6 +29,7 @@ INTRO = {
     "savings": "Upper bounds; they overlap.",
 }
 
+_encode_str = json.encoder.encode_basestring_ascii
 _env = Environment(loader=PackageLoader("analytics"), autoescape=select_autoescape(["html"]),
                    trim_blocks=True, lstrip_blocks=True)
 
@@ -48,7 +52,12 @@ def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
     ]
 
 
-def shown(name: str, table: pd.DataFrame) -> pd.DataFrame:
+def shown(name: str, table: pd.DataFrame | Table) -> pd.DataFrame | Table:
+    if isinstance(table, Table):
+        if name == "bottlenecks":
+            return table.view("bottleneck != 'healthy'", "gpu_hours DESC, workload",
+                              drop=("advice",))
+        return table
     if name == "bottlenecks" and not table.empty:
         table = table[table.bottleneck != "healthy"].sort_values(
             ["gpu_hours", "workload"], ascending=[False, True]).drop(columns="advice")
@@ -57,12 +66,13 @@ def shown(name: str, table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _rows(name: str, table: pd.DataFrame) -> tuple[list[str], list[list[str]], int]:
+def _rows(name: str, table: pd.DataFrame | Table) -> tuple[list[str], list[list[str]], int]:
     t = shown(name, table)
-    cols = [str(c) for c in t.columns]
+    head = t.head(ROWS)
+    cols = [str(c) for c in head.columns]
     rows = [[fmt.cell(c if name != "daily_cost_by_team" or c == "day" else "cost_usd", v)
              for c, v in zip(cols, r, strict=True)]
-            for r in t.head(ROWS).itertuples(index=False)]
+            for r in head.itertuples(index=False)]
     return cols, rows, max(0, len(t) - ROWS)
 
 
@@ -126,16 +136,95 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def as_json(report: WeeklyReport) -> str:
-    tables = {}
-    for name, table in report.tables.items():
-        t = table.reset_index() if name == "daily_cost_by_team" else table
-        tables[name] = [{str(k): _jsonable(v) for k, v in row.items()}
-                        for row in t.to_dict(orient="records")]
-    return json.dumps({"week": report.week.label, "cluster": report.cluster,
+def _chunks(name: str, table: pd.DataFrame | Table) -> Iterator[pd.DataFrame]:
+    """A table's rows as files have them, a chunk at a time."""
+    if isinstance(table, Table):
+        yield from table.chunks()
+    else:
+        yield table.reset_index() if name == "daily_cost_by_team" else table
+
+
+def _columns(name: str, table: pd.DataFrame | Table) -> list[str]:
+    if isinstance(table, Table):
+        return table.columns
+    t = table.reset_index() if name == "daily_cost_by_team" else table
+    return [str(c) for c in t.columns]
+
+
+_INF = float("inf")
+_ROW = "   "
+"""Where a table's rows stand in the report's JSON (``indent=1``, three levels deep)."""
+
+
+def _json_value(v: Any, pad: str) -> str:
+    """One value as ``json.dumps(_jsonable(v), indent=1)`` writes it at ``pad``."""
+    if v is None:
+        return "null"
+    if isinstance(v, str):
+        return _encode_str(v)
+    if type(v) is float:
+        if v != v:
+            return "null"
+        return float.__repr__(v) if abs(v) != _INF else ("Infinity" if v > 0 else "-Infinity")
+    if type(v) is int:
+        return int.__repr__(v)
+    if isinstance(v, dict) and v:
+        inner = pad + " "
+        return "{\n" + ",\n".join(f"{inner}{_encode_str(str(k))}: {_json_value(x, inner)}"
+                                  for k, x in v.items()) + f"\n{pad}}}"
+    return json.dumps(_jsonable(v), default=_jsonable)
+
+
+def _json_rows(chunk: pd.DataFrame) -> list[str]:
+    """The rows of a chunk as the report's JSON has them, encoded column by column."""
+    if not len(chunk.columns):
+        return [_ROW + "{}"] * len(chunk)
+    pad = _ROW + " "
+    keys = [f"{pad}{_encode_str(str(c))}: " for c in chunk.columns]
+    columns = [[k + _json_value(v, pad) for v in chunk[c].tolist()]
+               for k, c in zip(keys, chunk.columns, strict=True)]
+    return [f"{_ROW}{{\n" + ",\n".join(values) + f"\n{_ROW}}}"
+            for values in zip(*columns, strict=True)]
+
+
+def write_json(report: WeeklyReport, out: IO[str]) -> None:
+    """The report and every row of its tables as JSON, in ``json.dumps(..., indent=1)``'s
+    layout, written a chunk of rows at a time."""
+    head = json.dumps({"week": report.week.label, "cluster": report.cluster,
                        "team": report.team, "sla_target": report.sla_target,
-                       "headline": report.headline, "tables": tables},
+                       "headline": report.headline, "tables": {}},
                       indent=1, default=_jsonable)
+    if not report.tables:
+        out.write(head)
+        return
+    out.write(head.removesuffix("{}\n}") + "{")
+    for i, (name, table) in enumerate(report.tables.items()):
+        out.write(("," if i else "") + f"\n  {_encode_str(name)}: [")
+        first = True
+        for chunk in _chunks(name, table):
+            rows = _json_rows(chunk)
+            if rows:
+                out.write(("\n" if first else ",\n") + ",\n".join(rows))
+                first = False
+        out.write("]" if first else "\n  ]")
+    out.write("\n }\n}")
+
+
+def as_json(report: WeeklyReport) -> str:
+    buf = io.StringIO()
+    write_json(report, buf)
+    return buf.getvalue()
+
+
+def write_csv(name: str, table: pd.DataFrame | Table, path: Path) -> None:
+    """One table as CSV, a chunk of rows at a time."""
+    with open(path, "w", newline="") as f:
+        header = True
+        for chunk in _chunks(name, table):
+            chunk.to_csv(f, index=False, header=header)
+            header = False
+        if header:
+            pd.DataFrame(columns=_columns(name, table)).to_csv(f, index=False)
 
 
 def write(report: WeeklyReport, out: Path) -> dict[str, bytes]:
@@ -146,8 +235,11 @@ def write(report: WeeklyReport, out: Path) -> dict[str, bytes]:
         (out / f"{name}.png").write_bytes(png)
     (out / "report.md").write_text(markdown(report))
     (out / "report.html").write_text(html_page(report, {k: f"{k}.png" for k in charts}))
-    (out / "report.json").write_text(as_json(report))
+    with open(out / "report.json", "w") as f:
+        write_json(report, f)
     for name, table in report.tables.items():
-        t = table.reset_index() if name == "daily_cost_by_team" else table
-        t.to_csv(out / f"{name}.csv", index=False)
+        write_csv(name, table, out / f"{name}.csv")
+    for t in (*report.tables.values(), report.pods):
+        if isinstance(t, Table):
+            t.ws.close()
     return charts

@@ -11,6 +11,7 @@ import pandas as pd
 from analytics import figures, queries
 from analytics.store import Store
 from analytics.week import Week
+from analytics.workspace import Table, Workspace
 
 SECTIONS = {
     "cost_by_team": "Cost by team",
@@ -42,9 +43,16 @@ class WeeklyReport:
     """None: the whole platform; else the team's slice."""
     sla_target: float
     headline: dict[str, float | None]
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    pods: pd.DataFrame = field(default_factory=pd.DataFrame)
+    tables: dict[str, pd.DataFrame | Table] = field(default_factory=dict)
+    """Small tables as frames; the per-workload ones (a row per workload, as many as the
+    fleet runs) as ``Table``s kept in the report's workspace."""
+    pods: pd.DataFrame | Table = field(default_factory=pd.DataFrame)
     """Each pod's week with its bottleneck class (not rendered; the tables summarise it)."""
+
+    def frame(self, name: str) -> pd.DataFrame:
+        """A table as a frame (a per-workload one read whole from the workspace)."""
+        table = self.tables[name]
+        return table.frame() if isinstance(table, Table) else table
 
     @property
     def title(self) -> str:
@@ -57,22 +65,27 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
           progress: Callable[[str], None] = lambda _: None) -> WeeklyReport:
     progress("reading the warehouse")
     f = queries.fetch(store, week, team)
+    ws = Workspace()
+    figures.prepare(ws, prices)
+    queries.load(store, week, ws, team, figures.classify_arrow)
     progress("computing")
-    usage, pods, states = f["usage"], f["pods"], f["pod_states"]
-    classified = figures.classify_pods(pods)
-    workloads = figures.bottlenecks(classified)
+    usage = f["usage"]
+    pods = Table(ws, "pods", figures.with_evidence)
+    workloads = figures.bottleneck_table(ws)
     unallocated = figures.unallocated_by_pool(usage)
-    rightsize = figures.rightsizing(pods, prices)
-    spot = figures.spot_candidates(pods, states, prices)
-    tables = {f"cost_by_{d}": figures.cost_by(usage, d) for d in figures.COST_DIMENSIONS}
+    rightsize = figures.rightsizing_table(ws)
+    spot = figures.spot_table(ws)
+    tables: dict[str, pd.DataFrame | Table] = {
+        f"cost_by_{d}": figures.cost_by(usage, d) for d in figures.COST_DIMENSIONS}
     tables |= {
         "daily_cost_by_team": figures.daily_by_team(f["daily"], week),
-        "idle_offenders": figures.idle_offenders(pods),
+        "idle_offenders": figures.idle_offenders_of(ws),
         "unallocated_by_pool": unallocated,
-        "queue": figures.queue(states, week),
-        "longest_waits": figures.longest_waits(states, week),
+        "queue": figures.queue(ws.frame(figures.QUEUE_STATES), week),
+        "longest_waits": figures.longest_waits_of(ws.chunks("SELECT * FROM pod_states"),
+                                                  week),
         "availability": figures.availability(f["availability"], sla_target),
-        "incidents": figures.incidents(f["incidents"], states, week),
+        "incidents": figures.incidents(f["incidents"], ws.frame(figures.PREEMPTED), week),
         "bottlenecks": workloads,
         "bottleneck_summary": figures.bottleneck_summary(workloads),
         "rightsizing": rightsize,
@@ -82,5 +95,6 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
     if team is not None:  # capacity, availability and incidents are the platform's
         for name in ("unallocated_by_pool", "availability", "incidents"):
             tables.pop(name)
+    ws.close()
     return WeeklyReport(week, cluster, team, sla_target, figures.headline(usage),
-                        {k: tables[k] for k in SECTIONS if k in tables}, classified)
+                        {k: tables[k] for k in SECTIONS if k in tables}, pods)

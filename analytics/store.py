@@ -10,13 +10,14 @@ formatted into SQL. The heavy aggregation runs in the warehouse; pandas gets the
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 import sqlglot
 
 from exporter import duck
@@ -35,6 +36,23 @@ class Store(Protocol):
     def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
         """Run GoogleSQL with ``{table}`` placeholders and ``@name`` parameters."""
         ...
+
+
+BATCH = 32_768
+"""Rows per batch when a result is streamed."""
+
+
+def batches(store: Store, sql: str, params: Mapping[str, Param] | None = None,
+            rows: int = BATCH) -> Iterator[pa.RecordBatch]:
+    """A result as Arrow record batches, the first one possibly empty (it carries the
+    schema): streamed where the store can, else the whole frame as one batch."""
+    stream = getattr(store, "batches", None)
+    if stream is not None:
+        yield from stream(sql, params, rows)
+        return
+    table = pa.Table.from_pandas(store.query(sql, params), preserve_index=False)
+    yield pa.RecordBatch.from_pylist([], schema=table.schema)
+    yield from table.to_batches(rows)
 
 
 def _used(sql: str, params: Mapping[str, Param] | None) -> dict[str, Param]:
@@ -69,6 +87,14 @@ class DuckDBStore:
         duck = sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",
                                  write="duckdb")[0]
         return self.con.execute(duck, _used(sql, params)).to_arrow_table().to_pandas()
+
+    def batches(self, sql: str, params: Mapping[str, Param] | None = None,
+                rows: int = BATCH) -> Iterator[pa.RecordBatch]:
+        duck = sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",
+                                 write="duckdb")[0]
+        reader = self.con.execute(duck, _used(sql, params)).to_arrow_reader(rows)
+        yield pa.RecordBatch.from_pylist([], schema=reader.schema)
+        yield from reader
 
     def close(self) -> None:
         self.con.close()
@@ -135,3 +161,19 @@ class BigQueryStore:
             _tables(sql, lambda name: f"`{self.dataset}.{name}`"), job_config=config,
             wait_timeout=self.timeout)
         return rows.to_arrow(create_bqstorage_client=False).to_pandas()
+
+    def batches(self, sql: str, params: Mapping[str, Param] | None = None,
+                rows: int = BATCH) -> Iterator[pa.RecordBatch]:
+        from google.cloud import bigquery
+
+        config = bigquery.QueryJobConfig(query_parameters=[
+            _parameter(k, v) for k, v in _used(sql, params).items()])
+        result = self.client.query_and_wait(
+            _tables(sql, lambda name: f"`{self.dataset}.{name}`"), job_config=config,
+            wait_timeout=self.timeout, page_size=rows)
+        schema = result.to_arrow(create_bqstorage_client=False).schema \
+            if result.total_rows == 0 else None
+        if schema is not None:
+            yield pa.RecordBatch.from_pylist([], schema=schema)
+            return
+        yield from result.to_arrow_iterable()

@@ -26,7 +26,7 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
                step: Callable[[str], None] = lambda _: None) -> WeeklyReport:
     step("platform report")
     platform = build(store, week, prices, cfg.sla.target, cfg.cluster)
-    found = [str(t) for t in platform.tables["cost_by_team"].team if t != "(none)"]
+    found = [str(t) for t in platform.frame("cost_by_team").team if t != "(none)"]
     teams: dict[str, WeeklyReport] = {}
     for team in sorted(set(found) | set(cfg.report.team_recipients)):
         step(f"team {team}")

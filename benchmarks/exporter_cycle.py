@@ -3,7 +3,8 @@
 Starts ``gke-gpu-exporter simulate --scenario fleet --nodes N`` in its own process, then
 runs the exporter here, as ``run`` does: Kubernetes list + watch, discovery of the
 dcgm-exporter pods, and per cycle: scrape every endpoint, parse, join, compute, append to
-the DuckDB warehouse, render /metrics. Virtual time moves one step between cycles. Prints
+the DuckDB warehouse, render /metrics, with the default configuration (a 30-s cycle,
+warehouse rows of 60 s flushed every 60 s). Virtual time moves one step between cycles. Prints
 each cycle's CPU by stage (scrape: HTTP and parsing; compute; warehouse; render), the
 median and 95th percentile of each, and after each cycle the process's RSS, its open file
 descriptors and the warehouse file's size: ``--cycles 1000`` is the soak.
@@ -27,6 +28,10 @@ import aiohttp
 from exporter.app import open_exporter
 from exporter.config import load_config
 
+HEAVY = ("pandas", "pyarrow", "matplotlib", "jinja2", "kubernetes_asyncio",
+         "google.cloud.bigquery")
+"""Libraries a cycle has no use for: none is loaded once the cycles have run."""
+
 
 async def bench(nodes: int, cycles: int, every: int) -> None:
     out = Path(tempfile.mkdtemp(prefix="cycle-bench-"))
@@ -47,7 +52,7 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
     cfg = load_config(None, overrides={
         "cluster": "fleet", "interval": 30, "dcgm": {"timeout": 10},
         "kubernetes": {"kubeconfig": str(out / "kubeconfig")},
-        "warehouse": {"path": str(out / "w.duckdb"), "interval": 30, "flush_interval": 30}})
+        "warehouse": {"path": str(out / "w.duckdb")}})
     stages = ("scrape", "compute", "warehouse", "render")
     per_cycle: list[dict[str, float]] = []
     rss: list[float] = []
@@ -82,6 +87,8 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
         print(f"RSS after cycle 1 {rss[0]:.0f} MiB, after cycle {cycles} {rss[-1]:.0f} MiB, "
               f"high-water mark {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
               " MiB")
+        heavy = sorted(m for m in HEAVY if m in sys.modules)
+        print(f"heavy modules loaded: {', '.join(heavy) or 'none'}")
     proc.terminate()
     await proc.wait()
 

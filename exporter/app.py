@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import threading
 import time
@@ -23,8 +24,6 @@ from dataclasses import dataclass
 import aiohttp
 import duckdb
 from aiohttp import web
-from kubernetes_asyncio import client
-from kubernetes_asyncio import config as kube_config
 
 from exporter.config import Config
 from exporter.errors import ConfigError, StartupError
@@ -34,13 +33,18 @@ from exporter.logs import ctx
 from exporter.preflight import listen_error
 from exporter.prices import load_price_book
 from exporter.scheduled_report import Schedule, ScheduledReport
-from exporter.service import DCGM_FIELDS_READ, Exporter
+from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.remote_write import RemoteWriter
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
 from exporter.sources.dcgm import DcgmSource
 from exporter.sources.kube import KubeSource
+from exporter.sources.kube_client import (
+    KubeClient,
+    load_incluster,
+    load_kubeconfig,
+)
 from exporter.sources.prometheus_api import PrometheusApiSource
 
 log = logging.getLogger(__name__)
@@ -132,15 +136,13 @@ async def _cycle(exporter: Exporter, now: float, stop: asyncio.Task[None],
     cycle.result()
 
 
-async def _kube_client(cfg: Config) -> client.ApiClient:
+async def _kube_client(cfg: Config) -> KubeClient:
     k = cfg.kubernetes
     try:
         if k.in_cluster:
-            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return client.ApiClient()
-        return await kube_config.new_client_from_config(
-            config_file=str(k.kubeconfig) if k.kubeconfig else None)
-    except Exception as exc:  # the client's loaders raise anything from a bad file
+            return load_incluster()
+        return await load_kubeconfig(k.kubeconfig)
+    except Exception as exc:  # KubeConfigError, or anything a malformed entry raises
         setting = "kubernetes.in_cluster" if k.in_cluster else "kubernetes.kubeconfig"
         why = " ".join(str(exc).split()) or type(exc).__name__
         raise StartupError(setting, f"cannot load the Kubernetes credentials ({why}): run "
@@ -167,9 +169,11 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
     # connections outlive the interval, so each cycle reuses them instead of reconnecting
     connector = aiohttp.TCPConnector(limit=4096, limit_per_host=4, ttl_dns_cache=300,
                                      keepalive_timeout=cfg.interval * 2 + 5)
+    # compressing text on loopback costs both ends; each source bounds its own requests
+    # in time, so the session keeps no timer per request
     session = aiohttp.ClientSession(
         connector=connector, read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar(),
-        headers={"Accept-Encoding": "identity"})  # compressing text on loopback costs both ends
+        headers={"Accept-Encoding": "identity"}, timeout=aiohttp.ClientTimeout())
     bq_cfg = cfg.warehouse.bigquery
     try:
         warehouse = _warehouse(cfg) if cfg.warehouse.enabled else None
@@ -186,8 +190,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
                       watchdog=cfg.kubernetes.watchdog,
                       request_timeout=cfg.kubernetes.request_timeout)
     dcgm: DcgmSource | PrometheusApiSource | CloudMonitoringSource = DcgmSource(
-        session, cfg.dcgm.timeout, cfg.dcgm.max_body_bytes, cfg.dcgm.max_devices_per_target,
-        read=DCGM_FIELDS_READ)
+        cfg.dcgm.timeout, cfg.dcgm.max_body_bytes, cfg.dcgm.max_devices_per_target,
+        read=DCGM_FIELDS_READ, keepalive_seconds=cfg.interval * 2 + 5)
     if cfg.dcgm.prometheus.url:
         dcgm = PrometheusApiSource(session, cfg.dcgm.prometheus.url, DCGM_FIELDS_READ,
                                    cfg.dcgm.prometheus.selector, cfg.dcgm.timeout,
@@ -201,6 +205,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
             cfg.dcgm.timeout, cm.lookback, cm.location, cm.fallback_system_metrics,
             cfg.dcgm.discovery.namespace)
     exporter = Exporter(cfg, prices, kube, dcgm, warehouse, bigquery)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
     kube.start()
     if bigquery is not None:
         bigquery.start()
@@ -222,6 +228,10 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
             else:
                 bigquery.stop(0)
         exporter.close()
+        if isinstance(dcgm, DcgmSource):
+            dcgm.close()
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
         if warehouse is not None and flushed:
             warehouse.close()
         await session.close()

@@ -26,7 +26,8 @@ healthy                none of the above
 
 from __future__ import annotations
 
-import statistics
+import collections
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -62,7 +63,7 @@ class Diagnosis:
     evidence: dict[str, float]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Signals:
     """What the rules read: means over the window and the shares that need every sample.
     From live samples (``signals``) or from warehouse rows aggregated in SQL (the weekly
@@ -86,7 +87,7 @@ class Signals:
 
 def _mean(samples: Sequence[Mapping[str, float]], name: str) -> float | None:
     values = [s[name] for s in samples if name in s]
-    return statistics.fmean(values) if values else None
+    return math.fsum(values) / len(values) if values else None  # statistics.fmean
 
 
 def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
@@ -95,7 +96,7 @@ def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
                  if "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in s]
     reasons = [int(s[CLOCK_REASONS]) for s in samples if CLOCK_REASONS in s]
     return Signals(
-        gr=statistics.fmean(gr_values) if gr_values else None,
+        gr=math.fsum(gr_values) / len(gr_values) if gr_values else None,
         sm=_mean(samples, "DCGM_FI_PROF_SM_ACTIVE"),
         tensor=_mean(samples, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
         dram=_mean(samples, "DCGM_FI_PROF_DRAM_ACTIVE"),
@@ -108,6 +109,68 @@ def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
         max_gr=max(gr_values, default=0.0),
         throttled_share=sum(1 for r in reasons if r & THROTTLE_BITS) / len(reasons)
         if reasons else None)
+
+
+_MEANS = (("sm", "DCGM_FI_PROF_SM_ACTIVE"), ("tensor", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
+          ("dram", "DCGM_FI_PROF_DRAM_ACTIVE"), ("gpu_util_percent", "DCGM_FI_DEV_GPU_UTIL"),
+          ("temp", "DCGM_FI_DEV_GPU_TEMP"), ("nvlink_tx", "DCGM_FI_PROF_NVLINK_TX_BYTES"),
+          ("nvlink_rx", "DCGM_FI_PROF_NVLINK_RX_BYTES"))
+_GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+
+
+class Window:
+    """One pod's samples over a sliding window, kept by field, so that its ``signals`` are
+    those of ``signals`` over the same samples without going through them all again: each
+    field's values in arrival order, with the time of each, and the counts of stalled and
+    throttled samples."""
+
+    __slots__ = ("_stalled", "_throttled", "_times", "_values")
+
+    def __init__(self) -> None:
+        self._times: dict[str, collections.deque[float]] = {}
+        self._values: dict[str, collections.deque[float]] = {}
+        self._stalled = 0
+        self._throttled = 0
+
+    def add(self, when: float, sample: Mapping[str, float]) -> None:
+        """Add the sample taken at ``when`` (later than any before)."""
+        for name in SIGNAL_FIELDS:
+            value = sample.get(name)
+            if value is None:
+                continue
+            if name == CLOCK_REASONS:
+                value = int(value)
+                self._throttled += bool(value & THROTTLE_BITS)
+            elif name == _GR:
+                self._stalled += value < STALL_GR
+            if name not in self._times:
+                self._times[name], self._values[name] = collections.deque(), collections.deque()
+            self._times[name].append(when)
+            self._values[name].append(value)
+
+    def expire(self, until: float) -> None:
+        """Drop the samples taken at or before ``until``."""
+        for name, times in self._times.items():
+            values = self._values[name]
+            while times and times[0] <= until:
+                times.popleft()
+                value = values.popleft()
+                if name == CLOCK_REASONS:
+                    self._throttled -= bool(int(value) & THROTTLE_BITS)
+                elif name == _GR:
+                    self._stalled -= value < STALL_GR
+
+    def signals(self) -> Signals:
+        """``signals`` of the samples in the window."""
+        values = self._values
+        means = {attr: math.fsum(v) / len(v) for attr, name in _MEANS if (v := values.get(name))}
+        gr = values.get(_GR)
+        reasons = values.get(CLOCK_REASONS)
+        return Signals(
+            gr=math.fsum(gr) / len(gr) if gr else None, **means,
+            stalled_share=self._stalled / len(gr) if gr else 0.0,
+            max_gr=max(gr, default=0.0) if gr else 0.0,
+            throttled_share=self._throttled / len(reasons) if reasons else None)
 
 
 def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None) -> Diagnosis:

@@ -78,7 +78,7 @@ class Owner:
     workload: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeviceState:
     """One GPU (or MIG instance) at one snapshot."""
 
@@ -112,7 +112,7 @@ class DeviceIdentity:
     mig_profile: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UsageRow:
     """GPU time of one device over one interval, attributed to one owner (or none)."""
 
@@ -313,10 +313,12 @@ def device_states(
                 list_price * (1.0 - discount) * frac,
                 fields=fields)
 
-        known = without_superseded(inventory.get(name, {}), readings.get(name, ()))
-        for dev in readings.get(name, ()):
-            known.setdefault(dev.device_id, DeviceIdentity(dev.uuid, dev.device_id,
-                                                           dev.gpu_index, dev.mig_profile))
+        reported = readings.get(name, ())
+        known = without_superseded(inventory.get(name, {}), reported)
+        fresh = [DeviceIdentity(dev.uuid, dev.device_id, dev.gpu_index, dev.mig_profile)
+                 for dev in reported]
+        for ident in fresh:
+            known.setdefault(ident.device_id, ident)
         known.update((i.device_id, i) for i in unseen_devices(node, known.values()))
         counted = kubernetes_devices(node)
         if not node.ready:
@@ -327,13 +329,12 @@ def device_states(
         if name in unknown_nodes or (complete and name not in readings):
             continue  # unknown: absent, never zero
         seen: set[str] = set()
-        for dev in readings.get(name, ()):
-            ident = DeviceIdentity(dev.uuid, dev.device_id, dev.gpu_index, dev.mig_profile)
+        for dev, ident in zip(reported, fresh, strict=True):
             seen.add(ident.device_id)
             xid = int(dev.fields.get(XID, 0))
             devs_owners = tuple(owners.get((p.namespace, p.pod)) or
                                 Owner("", p.namespace, p.pod, p.namespace, p.pod)
-                                for p in dev.pods)
+                                for p in dev.pods) if dev.pods else ()
             if xid in FATAL_XIDS:
                 out.append(make(ident, "unavailable", "xid", (), dev.fields))
             elif devs_owners:
@@ -360,8 +361,9 @@ def remember(inventory: Mapping[str, Mapping[str, DeviceIdentity]],
             continue
         known = out[node] = without_superseded(out.get(node, {}), devs)
         for d in devs:
-            known.setdefault(d.device_id, DeviceIdentity(d.uuid, d.device_id, d.gpu_index,
-                                                         d.mig_profile))
+            if d.device_id not in known:
+                known[d.device_id] = DeviceIdentity(d.uuid, d.device_id, d.gpu_index,
+                                                    d.mig_profile)
     return out
 
 
@@ -376,6 +378,9 @@ def retire(inventory: Mapping[str, Mapping[str, DeviceIdentity]],
     for name, devs in inventory.items():
         node = nodes.get(name)
         counted = kubernetes_devices(node) if node is not None else 0
+        if len(devs) <= counted:  # each ranks within the count
+            out[name] = dict(devs)
+            continue
         recent = sorted(devs.values(), key=lambda i: -last_seen.get(i.device_id, now))
         out[name] = {i.device_id: i for rank, i in enumerate(recent)
                      if rank < counted or now - last_seen.get(i.device_id, now) < retire_after}

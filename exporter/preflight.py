@@ -19,10 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes_asyncio.config import incluster_config
 
 from exporter.config import Config
 from exporter.errors import StartupError
+from exporter.sources.kube_client import (
+    SERVICE_CA_FILE,
+    SERVICE_HOST_ENV,
+    SERVICE_PORT_ENV,
+    SERVICE_TOKEN_FILE,
+)
 
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
 
@@ -37,13 +42,11 @@ def problems(cfg: Config) -> list[StartupError]:
 def kubernetes(cfg: Config) -> StartupError | None:
     k = cfg.kubernetes
     if k.in_cluster:
-        if not (os.environ.get(incluster_config.SERVICE_HOST_ENV_NAME)
-                and os.environ.get(incluster_config.SERVICE_PORT_ENV_NAME)):
+        if not (os.environ.get(SERVICE_HOST_ENV) and os.environ.get(SERVICE_PORT_ENV)):
             return StartupError("kubernetes.in_cluster", (
-                f"{incluster_config.SERVICE_HOST_ENV_NAME} is not set: this is not a pod; "
+                f"{SERVICE_HOST_ENV} is not set: this is not a pod; "
                 "set kubernetes.kubeconfig instead, or run the exporter in the cluster"))
-        for path in (incluster_config.SERVICE_TOKEN_FILENAME,
-                     incluster_config.SERVICE_CERT_FILENAME):
+        for path in (SERVICE_TOKEN_FILE, SERVICE_CA_FILE):
             if not os.access(path, os.R_OK):
                 return StartupError("kubernetes.in_cluster", (
                     f"cannot read {path}: mount the service account token "

@@ -31,6 +31,7 @@ def test_the_cycle_benchmark_prints_cpu_by_stage_and_rss() -> None:
     cycle, _, *stages = map(float, summary.groups())
     assert 0 < sum(stages) <= cycle * 1.5
     assert re.search(r"RSS after cycle 1 \d+ MiB, after cycle 3 \d+ MiB", out)
+    assert "heavy modules loaded: none" in out
 
 
 def test_the_warehouse_soak_writes_rolls_up_and_reopens() -> None:

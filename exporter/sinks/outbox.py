@@ -5,6 +5,9 @@ locally, so nothing written locally can miss BigQuery and nothing is sent that w
 written: the outbox survives restarts and SIGKILL with the file. The sender takes the
 oldest rows of a table in order, and deletes them once BigQuery has answered for them.
 Its size is bounded: past ``max_bytes`` the oldest rows are dropped, and the drop counted.
+
+Statements take no bound parameters (the few numbers are written into them): DuckDB's
+Python client imports pandas to bind parameters, which the exporter does without.
 """
 
 from __future__ import annotations
@@ -69,8 +72,8 @@ class Outbox:
         with self._cursor() as cur:
             found = cur.execute(
                 "SELECT seq, tbl, id, part, row FROM outbox WHERE tbl = "
-                "(SELECT tbl FROM outbox ORDER BY seq LIMIT 1) ORDER BY seq LIMIT ?",
-                [limit]).fetchall()
+                f"(SELECT tbl FROM outbox ORDER BY seq LIMIT 1) ORDER BY seq LIMIT {int(limit)}"
+            ).fetchall()
         if not found:
             return None
         parts = [r[3] for r in found]
@@ -78,8 +81,11 @@ class Outbox:
                      [json.loads(r[4]) for r in found], min(parts), max(parts))
 
     def remove(self, seqs: list[int]) -> None:
+        if not seqs:
+            return
         with self._cursor() as cur:
-            cur.execute("DELETE FROM outbox WHERE seq IN (SELECT unnest(?))", [seqs])
+            cur.execute("DELETE FROM outbox WHERE seq IN (SELECT unnest([" +
+                        ", ".join(str(int(s)) for s in seqs) + "]::BIGINT[]))")
 
     def size(self) -> tuple[int, int]:
         """(rows, bytes) waiting."""
@@ -93,11 +99,11 @@ class Outbox:
         per table."""
         with self._cursor() as cur:
             dropped = cur.execute(
-                """DELETE FROM outbox WHERE seq <= (
+                f"""DELETE FROM outbox WHERE seq <= (
                        SELECT max(seq) FROM (
                            SELECT seq, sum(strlen(row)) OVER (ORDER BY seq DESC) AS newer
-                           FROM outbox) WHERE newer > ?)
-                   RETURNING tbl""", [max_bytes]).fetchall()
+                           FROM outbox) WHERE newer > {int(max_bytes)})
+                   RETURNING tbl""").fetchall()
         out: dict[str, int] = defaultdict(int)
         for (table,) in dropped:
             out[table] += 1

@@ -3,7 +3,9 @@
 Every family is built afresh from the cycle's view, so series of deleted pods and nodes
 vanish by themselves; unknown values are absent, never zero. Base units, ratios 0-1,
 counters end in ``_total``. The text is Prometheus' exposition format 0.0.4, written
-directly: at 8,000 GPUs a generic client library spends seconds per render.
+directly: at 8,000 GPUs a generic client library spends seconds per render. What a series'
+text comes from is kept from one cycle to the next (its ``name{labels} `` prefix, its last
+value and line; a family's last text), so a render formats only the values that changed.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import functools
 import math
 import platform
+import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exporter import __version__, compute
 from exporter.sources.dcgm import REJECT_REASONS, parse_labels
@@ -51,11 +54,47 @@ def _escape(value: str) -> str:
 
 
 def _number(value: float) -> str:
+    if value.__class__ is float:  # the common case first, with the same text as below
+        if value.is_integer() and -1e15 < value < 1e15:
+            return str(int(value))
+        return repr(value)
     if value.__class__ is int:
         return str(value)
     if value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(float(value))
+
+
+_UNSET: object = object()
+"""No value yet: unequal to every value, so the first one always writes its line. Values
+that compare equal have the same text (``_number``: 1 and 1.0 both give ``1``)."""
+
+
+class _Kept:
+    """What a family keeps from one cycle to the next: each series' line by its label
+    values, as ``[prefix, value, line]`` (``name{labels} `` is built once per series, the
+    line again only when its value changes), and the last text with the lines it joined,
+    reused whole while every line is the same."""
+
+    __slots__ = ("fixed", "head", "keys", "lines", "mapped", "order", "series", "snapshot",
+                 "text")
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+        self.series: dict[object, list[Any]] = {}
+        self.lines: list[str] = []
+        self.text = b""
+        # add_sorted's: its fixed labels, the mapping's keys as they came and sorted, a copy
+        # of the mapping and the lines it gave
+        self.fixed: tuple[str, ...] | None = None
+        self.keys: list[object] = []
+        self.order: list[Any] = []
+        self.snapshot: dict[object, float] = {}
+        self.mapped: list[str] = []
+
+
+_KEPT: dict[tuple[str, str, str, tuple[str, ...]], _Kept] = {}
+_LOCK = threading.Lock()
 
 
 class Metric:
@@ -70,8 +109,15 @@ class Metric:
         self.documentation = documentation
         self.labels = tuple(labels or ())
         self.lines: list[str] = []
+        ident = (self.name, self.kind, documentation, self.labels)
+        kept = _KEPT.get(ident)
+        if kept is None:
+            help_text = documentation.replace("\\", "\\\\").replace("\n", "\\n")
+            kept = _KEPT[ident] = _Kept(f"# HELP {self.name} {help_text}\n"
+                                        f"# TYPE {self.name} {self.kind}\n")
+        self._kept = kept
         if value is not None:
-            self.lines.append(f"{self.name} {_number(value)}\n")
+            self.add_metric((), value)
 
     def _labels(self, values: Sequence[str], extra: str = "") -> str:
         pairs = _label_text_cached(self.labels, tuple(values))
@@ -80,16 +126,66 @@ class Metric:
         return "{" + pairs + "}" if pairs else ""
 
     def add_metric(self, values: Sequence[str], value: float) -> None:
-        self.lines.append(f"{self.name}{self._labels(values)} {_number(value)}\n")
+        self.add_items((((*values,), value),))
+
+    def add_items(self, items: Iterable[tuple[tuple[str, ...], float]]) -> None:
+        """Samples as (label values, value), in order."""
+        series = self._kept.series
+        append = self.lines.append
+        for key, value in items:
+            s = series.get(key)
+            if s is None:
+                s = series[key] = [f"{self.name}{self._labels(key)} ", _UNSET, ""]
+            if s[1] != value:
+                s[1] = value
+                s[2] = s[0] + _number(value) + "\n"
+            append(s[2])
+
+    def add_sorted(self, mapping: Mapping[Any, float], fixed: tuple[str, ...],
+                   nonzero: bool = False) -> None:
+        """A sample per item of ``mapping`` (but zeros when ``nonzero``), sorted by key,
+        labelled ``fixed`` then the key (a tuple key: its parts). Unless the mapping's keys
+        change the order is kept, and so are the lines while the mapping is equal."""
+        kept = self._kept
+        keys = list(mapping)
+        if fixed != kept.fixed:
+            kept.series.clear()
+            kept.fixed, kept.keys, kept.snapshot = fixed, [], {}
+        if keys != kept.keys:
+            kept.keys, kept.order = keys, sorted(keys)
+        elif mapping == kept.snapshot:
+            self.lines.extend(kept.mapped)
+            return
+        series = kept.series
+        mapped: list[str] = []
+        append = mapped.append
+        for key in kept.order:
+            value = mapping[key]
+            if nonzero and not value:
+                continue
+            s = series.get(key)
+            if s is None:
+                values = (*fixed, *key) if key.__class__ is tuple else (*fixed, key)
+                s = series[key] = [f"{self.name}{self._labels(values)} ", _UNSET, ""]
+            if s[1] != value:
+                s[1] = value
+                s[2] = s[0] + _number(value) + "\n"
+            append(s[2])
+        kept.snapshot, kept.mapped = dict(mapping), mapped
+        self.lines.extend(mapped)
 
     def add_labelled(self, labels: str, value: float) -> None:
         """A sample whose label text (``a="x",b="y"``, escaped) is already built."""
         self.lines.append(f"{self.name}{{{labels}}} {_number(value)}\n")
 
-    def text(self) -> str:
-        help_text = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        return (f"# HELP {self.name} {help_text}\n# TYPE {self.name} {self.kind}\n"
-                + "".join(self.lines))
+    def text(self) -> bytes:
+        kept = self._kept
+        if self.lines != kept.lines or not kept.text:
+            if len(kept.series) > 2 * len(self.lines) + 1024:  # series gone for good
+                kept.series.clear()
+            kept.lines = self.lines
+            kept.text = (kept.head + "".join(self.lines)).encode()
+        return kept.text
 
 
 class GaugeMetricFamily(Metric):
@@ -106,12 +202,22 @@ class HistogramMetricFamily(Metric):
 
     def add_metric(self, values: Sequence[str], buckets: Sequence[tuple[str, float]],  # type: ignore[override]
                    sum_value: float) -> None:
-        for bound, count in buckets:
-            self.lines.append(f"{self.name}_bucket{self._labels(values, f'le=\"{bound}\"')} "
-                              f"{_number(count)}\n")
-        self.lines.append(f"{self.name}_sum{self._labels(values)} {_number(sum_value)}\n")
-        self.lines.append(f"{self.name}_count{self._labels(values)} "
-                          f"{_number(buckets[-1][1])}\n")
+        series = self._kept.series
+        append = self.lines.append
+        values = tuple(values)
+        samples = [*((("_bucket", bound), count) for bound, count in buckets),
+                   (("_sum", None), sum_value), (("_count", None), buckets[-1][1])]
+        for (part, bound), value in samples:
+            key = (part, bound, values)
+            s = series.get(key)
+            if s is None:
+                extra = f'le="{bound}"' if bound is not None else ""
+                s = series[key] = [f"{self.name}{part}{self._labels(values, extra)} ",
+                                   _UNSET, ""]
+            if s[1] != value:
+                s[1] = value
+                s[2] = s[0] + _number(value) + "\n"
+            append(s[2])
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +274,84 @@ def _device_labels(cluster: str, d: compute.DeviceState) -> str:
                                  d.mig_profile or "", instance)
 
 
+class _Device:
+    """One device's lines, kept from one cycle to the next (keyed by everything its labels
+    come from): utilisation and memory in use are rewritten when they change, the rest
+    when the device's state, reason, price, owners or memory size change."""
+
+    __slots__ = ("alloc", "available", "labels", "price", "settled", "source", "state",
+                 "total", "used", "used_line", "util", "util_line")
+
+    def __init__(self, labels: str) -> None:
+        self.labels = labels
+        self.util: object = _UNSET
+        self.source: str | None = None
+        self.util_line = ""
+        self.used: object = _UNSET
+        self.used_line = ""
+        self.settled: object = _UNSET
+        self.total = self.available = self.state = self.price = ""
+        self.alloc: list[str] = []
+
+
+_DEVICES: dict[tuple[str, ...], _Device] = {}
+
+
+def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: Metric,
+                    available: Metric, state: Metric, price: Metric, alloc: Metric) -> None:
+    """The per-device families, in one pass over the devices: ~10 samples per GPU."""
+    c = v.cluster
+    devices = _DEVICES
+    memory_bytes = compute.memory_bytes
+    add_util, add_used, add_total = (util.lines.append, mem_used.lines.append,
+                                     mem_total.lines.append)
+    add_available, add_state, add_price = (available.lines.append, state.lines.append,
+                                           price.lines.append)
+    add_alloc = alloc.lines.extend
+    for d in v.states:
+        key = (c, d.node, d.pool, d.zone, d.accelerator, d.provisioning, d.gpu_index,
+               d.gpu_uuid, d.mig_profile or "", d.device_id)
+        e = devices.get(key)
+        if e is None:
+            e = devices[key] = _Device(_device_labels(c, d))
+        u = d.utilization
+        if u is not None:
+            if u != e.util or d.utilization_source != e.source:
+                e.util, e.source = u, d.utilization_source
+                e.util_line = (f'{util.name}{{{e.labels},source="{d.utilization_source}"}} '
+                               f"{_number(u)}\n")
+            add_util(e.util_line)
+        used, total = memory_bytes(d.fields)
+        if used is not None:
+            if used != e.used:
+                e.used = used
+                e.used_line = f"{mem_used.name}{{{e.labels}}} {_number(used)}\n"
+            add_used(e.used_line)
+        settled = (d.state, d.reason, d.price_usd_per_hour, d.owners, total)
+        if settled != e.settled:
+            e.settled = settled
+            labels = e.labels
+            e.total = "" if total is None else f"{mem_total.name}{{{labels}}} {_number(total)}\n"
+            e.available = (f"{available.name}{{{labels}}} "
+                           f"{'0' if d.state == 'unavailable' else '1'}\n")
+            e.state = f'{state.name}{{{labels},state="{d.state}",reason="{d.reason or ""}"}} 1\n'
+            e.price = ("" if d.price_usd_per_hour is None else
+                       f"{price.name}{{{labels}}} {_number(d.price_usd_per_hour)}\n")
+            e.alloc = [f"{alloc.name}{{{labels},{_label_text_cached(
+                ('namespace', 'pod', 'team', 'workload'),
+                (o.namespace, o.name, o.team, o.workload))}}} 1\n" for o in d.owners]
+        if e.total:
+            add_total(e.total)
+        add_available(e.available)
+        add_state(e.state)
+        if e.price:
+            add_price(e.price)
+        if e.alloc:
+            add_alloc(e.alloc)
+    if len(devices) > 2 * len(v.states) + 1024:  # devices gone for good
+        devices.clear()
+
+
 def _families(v: MetricsView) -> Iterator[Metric]:
     c = v.cluster
     util = GaugeMetricFamily(P + "utilization_ratio", "GPU utilisation: DCGM GR engine "
@@ -188,23 +372,7 @@ def _families(v: MetricsView) -> Iterator[Metric]:
     alloc = GaugeMetricFamily(P + "allocation_info", "Which pod holds which GPU; one series "
                               "per pod on a time-shared GPU.",
                               labels=[*DEVICE_LABELS, "namespace", "pod", "team", "workload"])
-    for d in v.states:
-        labels = _device_labels(c, d)
-        if d.utilization is not None:
-            util.add_labelled(f'{labels},source="{d.utilization_source}"', d.utilization)
-        used, total = compute.memory_bytes(d.fields)
-        if used is not None:
-            mem_used.add_labelled(labels, used)
-        if total is not None:
-            mem_total.add_labelled(labels, total)
-        available.add_labelled(labels, 0.0 if d.state == "unavailable" else 1.0)
-        state.add_labelled(f'{labels},state="{d.state}",reason="{d.reason or ""}"', 1.0)
-        if d.price_usd_per_hour is not None:
-            price.add_labelled(labels, d.price_usd_per_hour)
-        for o in d.owners:
-            alloc.add_labelled(labels + "," + _label_text_cached(
-                ("namespace", "pod", "team", "workload"),
-                (o.namespace, o.name, o.team, o.workload)), 1.0)
+    _device_samples(v, util, mem_used, mem_total, available, state, price, alloc)
     yield from (util, mem_used, mem_total, available, state, price, alloc)
 
     node_labels = ["cluster", "node", "pool", "model", "provisioning"]
@@ -221,14 +389,12 @@ def _families(v: MetricsView) -> Iterator[Metric]:
     for p in v.pods:
         if p.node and p.phase in ("Running", "Pending") and p.scheduled is not None:
             requested[p.node] += p.gpus
-    for n in v.nodes.values():
-        if not n.accelerator:
-            continue
-        nl = [c, n.name, n.pool, n.accelerator, n.provisioning]
-        cap.add_metric(nl, n.capacity_gpus)
-        allocatable.add_metric(nl, n.allocatable_gpus)
-        allocated.add_metric(nl, requested.get(n.name, 0))
-        ready.add_metric(nl, 1.0 if n.ready else 0.0)
+    gpu_nodes = [((c, n.name, n.pool, n.accelerator, n.provisioning), n)
+                 for n in v.nodes.values() if n.accelerator]
+    cap.add_items((nl, n.capacity_gpus) for nl, n in gpu_nodes)
+    allocatable.add_items((nl, n.allocatable_gpus) for nl, n in gpu_nodes)
+    allocated.add_items((nl, requested.get(n.name, 0)) for nl, n in gpu_nodes)
+    ready.add_items((nl, 1.0 if n.ready else 0.0) for nl, n in gpu_nodes)
     yield from (cap, allocatable, allocated, ready)
     yield GaugeMetricFamily(P + "cluster_available_gpus", "Allocatable GPUs of Ready nodes "
                             "minus system-reserved, in physical GPUs.",
@@ -239,13 +405,11 @@ def _families(v: MetricsView) -> Iterator[Metric]:
 
     up = CounterMetricFamily(P + "up_seconds", "Seconds the GPU was available.",
                              labels=["cluster", "uuid"])
-    for uuid, secs in sorted(v.totals.up_seconds.items()):
-        up.add_metric([c, uuid], secs)
+    up.add_sorted(v.totals.up_seconds, (c,))
     down = CounterMetricFamily(P + "down_seconds", "Seconds the GPU was unavailable, by "
                                "reason: node_not_ready, gpu_missing, xid.",
                                labels=["cluster", "uuid", "reason"])
-    for (uuid, reason), secs in sorted(v.totals.down_seconds.items()):
-        down.add_metric([c, uuid, reason], secs)
+    down.add_sorted(v.totals.down_seconds, (c,))
     spot = CounterMetricFamily(P + "spot_interruptions", "Pods terminated by spot "
                                "preemption, by node pool.", labels=["cluster", "pool"])
     for pool, count in sorted(v.totals.interruptions.items()):
@@ -253,13 +417,10 @@ def _families(v: MetricsView) -> Iterator[Metric]:
     xid = CounterMetricFamily(P + "xid_events", "XID errors seen: each time a GPU's last XID "
                               "(DCGM_FI_DEV_XID_ERRORS) changes to a new code.",
                               labels=["cluster", "node", "uuid"])
-    for (node, uuid), count in sorted(v.totals.xid_events.items()):
-        xid.add_metric([c, node, uuid], count)
+    xid.add_sorted(v.totals.xid_events, (c,))
     last = GaugeMetricFamily(P + "last_xid", "The GPU's last XID error code (absent: none).",
                              labels=["cluster", "node", "uuid"])
-    for (node, uuid), code in sorted(v.totals.last_xid.items()):
-        if code:
-            last.add_metric([c, node, uuid], code)
+    last.add_sorted(v.totals.last_xid, (c,), nonzero=True)
     sla = GaugeMetricFamily(P + "sla_target_ratio", "Availability objective (config: "
                             "sla.target), for the SLO alerts.", labels=["cluster"])
     sla.add_metric([c], v.sla_target)
@@ -275,9 +436,8 @@ def _families(v: MetricsView) -> Iterator[Metric]:
                                    "over the sliding window.",
                                    labels=["cluster", "namespace", "pod", "team", "workload",
                                            "class"])
-    for owner, diag in v.diagnoses.values():
-        bottleneck.add_metric([c, owner.namespace, owner.name, owner.team, owner.workload,
-                               diag.bottleneck], 1.0)
+    bottleneck.add_items(((c, owner.namespace, owner.name, owner.team, owner.workload,
+                           diag.bottleneck), 1.0) for owner, diag in v.diagnoses.values())
     yield bottleneck
     yield from _health_families(v)
 
@@ -359,10 +519,9 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
                            "within kubernetes.max_staleness).", labels=["source", "target"])
     dur = GaugeMetricFamily(P + "exporter_scrape_duration_seconds", "Duration of the last "
                             "successful scrape of a target.", labels=["source", "target"])
-    for (source, target), ok in sorted(h.up.items()):
-        up.add_metric([source, target], 1.0 if ok else 0.0)
-        if (source, target) in h.duration:
-            dur.add_metric([source, target], h.duration[(source, target)])
+    answered = sorted(h.up.items())
+    up.add_items((key, 1.0 if ok else 0.0) for key, ok in answered)
+    dur.add_items((key, h.duration[key]) for key, _ in answered if key in h.duration)
     for kind, ok in sorted(v.kube.up.items()):
         age = v.kube.age(kind)
         fresh = age is None or age <= v.kube_max_staleness
@@ -372,8 +531,7 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
                              "a Kubernetes list, watch event or bookmark, a BigQuery or Cloud "
                              "Monitoring write. Absent before the first.",
                              labels=["source", "target"])
-    for (source, target), t in sorted(h.last_success.items()):
-        last.add_metric([source, target], t)
+    last.add_items(sorted(h.last_success.items()))
     for kind, t in sorted(v.kube.last_success.items()):
         last.add_metric(["kubernetes", kind], t)
     errors = CounterMetricFamily(P + "exporter_errors", "Failed scrapes, watches and writes, "
@@ -512,4 +670,5 @@ def series_labels(key: str) -> tuple[str, dict[str, str]]:
 
 def render(view: MetricsView) -> bytes:
     """The full exposition for one cycle."""
-    return "".join(f.text() for f in _families(view)).encode()
+    with _LOCK:  # the families' kept text is shared
+        return b"".join([f.text() for f in _families(view)])

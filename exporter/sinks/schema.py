@@ -1,4 +1,4 @@
-"""The warehouse tables, defined once: DuckDB's DDL, the Arrow batches and BigQuery's
+"""The warehouse tables, defined once: DuckDB's DDL, the Arrow schemas and BigQuery's
 schema are all derived from ``TABLES``.
 
 Every table has a deterministic ``id`` (a hash of what makes the row unique), so a row
@@ -11,9 +11,10 @@ and node pool where it has them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FIELDS = {
     "gr_engine_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
@@ -34,8 +35,6 @@ FIELDS = {
 # BigQuery's type names; the other engines' follow from them.
 STRING, TIMESTAMP, FLOAT, INTEGER = "STRING", "TIMESTAMP", "FLOAT", "INTEGER"
 
-_ARROW = {STRING: pa.string(), TIMESTAMP: pa.timestamp("us", tz="UTC"),
-          FLOAT: pa.float64(), INTEGER: pa.int64()}
 _DUCKDB = {STRING: "VARCHAR", TIMESTAMP: "TIMESTAMPTZ", FLOAT: "DOUBLE", INTEGER: "BIGINT"}
 
 
@@ -69,8 +68,19 @@ class Table:
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        return pa.schema([pa.field(c.name, _ARROW[c.type], nullable=not c.required)
+        """The table as Arrow batches hold it (pyarrow is imported here, when first asked
+        for: the exporter's own writes do without it)."""
+        import pyarrow as pa
+
+        types = {STRING: pa.string(), TIMESTAMP: pa.timestamp("us", tz="UTC"),
+                 FLOAT: pa.float64(), INTEGER: pa.int64()}
+        return pa.schema([pa.field(c.name, types[c.type], nullable=not c.required)
                           for c in self.columns])
+
+    @property
+    def duckdb_types(self) -> dict[str, str]:
+        """Each column's DuckDB type, in the table's order."""
+        return {c.name: _DUCKDB[c.type] for c in self.columns}
 
     def duckdb_ddl(self) -> str:
         """No key: an index on ``id`` would live in DuckDB's memory and grow with the table;

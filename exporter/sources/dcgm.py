@@ -31,18 +31,15 @@ string slicing and parses each distinct label set once; only lines printed other
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 import re
-import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import aiohttp
-
 from exporter.catalog import FATAL_XIDS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
+from exporter.sources import curl_transport as http
 
 BLANK_THRESHOLD = 9.2e18
 """DCGM's blank values (DCGM_INT64_BLANK and friends) start just above this."""
@@ -52,8 +49,9 @@ REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "
                             "too_long", "too_many_series", "unknown_node",
                             "too_many_devices"})
 """Why a sample is dropped."""
-IDENTITY_CACHE_SIZE = 65536
-"""Label sets whose parse is remembered across scrapes (8 per node, more when shared)."""
+IDENTITY_CACHE_SIZE = 16384
+"""Label sets whose parse is remembered across scrapes: one per GPU of the fleet (8,000 at
+1,000 nodes), twice over for the pods that replace those running; about 600 bytes each."""
 MAX_CACHED_LABELS = 1024
 
 # exported_* first: when present, the plain labels name the dcgm-exporter pod itself.
@@ -495,74 +493,101 @@ class TargetScrape:
     """Whether the devices are every GPU of their nodes (per-container sources: not)."""
 
 
+class _Scrape:
+    """One target's answer, parsed as it arrives (in the transport's thread). A body of
+    less than a piece is held as it came and parsed once whole; a longer one goes through
+    ``StreamParser.take`` a piece at a time."""
+
+    __slots__ = ("_chunks", "_held", "_parser", "ending", "result", "url")
+
+    def __init__(self, url: str, max_devices: int, read: Collection[str] | None) -> None:
+        self.url = url
+        self._parser = StreamParser(max_devices, read)
+        self._chunks: list[bytes] | None = []
+        self._held = 0
+        self.ending: http.Ending | None = None
+        self.result: ParseResult | None = None
+
+    def body(self, chunk: bytes) -> None:
+        chunks: Sequence[bytes] = (chunk,)
+        if self._chunks is not None:
+            self._chunks.append(chunk)
+            self._held += len(chunk)
+            if self._held < PIECE_BYTES:
+                return
+            chunks, self._chunks = self._chunks, None
+        parser = self._parser
+        for c in chunks:
+            piece = parser.take(c)
+            if piece is not None:
+                parser.parse(*piece)
+
+    def end(self, ending: http.Ending) -> None:
+        self.ending = ending
+        if ending.kind == http.OK:
+            if self._chunks:
+                self._parser.parse(self._chunks[0] if len(self._chunks) == 1
+                                   else b"".join(self._chunks))
+            self.result = self._parser.close()
+        self._chunks = None
+
+
 class DcgmSource:
-    """Scrapes dcgm-exporter endpoints concurrently, each with its own timeout and cap."""
+    """Scrapes dcgm-exporter endpoints concurrently within one timeout and a body cap each.
+
+    The GETs go through ``CurlTransport``: libcurl's multi interface in one worker thread,
+    connections kept open between rounds. A round of 1,000 targets costs it 0.06-0.07 s
+    of CPU where aiohttp took 0.15-0.17 s, and the whole round, parsing included, 0.37-0.40 s
+    where it took 0.54-0.72 s (``curl_transport`` says how this was measured). Bodies are
+    parsed in that thread as they arrive, at most ``concurrency`` of them in flight at
+    once; the time spent parsing moves the round's end, as it is no target's. ``close``
+    ends the worker."""
 
     name = "dcgm"
     whole_cluster = False
     """Each target is one node."""
 
-    def __init__(self, session: aiohttp.ClientSession, timeout_seconds: float,
-                 max_body_bytes: int, max_devices: int = MAX_DEVICES_PER_TARGET,
-                 concurrency: int = 256, read: Collection[str] | None = None) -> None:
-        self._session = session
+    def __init__(self, timeout_seconds: float, max_body_bytes: int,
+                 max_devices: int = MAX_DEVICES_PER_TARGET, concurrency: int = 256,
+                 read: Collection[str] | None = None, keepalive_seconds: float = 118.0) -> None:
         self._read = read
         self._timeout = timeout_seconds
         self._max_body = max_body_bytes
         self._max_devices = max_devices
-        self._slots = asyncio.Semaphore(concurrency)
-        """Bodies in memory at once: each is read, parsed and dropped while others wait.
-        The timeout runs from the start of the round, waiting for a slot included, so a
-        round never outlasts it however many targets hang."""
+        self._transport = http.CurlTransport(
+            max_body_bytes=max_body_bytes, concurrency=concurrency,
+            headers=["Accept: text/plain", "Accept-Encoding: identity"],
+            keepalive_seconds=keepalive_seconds, name="dcgm-scrapes")
+        """The timeout runs from the start of the round, waiting for a free transfer
+        included, so a round never outlasts it however many targets hang."""
 
     async def fetch(self, targets: Sequence[str]
                     ) -> list[TargetScrape | SourceUnavailable | SourceTimeout | SourceDataError]:
         """One scrape of every target; a failed target is returned as its error."""
-        return await asyncio.gather(*(self._one(t) for t in targets))
+        scrapes = [_Scrape(t, self._max_devices, self._read) for t in targets]
+        await self._transport.get(scrapes, within=self._timeout)
+        return [self._outcome(s) for s in scrapes]
 
-    async def _one(self, target: str
-                   ) -> TargetScrape | SourceUnavailable | SourceTimeout | SourceDataError:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self._timeout) as deadline, self._slots:
-                began = loop.time()
-                parser, size = await self._scrape(target, deadline)
-        except TimeoutError:
+    def close(self) -> None:
+        """End the worker thread and close the connections."""
+        self._transport.close()
+
+    def _outcome(self, scrape: _Scrape
+                 ) -> TargetScrape | SourceUnavailable | SourceTimeout | SourceDataError:
+        target, end = scrape.url, scrape.ending
+        if end is None or end.kind == http.TIMEOUT:
             return SourceTimeout("dcgm", target, f"no complete answer in {self._timeout:g} s")
-        except (SourceUnavailable, SourceDataError) as exc:
-            return exc
-        except aiohttp.ClientError as exc:
-            return SourceUnavailable("dcgm", target, f"{type(exc).__name__}: {exc}", label=(
-                "refused" if isinstance(exc, aiohttp.ClientConnectorError) else None))
-        result = parser.close()  # the last piece: all of a body of the usual size
-        if not result.devices:
+        if end.kind == http.STATUS:
+            return SourceUnavailable("dcgm", target, f"HTTP {end.status}", status=end.status)
+        if end.kind == http.TOO_BIG:
+            if end.content_length is not None and end.content_length > self._max_body:
+                return SourceDataError("dcgm", target, f"body of {end.content_length} bytes "
+                                       f"exceeds the {self._max_body}-byte cap")
+            return SourceDataError("dcgm", target, f"body exceeds the {self._max_body}-byte cap")
+        if end.kind != http.OK or scrape.result is None:
+            return SourceUnavailable("dcgm", target, end.message,
+                                     label="refused" if end.kind == http.REFUSED else None)
+        if not scrape.result.devices:
             return SourceDataError("dcgm", target, "no DCGM GPU samples in the answer",
-                                   rejected=result.rejected)
-        return TargetScrape(target, result, loop.time() - began, size)
-
-    async def _scrape(self, target: str, deadline: asyncio.Timeout
-                      ) -> tuple[StreamParser, int]:
-        """The target's answer, parsed as it arrives (``StreamParser``), and its size. The
-        time spent parsing moves the ``deadline``: the timeout is the answer's."""
-        async with self._session.get(target, headers={"Accept": "text/plain"}) as resp:
-            if resp.status != 200:
-                raise SourceUnavailable("dcgm", target, f"HTTP {resp.status}",
-                                        status=resp.status)
-            if resp.content_length is not None and resp.content_length > self._max_body:
-                raise SourceDataError("dcgm", target,
-                                      f"body of {resp.content_length} bytes exceeds the "
-                                      f"{self._max_body}-byte cap")
-            parser = StreamParser(self._max_devices, self._read)
-            size = 0
-            async for chunk in resp.content.iter_chunked(256 * 1024):
-                size += len(chunk)
-                if size > self._max_body:
-                    raise SourceDataError("dcgm", target,
-                                          f"body exceeds the {self._max_body}-byte cap")
-                piece = parser.take(chunk)
-                if piece is not None:  # a piece is about a MiB: parsed beside the loop
-                    took = time.perf_counter()
-                    await asyncio.to_thread(parser.parse, *piece)
-                    if (when := deadline.when()) is not None:
-                        deadline.reschedule(when + time.perf_counter() - took)
-            return parser, size
+                                   rejected=scrape.result.rejected)
+        return TargetScrape(target, scrape.result, end.seconds, end.size)

@@ -23,18 +23,17 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from exporter.backoff import Backoff
 from exporter.errors import SourceDataError, SourceError, SourceTimeout, SourceUnavailable
 from exporter.logs import Episodes, ctx
+from exporter.sources.kube_client import CredentialError, KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +42,8 @@ GPU = "nvidia.com/gpu"
 KUBE_ERROR_REASONS = frozenset({"http_403", "http_429", "http_503", "refused", "timeout",
                                 "bad_answer"})
 """The errors a watch most often meets, exported from zero (others as they happen)."""
+PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces"}
+"""Each kind's collection, at the cluster scope."""
 
 
 def _ts(value: str | None) -> float | None:
@@ -217,11 +218,11 @@ class KubeSource:
 
     name = "kubernetes"
 
-    def __init__(self, api: client.ApiClient, *, watch_timeout: float = 300.0,
+    def __init__(self, api: KubeClient, *, watch_timeout: float = 300.0,
                  watchdog: float = 120.0, request_timeout: float = 30.0,
                  backoff: Callable[[], Backoff] = Backoff,
                  clock: Callable[[], float] = time.time) -> None:
-        self._v1 = client.CoreV1Api(api)
+        self._api = api
         self._clock = clock
         self._watch_timeout = watch_timeout
         self._watchdog = watchdog
@@ -247,11 +248,9 @@ class KubeSource:
 
     def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._run("nodes", self._v1.list_node, self._apply_node)),
-            asyncio.create_task(self._run("pods", self._v1.list_pod_for_all_namespaces,
-                                          self._apply_pod)),
-            asyncio.create_task(self._run("namespaces", self._v1.list_namespace,
-                                          self._apply_namespace)),
+            asyncio.create_task(self._run("nodes", self._apply_node)),
+            asyncio.create_task(self._run("pods", self._apply_pod)),
+            asyncio.create_task(self._run("namespaces", self._apply_namespace)),
         ]
 
     async def stop(self) -> None:
@@ -321,17 +320,16 @@ class KubeSource:
 
     # ------------------------------------------------------------------ the loop
 
-    async def _run(self, kind: str, list_fn: Callable[..., Awaitable[Any]],
-                   apply: Callable[[str, Obj], None]) -> None:
+    async def _run(self, kind: str, apply: Callable[[str, Obj], None]) -> None:
         stats = self.stats[kind]
         backoff = self._backoff()
         while True:
             verb = "list"
             try:
-                rv = await self._list(kind, list_fn)
+                rv = await self._list(kind)
                 backoff.reset()
                 verb = "watch"
-                await self._watch(kind, list_fn, apply, rv)
+                await self._watch(kind, apply, rv)
             except asyncio.CancelledError:
                 raise
             except _Relist as exc:
@@ -355,8 +353,8 @@ class KubeSource:
                     log.debug("kubernetes request failed", extra=ctx(**fields))
                 await asyncio.sleep(delay)
 
-    async def _list(self, kind: str, list_fn: Callable[..., Awaitable[Any]]) -> str:
-        resp = await list_fn(_preload_content=False, _request_timeout=self._request_timeout)
+    async def _list(self, kind: str) -> str:
+        resp = await self._api.get(PATHS[kind], total_seconds=self._request_timeout)
         if resp.status != 200:
             raise await _http_error(kind, "list", resp)
         try:
@@ -374,56 +372,82 @@ class KubeSource:
         self.resource_versions[kind] = int(rv)
         return rv
 
-    async def _watch(self, kind: str, list_fn: Callable[..., Awaitable[Any]],
-                     apply: Callable[[str, Obj], None], rv: str) -> None:
+    async def _watch(self, kind: str, apply: Callable[[str, Obj], None], rv: str) -> None:
         stats = self.stats[kind]
-
-        async def checked(**kwargs: Any) -> Any:
-            resp = await list_fn(**kwargs)
+        while True:
+            params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true",
+                      "timeoutSeconds": str(int(self._watch_timeout))}
+            try:  # the watchdog covers the request too: a stalled server hangs it
+                async with asyncio.timeout(self._watchdog):
+                    resp = await self._api.get(PATHS[kind], params,
+                                               total_seconds=self._watch_timeout + 30)
+            except TimeoutError:
+                stats.watchdog_relists += 1
+                raise _Relist(f"watch silent for {self._watchdog:g} s") from None
             if resp.status != 200:
                 raise await _http_error(kind, "watch", resp)
-            return resp
-
-        while True:
-            w = watch.Watch()
-            stream = w.stream(checked, resource_version=rv, allow_watch_bookmarks=True,
-                              timeout_seconds=int(self._watch_timeout),
-                              _request_timeout=self._watch_timeout + 30)
-            w.return_type = None  # type: ignore[assignment]  # raw_object only: no models
             try:
                 while True:
                     try:
                         async with asyncio.timeout(self._watchdog):
-                            event = await stream.next()
-                    except StopAsyncIteration:
-                        stats.watch_restarts += 1
-                        self.last_success[kind] = self._clock()
-                        break
+                            line = await resp.content.readline()
                     except TimeoutError:
                         stats.watchdog_relists += 1
                         raise _Relist(f"watch silent for {self._watchdog:g} s") from None
-                    except ApiException as exc:
-                        if exc.status == 410:
-                            stats.expired += 1
-                            raise _Relist("resource version expired (410)") from None
-                        raise
-                    if not isinstance(event, dict) or \
-                            not isinstance(event.get("raw_object"), dict):
-                        raise SourceDataError("kubernetes", kind,
-                                              f"watch line is not an event: {str(event)[:200]}")
-                    if event.get("type") != "ERROR":
+                    if not line:  # the server ended the watch (its timeout)
+                        stats.watch_restarts += 1
                         self.last_success[kind] = self._clock()
-                    obj = event["raw_object"]
+                        break
+                    if not line.strip():
+                        continue
+                    etype, obj = watch_event(kind, line)
+                    if etype == "ERROR":
+                        status = _WatchError.of(obj)
+                        if status.code == 410:
+                            stats.expired += 1
+                            raise _Relist("resource version expired (410)")
+                        raise status
+                    self.last_success[kind] = self._clock()
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
                     self.resource_versions[kind] = int(rv)
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        apply(event["type"], obj)
+                    if etype in ("ADDED", "MODIFIED", "DELETED"):
+                        apply(etype, obj)
             finally:
-                await w.close()
+                resp.close()  # an unfinished stream's connection cannot be reused
 
 
 class _Relist(Exception):
     """Drop the watch and list again."""
+
+
+class _WatchError(Exception):
+    """A watch's ERROR event: a Status with its code and reason."""
+
+    def __init__(self, code: int | None, reason: str) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+
+    @classmethod
+    def of(cls, status: Obj) -> _WatchError:
+        code = status.get("code")
+        return cls(code if isinstance(code, int) else None,
+                   f"{status.get('reason')}: {status.get('message')}")
+
+
+def watch_event(kind: str, line: bytes) -> tuple[str, Obj]:
+    """The type and object of a watch line; ``SourceDataError`` if it is no event."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        event = None
+    if isinstance(event, dict) and event.get("kind") == "Status" and "type" not in event:
+        return "ERROR", event  # a bare Status instead of an event
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str) or \
+            not isinstance(event.get("object"), dict):
+        text = line[:200].decode("utf-8", errors="replace").strip()
+        raise SourceDataError("kubernetes", kind, f"watch line is not an event: {text}")
+    return event["type"], event["object"]
 
 
 def list_body(kind: str, raw: bytes) -> tuple[list[Obj], str]:
@@ -471,10 +495,12 @@ def _translate(kind: str, verb: str, exc: Exception, timeout: float) -> SourceEr
     """A failure of a request, as the exporter's error (library errors end here)."""
     if isinstance(exc, SourceError):
         return exc
-    if isinstance(exc, ApiException):  # a watch's ERROR event: a Status
+    if isinstance(exc, _WatchError):  # a watch's ERROR event: a Status
         return SourceUnavailable("kubernetes", kind,
-                                 f"HTTP {exc.status} on {verb}: {exc.reason}",
-                                 status=exc.status or None)
+                                 f"HTTP {exc.code} on {verb}: {exc.reason}",
+                                 status=exc.code or None)
+    if isinstance(exc, CredentialError):
+        return SourceUnavailable("kubernetes", kind, f"{verb}: {exc}", label="credentials")
     if isinstance(exc, TimeoutError):
         return SourceTimeout("kubernetes", kind, f"no answer to {verb} in {timeout:g} s")
     if isinstance(exc, aiohttp.ClientConnectorError):

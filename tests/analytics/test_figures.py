@@ -6,6 +6,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -247,6 +248,10 @@ def test_cheapest_fit(model: str, peak_gib: float | None, util: float, nvlink: b
                       fit: str | None) -> None:
     peak = None if peak_gib is None else peak_gib * 2**30
     assert figures.cheapest_fit(model, "on-demand", peak, util, nvlink, PRICES) == fit
+    # the report makes the same choice for every workload at once
+    p = pods(gpu_model=model, peak_memory_bytes=peak, utilization=util,
+             nvlink_tx_bytes_per_second=0.1 * 450e9 if nvlink else 0.0)
+    assert list(figures.rightsizing(p, PRICES).suggested_model) == ([fit] if fit else [])
 
 
 def test_rightsizing_saving_is_the_price_ratio() -> None:
@@ -294,3 +299,35 @@ def test_spot_candidates_of_a_team_without_batch_jobs() -> None:
     s = states(("c", "u1", "ns", "p1", "t", "w", "ReplicaSet", "", 1, None, None, None, None,
                 "", None, ""))
     assert figures.spot_candidates(pods(), s, PRICES).empty
+
+
+def test_the_pods_are_classified_by_the_exporters_rules() -> None:
+    """The report classifies every pod at once; each pod gets what ``decide`` gives it."""
+    rng = np.random.default_rng(7)
+    n = 4000
+
+    def maybe(values: np.ndarray, missing: float = 0.2) -> np.ndarray:
+        return np.where(rng.random(n) < missing, np.nan, values)
+
+    edges = np.array([0.0, 0.05, 0.15, 0.2, 0.3, 0.35, 0.45, 0.5, 0.6, 0.7, 1.0])
+    p = pods(rows=[{} for _ in range(n)]).assign(
+        gpu_model=rng.choice(["nvidia-h100-80gb", "nvidia-l4", "nvidia-tesla-a100", "other"],
+                             n),
+        gr_engine_active=maybe(rng.choice(np.r_[edges, rng.random(20)], n)),
+        sm_active=maybe(rng.choice(np.r_[edges, rng.random(20)], n)),
+        tensor_active=maybe(rng.choice(np.r_[edges, rng.random(20)], n)),
+        dram_active=maybe(rng.choice(np.r_[edges, rng.random(20)], n)),
+        gpu_util_percent=maybe(rng.choice([0.0, 50.0, 80.0, 99.0], n)),
+        temperature_celsius=maybe(rng.choice([40.0, 85.0, 90.0], n)),
+        nvlink_tx_bytes_per_second=maybe(rng.choice([0.0, 100e9, 135e9, 200e9], n)),
+        nvlink_rx_bytes_per_second=maybe(rng.choice([0.0, 90e9, 135e9], n)),
+        stalled_share=maybe(rng.choice([0.0, 0.15, 0.3], n)),
+        max_gr=maybe(rng.choice([0.0, 0.6, 0.9], n)),
+        throttled_share=maybe(rng.choice([0.0, 0.5, 0.9], n)))
+    got = figures.classify_pods(p)
+    want = [decide(figures.pod_signals(r), r.gpu_model) for r in p.itertuples()]
+    assert list(got.bottleneck) == [d.bottleneck for d in want]
+    for mine, theirs in zip(got.evidence, want, strict=True):
+        assert list(mine) == list(theirs.evidence)
+        assert mine == pytest.approx(theirs.evidence)
+    assert len(set(got.bottleneck)) == 8

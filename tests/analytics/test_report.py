@@ -13,6 +13,7 @@ from analytics.report import WeeklyReport, build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
 from analytics.weekly import team_dir
+from analytics.workspace import Table
 from exporter.config import load_config
 from exporter.prices import load_price_book
 from tests.analytics.conftest import HOSTILE
@@ -49,6 +50,16 @@ def test_the_figures_of_the_small_week(small_warehouse: Path) -> None:
     assert list(r.tables["incidents"].kind) == ["xid"]
 
 
+def test_the_per_pod_tables_stay_in_the_workspace(small_warehouse: Path) -> None:
+    r = report(small_warehouse)
+    for name in ("bottlenecks", "rightsizing", "spot"):
+        assert isinstance(r.tables[name], Table), name
+    assert isinstance(r.pods, Table) and len(r.pods) == 2
+    assert set(r.pods.bottleneck) == {"healthy", "idle"}
+    assert list(r.pods.frame().evidence.map(type)) == [dict, dict]
+    assert r.tables["bottlenecks"].evidence.map(bool).all()
+
+
 def test_hostile_names_are_escaped_everywhere(small_warehouse: Path) -> None:
     r = report(small_warehouse)
     html = render.html_page(r, {"daily_cost": "a.png", "utilization": "b.png",
@@ -76,6 +87,23 @@ def test_every_format_is_written(small_warehouse: Path, tmp_path: Path) -> None:
     for chart in ("daily_cost", "utilization", "queue_wait"):
         assert (tmp_path / f"{chart}.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "report.html").read_text().count('<img src="') == 3
+
+
+def test_the_json_holds_every_row_as_json_dumps_writes_it(small_warehouse: Path) -> None:
+    r = report(small_warehouse)
+    tables = {}
+    for name in r.tables:
+        t = r.frame(name)
+        t = t.reset_index() if name == "daily_cost_by_team" else t
+        tables[name] = [{str(k): render._jsonable(v) for k, v in row.items()}
+                        for row in t.to_dict(orient="records")]
+    tables["bottlenecks"][0]["evidence"] |= {"inf": float("inf")}
+    r.tables["bottlenecks"] = r.frame("bottlenecks").assign(
+        evidence=[row["evidence"] for row in tables["bottlenecks"]])
+    assert render.as_json(r) == json.dumps(
+        {"week": r.week.label, "cluster": r.cluster, "team": r.team,
+         "sla_target": r.sla_target, "headline": r.headline, "tables": tables},
+        indent=1, default=render._jsonable)
 
 
 def test_report_command_writes_platform_and_team_reports(small_warehouse: Path,

@@ -10,19 +10,17 @@ import json
 import resource
 import sys
 
-import aiohttp
-
 from exporter.service import DCGM_FIELDS_READ
 from exporter.sources.dcgm import DcgmSource, TargetScrape
 
 
 async def main(urls: list[str]) -> dict[str, object]:
-    async with aiohttp.ClientSession(read_bufsize=1 << 20) as session:
-        source = DcgmSource(session, timeout_seconds=120, max_body_bytes=32 * 1024 * 1024,
-                            read=DCGM_FIELDS_READ)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        results = await source.fetch(urls)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    source = DcgmSource(timeout_seconds=120, max_body_bytes=32 * 1024 * 1024,
+                        read=DCGM_FIELDS_READ)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    results = await source.fetch(urls)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    source.close()
     scrapes = [r for r in results if isinstance(r, TargetScrape)]
     return {"before_kib": before, "peak_kib": peak, "answered": len(scrapes),
             "bytes_read": [s.bytes_read for s in scrapes],

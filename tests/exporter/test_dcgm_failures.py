@@ -67,9 +67,9 @@ def text(body: str) -> Handler:
 
 @pytest.fixture
 async def source() -> AsyncIterator[DcgmSource]:
-    async with aiohttp.ClientSession() as session:
-        yield DcgmSource(session, timeout_seconds=1.0, max_body_bytes=32 * 1024 * 1024,
-                         max_devices=256)
+    source = DcgmSource(timeout_seconds=1.0, max_body_bytes=32 * 1024 * 1024, max_devices=256)
+    yield source
+    source.close()
 
 
 async def test_failures_are_contained(serve: Callable[[Handler], Awaitable[str]],

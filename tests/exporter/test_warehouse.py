@@ -208,3 +208,58 @@ def test_the_file_is_reopened_daily_but_not_under_a_snapshot(tmp_path: Path) -> 
     box.remove(batch.seqs)
     assert box.size() == (0, 0)
     wh.close()
+
+
+WRITE_A_CYCLE = """
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from exporter.compute import DeviceIdentity
+from exporter.sinks.warehouse import Warehouse
+from tests.exporter.test_compute import pod
+from tests.exporter.test_warehouse import rows
+
+wh = Warehouse(Path(sys.argv[1]), "c", interval=60.0, outbox=True, raw_retention=3600.0,
+               retention=86400.0)
+wh.load_state()
+for t in (0.0, 30.0, 60.0):
+    wh.add_usage(rows(t))
+    wh.add_pods([pod(uid=f"u{t}")], t, lambda p: "team-x")
+wh.add_event("n1", "pool", "GPU-1", "xid", 10.0, 50.0)
+wh.maybe_flush(90.0)
+wh.finish_vanished({"u0.0"}, 90.0)
+wh.roll_up(7200.0)
+wh.expire(10.0)
+wh.save_state({"n1": {"d": DeviceIdentity("GPU-1", "d", "0", None)}},
+              {("GPU-1", "xid"): (10.0, "n1", "pool")})
+wh.load_state()
+wh.record_report("2026-W47", 100.0, Path(sys.argv[1]).parent)
+assert wh.report_done("2026-W47")
+wh.snapshot({"gpu_usage": (datetime(1970, 1, 1, tzinfo=UTC), datetime(1971, 1, 1, tzinfo=UTC))},
+            Path(sys.argv[1]).parent / "snapshot")
+box = wh.open_outbox()
+batch = box.oldest(100)
+assert batch is not None
+box.remove(batch.seqs)
+box.size()
+box.trim(1 << 20)
+assert wh.rows_written["gpu_usage"] == 1, dict(wh.rows_written)
+wh.close()
+print(sorted(m for m in ("pandas", "pyarrow", "numpy") if m in sys.modules))
+"""
+
+
+def test_writing_through_the_warehouse_imports_neither_pandas_nor_pyarrow(
+        tmp_path: Path) -> None:
+    """The exporter's warehouse work (staging, flushing, the retention, its state, the
+    outbox) binds no parameters and scans no Python data in DuckDB: DuckDB's client would
+    import pandas and pyarrow for that, some 100 MiB of the exporter's memory."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", WRITE_A_CYCLE, str(tmp_path / "w.duckdb")],
+                          capture_output=True, text=True, check=False,
+                          cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "[]"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import config
 
 from exporter.backoff import Backoff
 from exporter.errors import SourceDataError
@@ -25,7 +25,9 @@ from exporter.sources.kube import (
     node_info,
     pod_info,
     rbac_hint,
+    watch_event,
 )
+from exporter.sources.kube_client import load_kubeconfig
 
 KINDS = ("namespaces", "nodes", "pods")
 
@@ -34,7 +36,7 @@ KINDS = ("namespaces", "nodes", "pods")
 async def open_source(sim: SimulatorServer, tmp_path: Path,
                       request_timeout: float = 5) -> AsyncIterator[KubeSource]:
     kubeconfig = sim.write_outputs(tmp_path).kubeconfig
-    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    api = await load_kubeconfig(kubeconfig)
     src = KubeSource(api, watch_timeout=5, watchdog=1.0, request_timeout=request_timeout,
                      backoff=lambda: Backoff(base=0.05, cap=0.2))
     src.start()
@@ -270,3 +272,13 @@ def test_a_list_answer_gives_its_items_and_version() -> None:
         [{"metadata": {"name": "a"}}], "7")
     assert list_body("pods", b'{"metadata": {"resourceVersion": "8"}, "items": null}') == (
         [], "8")
+
+
+def test_a_watch_line_gives_its_event_or_is_refused() -> None:
+    assert watch_event("pods", b'{"type": "ADDED", "object": {"metadata": {}}}\n') == (
+        "ADDED", {"metadata": {}})
+    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    assert watch_event("pods", json.dumps(status).encode()) == ("ERROR", status)
+    for line in (b"<html>", b'{"type": "ADDED"}', b"[]"):
+        with pytest.raises(SourceDataError, match="watch line is not an event"):
+            watch_event("pods", line)
