@@ -87,7 +87,7 @@ class Signals:
 
 def _mean(samples: Sequence[Mapping[str, float]], name: str) -> float | None:
     values = [s[name] for s in samples if name in s]
-    return math.fsum(values) / len(values) if values else None  # statistics.fmean
+    return math.fsum(values) / len(values) if values else None  # as statistics.fmean
 
 
 def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
@@ -169,7 +169,7 @@ class Window:
         return Signals(
             gr=math.fsum(gr) / len(gr) if gr else None, **means,
             stalled_share=self._stalled / len(gr) if gr else 0.0,
-            max_gr=max(gr, default=0.0) if gr else 0.0,
+            max_gr=max(gr) if gr else 0.0,
             throttled_share=self._throttled / len(reasons) if reasons else None)
 
 

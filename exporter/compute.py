@@ -80,7 +80,8 @@ class Owner:
 
 @dataclass(slots=True)
 class DeviceState:
-    """One GPU (or MIG instance) at one snapshot."""
+    """One GPU (or MIG instance) at one snapshot. Never changed once made (not frozen: a
+    frozen dataclass of this size takes four times as long to build, 8,000 a cycle)."""
 
     node: str
     pool: str
