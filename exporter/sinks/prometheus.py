@@ -174,10 +174,6 @@ class Metric:
         kept.snapshot, kept.mapped = dict(mapping), mapped
         self.lines.extend(mapped)
 
-    def add_labelled(self, labels: str, value: float) -> None:
-        """A sample whose label text (``a="x",b="y"``, escaped) is already built."""
-        self.lines.append(f"{self.name}{{{labels}}} {_number(value)}\n")
-
     def text(self) -> bytes:
         kept = self._kept
         if self.lines != kept.lines or not kept.text:
