@@ -7,7 +7,9 @@ the DuckDB warehouse, render /metrics, with the default configuration (a 30-s cy
 warehouse rows of 60 s flushed every 60 s). Virtual time moves one step between cycles. Prints
 each cycle's CPU by stage (scrape: HTTP and parsing; compute; warehouse; render), the
 median and 95th percentile of each, and after each cycle the process's RSS, its open file
-descriptors and the warehouse file's size: ``--cycles 1000`` is the soak.
+descriptors and the warehouse file's size: ``--cycles 1000`` is the soak. It first prints
+the CPU time of a fixed pure-Python loop, so that figures taken on different machines can
+be set side by side.
 
     .venv/bin/python benchmarks/exporter_cycle.py [--nodes 125 1000] [--cycles 20]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import resource
 import sys
@@ -93,6 +96,17 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
     await proc.wait()
 
 
+def machine_reference() -> float:
+    """CPU seconds of a fixed pure-Python loop (ten million additions), best of three."""
+    best = math.inf
+    for _ in range(3):
+        cpu, total = time.process_time(), 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.process_time() - cpu)
+    return best
+
+
 def rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
@@ -115,6 +129,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=50,
                         help="after the first 10 cycles, print every Nth")
     args = parser.parse_args()
+    print(f"this machine: a pure-Python loop of 10 M additions takes {machine_reference():.2f}"
+          " s of CPU")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 8192)), hard))
     for n in args.nodes:

@@ -26,8 +26,9 @@ healthy                none of the above
 
 from __future__ import annotations
 
-import collections
+import bisect
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -122,13 +123,14 @@ class Window:
     """One pod's samples over a sliding window, kept by field, so that its ``signals`` are
     those of ``signals`` over the same samples without going through them all again: each
     field's values in arrival order, with the time of each, and the counts of stalled and
-    throttled samples."""
+    throttled samples. Values and times are packed arrays of doubles (a window of 20
+    samples of 9 fields holds about 6 KB; as deques of floats it held about 19 KB)."""
 
     __slots__ = ("_stalled", "_throttled", "_times", "_values")
 
     def __init__(self) -> None:
-        self._times: dict[str, collections.deque[float]] = {}
-        self._values: dict[str, collections.deque[float]] = {}
+        self._times: dict[str, array[float]] = {}
+        self._values: dict[str, array[float]] = {}
         self._stalled = 0
         self._throttled = 0
 
@@ -143,22 +145,26 @@ class Window:
                 self._throttled += bool(value & THROTTLE_BITS)
             elif name == _GR:
                 self._stalled += value < STALL_GR
-            if name not in self._times:
-                self._times[name], self._values[name] = collections.deque(), collections.deque()
-            self._times[name].append(when)
+            times = self._times.get(name)
+            if times is None:
+                times = self._times[name] = array("d")
+                self._values[name] = array("d")
+            times.append(when)
             self._values[name].append(value)
 
     def expire(self, until: float) -> None:
         """Drop the samples taken at or before ``until``."""
         for name, times in self._times.items():
+            gone = bisect.bisect_right(times, until)
+            if not gone:
+                continue
             values = self._values[name]
-            while times and times[0] <= until:
-                times.popleft()
-                value = values.popleft()
-                if name == CLOCK_REASONS:
-                    self._throttled -= bool(int(value) & THROTTLE_BITS)
-                elif name == _GR:
-                    self._stalled -= value < STALL_GR
+            if name == CLOCK_REASONS:
+                self._throttled -= sum(bool(int(v) & THROTTLE_BITS) for v in values[:gone])
+            elif name == _GR:
+                self._stalled -= sum(v < STALL_GR for v in values[:gone])
+            del times[:gone]
+            del values[:gone]
 
     def signals(self) -> Signals:
         """``signals`` of the samples in the window."""
