@@ -680,6 +680,7 @@ class _Scrape:
                 self.result = self._parser.close()
         self._chunks = None
 
+
 class DcgmSource:
     """Scrapes dcgm-exporter endpoints concurrently within one timeout and a body cap each.
 
