@@ -25,6 +25,7 @@ import aiohttp
 import duckdb
 from aiohttp import web
 
+from exporter import memory
 from exporter.config import Config
 from exporter.errors import ConfigError, StartupError
 from exporter.google_monitoring import metric_client
@@ -164,6 +165,7 @@ def _warehouse(cfg: Config) -> Warehouse:
 @contextlib.asynccontextmanager
 async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
                         ) -> AsyncIterator[Exporter]:
+    memory.tune()
     prices = load_price_book(cfg.prices.book, cfg.prices.region)
     api = await _kube_client(cfg)
     # connections outlive the interval, so each cycle reuses them instead of reconnecting

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from exporter import compute, logs
+from exporter import compute, logs, memory
 from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, Window, decide
 from exporter.config import Config
 from exporter.errors import SourceError
@@ -409,6 +409,7 @@ class Exporter:
         self.cycle_seconds = time.perf_counter() - began
         self._view_now = self._view(nodes, now)
         self._rendered = None
+        memory.give_back()  # what the cycle freed, the last exposition included
 
     def close(self) -> None:
         """Let the warehouse's thread end once its work (if any) is done."""
@@ -516,13 +517,13 @@ class Exporter:
             node, k8s, _ = uuid.rpartition("/k8s-")
             return uuid not in live and not (k8s and node in nodes)
 
-        t = self.totals
-        for uuid in [u for u in t.up_seconds if gone(u)]:
+        t = self.totals  # nearly every GPU is live: only the others are looked at
+        for uuid in [u for u in t.up_seconds.keys() - live if gone(u)]:
             del t.up_seconds[uuid]
-        for key in [k for k in t.down_seconds if gone(k[0])]:
+        for key in [k for k in t.down_seconds if k[0] not in live and gone(k[0])]:
             del t.down_seconds[key]
         for table in (t.xid_events, t.last_xid):
-            for xkey in [k for k in table if gone(k[1])]:
+            for xkey in [k for k in table if k[1] not in live and gone(k[1])]:
                 del table[xkey]
         named = {p.node for p in self.kube.pods.values()}
         self._pool_of = {n: p for n, p in self._pool_of.items() if n in nodes or n in named}

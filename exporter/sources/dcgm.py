@@ -38,6 +38,7 @@ import functools
 import math
 import operator
 import re
+import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -554,7 +555,7 @@ class PagePlan:
         plan._checked = _getter([2 * p + 1 for p in checked])
         plan._devices = [
             (d.uuid, d.gpu_index, d.hostname, d.model_name, d.mig_profile, d.mig_instance,
-             tuple(d.pods), tuple(d.fields),
+             tuple(d.pods), tuple(map(sys.intern, d.fields)),  # a name once, not per GPU
              _getter([where[int(v) - 1] for v in d.fields.values()]))
             for d in result.devices]
         plan._samples = result.samples

@@ -21,6 +21,7 @@ from exporter.simulator.scenario import Fault, Scenario
 from exporter.simulator.server import SimulatorServer
 from tests.conftest import free_port, write_kubeconfig
 from tests.exporter.test_exporter import families
+from tests.exporter.test_warehouse_faults import staging_broken
 
 LAST_SUCCESS = "gke_gpu_exporter_source_last_success_timestamp_seconds"
 
@@ -162,11 +163,10 @@ async def test_a_failing_warehouse_is_not_ready_until_it_writes_again(
         await step_both(sim, exporter, 2)
         assert await readyz(client) == (200, "ready\n")
         assert exporter.warehouse is not None
-        exporter.warehouse.con.execute("ALTER TABLE usage_staging RENAME TO away")
-        await step_both(sim, exporter, 1)
-        status, body = await readyz(client)
-        assert status == 503 and body.startswith("the warehouse fails: ")
-        assert body.count("\n") == 1
-        exporter.warehouse.con.execute("ALTER TABLE away RENAME TO usage_staging")
+        with staging_broken(exporter.warehouse):
+            await step_both(sim, exporter, 1)
+            status, body = await readyz(client)
+            assert status == 503 and body.startswith("the warehouse fails: ")
+            assert body.count("\n") == 1
         await step_both(sim, exporter, 1)
         assert await readyz(client) == (200, "ready\n")

@@ -102,8 +102,9 @@ def test_tables_have_no_key_and_a_rewrite_adds_nothing(tmp_path: Path) -> None:
 
 
 def test_a_file_with_keyed_tables_is_rebuilt_without_keys(tmp_path: Path) -> None:
-    """A file made when every table's ``id`` was its primary key opens with its rows, the
-    keys gone, and goes on skipping rows written again."""
+    """A file made when every table's ``id`` was its primary key and rows were staged in a
+    table opens with its rows, the keys gone and the staged rows moved to a file, and goes
+    on skipping rows written again."""
     from tests.exporter.test_compute import pod
 
     made = tmp_path / "made.duckdb"
@@ -120,12 +121,17 @@ def test_a_file_with_keyed_tables_is_rebuilt_without_keys(tmp_path: Path) -> Non
     for table in TABLES:
         con.execute(table.duckdb_ddl().replace("(id VARCHAR NOT NULL", "(id VARCHAR PRIMARY KEY"))
         con.execute(f"INSERT INTO {table.name} SELECT * FROM made.{table.name}")
-    con.execute("CREATE TABLE usage_staging AS SELECT * FROM made.usage_staging")
+    # rows were staged in a table then: the interval [60, 120) staged, not yet written
+    staged = duck.quote(f"{made}.staging/*.parquet")
+    con.execute(f"CREATE TABLE usage_staging AS SELECT * FROM read_parquet({staged})")
     assert keys(con) == ["availability_events", "gpu_pods", "gpu_usage"]
     con.close()
 
     opened = Warehouse(old, "c", interval=60.0, outbox=True)
     assert keys(opened.con) == []
+    assert "usage_staging" not in {t for (t,) in opened.con.execute("SHOW TABLES").fetchall()}
+    assert [f.name for f in (tmp_path / "old.duckdb.staging").iterdir()] == [
+        "usage-60.0-table.parquet"]
     assert count(opened) == (1, 60.0)
     assert opened.con.execute("SELECT pod_uid FROM gpu_pods_current").fetchall() == [("u",)]
     opened.add_usage(rows(0.0) + rows(90.0))     # [0, 60) again, [60, 120) completed

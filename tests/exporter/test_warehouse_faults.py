@@ -4,10 +4,11 @@ cycle and /metrics going, and a SIGKILLed exporter loses at most the cycle under
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from exporter.demo import demo_config, step_both
 from exporter.service import Exporter
 from exporter.simulator.scenario import Scenario
 from exporter.simulator.server import SimulatorServer
+from exporter.sinks.warehouse import Warehouse
 from tests.conftest import exporter_env, start_exporter
 
 
@@ -38,20 +40,48 @@ def warehouse_errors(exporter: Exporter) -> float:
                and s.labels["source"] == "warehouse")
 
 
-def stored_gpu_seconds(path: Path, table: str = "gpu_usage") -> float:
-    """GPU-seconds in ``table`` of the file (``usage_staging``: staged, not yet written)."""
+def stored_gpu_seconds(path: Path) -> float:
+    """GPU-seconds in ``gpu_usage`` of the file."""
     con = duck.connect(path, read_only=True)
     try:
-        row = con.execute(f"SELECT coalesce(sum(gpu_seconds), 0) FROM {table}").fetchone()
+        row = con.execute("SELECT coalesce(sum(gpu_seconds), 0) FROM gpu_usage").fetchone()
     finally:
         con.close()
     return float(row[0]) if row else 0.0
 
 
+def staged_gpu_seconds(path: Path) -> float:
+    """GPU-seconds staged beside the file, not yet written."""
+    files = sorted(path.with_name(path.name + ".staging").glob("*.parquet"))
+    if not files:
+        return 0.0
+    con = duck.connect(":memory:")
+    try:
+        row = con.execute("SELECT sum(gpu_seconds) FROM read_parquet(["
+                          + ", ".join(duck.quote(str(f)) for f in files) + "])").fetchone()
+    finally:
+        con.close()
+    return float(row[0]) if row else 0.0
+
+
+@contextlib.contextmanager
+def staging_broken(wh: Warehouse) -> Iterator[None]:
+    """The warehouse's staging directory replaced by a file: nothing can be staged."""
+    directory = wh._staging
+    away = directory.with_name(directory.name + ".away")
+    directory.rename(away)
+    directory.write_bytes(b"")
+    try:
+        yield
+    finally:
+        directory.unlink()
+        away.rename(directory)
+
+
 async def test_a_failing_warehouse_stops_neither_the_cycle_nor_metrics(
         make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Every warehouse write failing for three cycles (its staging table gone): each cycle
+    """Every warehouse write failing for three cycles (nothing can be staged): each cycle
     still renders /metrics, counts a warehouse error and shows ``warehouse_ok`` false,
     logging once; once DuckDB works again, the rows of the failed cycles reach the table."""
     caplog.set_level(logging.INFO, logger="exporter.service")
@@ -61,16 +91,15 @@ async def test_a_failing_warehouse_stops_neither_the_cycle_nor_metrics(
         await step_both(sim, exporter, 2)
         wh = exporter.warehouse
         assert wh is not None and exporter.warehouse_ok
-        wh.con.execute("ALTER TABLE usage_staging RENAME TO usage_staging_away")
-        for n in range(1, 4):
-            before = gpu_seconds(exporter.metrics_text)
-            await step_both(sim, exporter, 1)
-            assert not exporter.warehouse_ok
-            assert warehouse_errors(exporter) == n
-            assert gpu_seconds(exporter.metrics_text) > before   # /metrics moves on
-        failed = [r for r in caplog.records if r.getMessage() == "warehouse write failed"]
-        assert len(failed) == 1
-        wh.con.execute("ALTER TABLE usage_staging_away RENAME TO usage_staging")
+        with staging_broken(wh):
+            for n in range(1, 4):
+                before = gpu_seconds(exporter.metrics_text)
+                await step_both(sim, exporter, 1)
+                assert not exporter.warehouse_ok
+                assert warehouse_errors(exporter) == n
+                assert gpu_seconds(exporter.metrics_text) > before   # /metrics moves on
+            failed = [r for r in caplog.records if r.getMessage() == "warehouse write failed"]
+            assert len(failed) == 1
         await step_both(sim, exporter, 1)
         assert exporter.warehouse_ok
         assert [r.getMessage() for r in caplog.records].count("warehouse write recovered") == 1
@@ -119,7 +148,7 @@ async def test_each_sigkill_loses_at_most_one_cycle(
     assert await proc.wait() == 0
     stored = stored_gpu_seconds(path)
     # The clean stop stages everything and writes the intervals complete by its last cycle.
-    stored += stored_gpu_seconds(path, "usage_staging")
+    stored += staged_gpu_seconds(path)
     counted += last
     assert counted > 0
     assert abs(stored - counted) <= kills * devices * cycle
