@@ -47,6 +47,7 @@ def devices(gpus: int) -> list[compute.DeviceState]:
             fraction=1.0, state="allocated" if owner else "unallocated", reason=None,
             owners=(owner,) if owner else (), utilization=util,
             utilization_source="gr_engine_active", price_usd_per_hour=11.06,
+            memory_used_bytes=40000.0 * compute.MIB, memory_total_bytes=80000.0 * compute.MIB,
             fields={"DCGM_FI_PROF_GR_ENGINE_ACTIVE": util, "DCGM_FI_PROF_SM_ACTIVE": util * 0.8,
                     "DCGM_FI_DEV_GPU_UTIL": util * 100, "DCGM_FI_DEV_FB_USED": 40000.0,
                     "DCGM_FI_DEV_FB_FREE": 40000.0, "DCGM_FI_DEV_POWER_USAGE": 300.0,

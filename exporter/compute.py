@@ -100,6 +100,9 @@ class DeviceState:
     utilization_source: str | None  # gr_engine_active | gpu_util | duty_cycle
     price_usd_per_hour: float | None
     """List price x (1 - discount) x fraction; None when the book has no price."""
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    """``memory_bytes`` of the fields: None where unknown."""
     fields: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -304,6 +307,7 @@ def device_states(
                  discount: float = discount) -> DeviceState:
             frac = mig_fraction(ident.mig_profile)
             util, source = utilization(fields) if state != "unavailable" else (None, None)
+            used, total = memory_bytes(fields)
             return DeviceState(
                 node=node.name, pool=node.pool, accelerator=node.accelerator or "",
                 provisioning=node.provisioning, zone=node.zone, gpu_uuid=ident.gpu_uuid,
@@ -312,7 +316,7 @@ def device_states(
                 owners=devs_owners, utilization=util, utilization_source=source,
                 price_usd_per_hour=None if list_price is None else
                 list_price * (1.0 - discount) * frac,
-                fields=fields)
+                memory_used_bytes=used, memory_total_bytes=total, fields=fields)
 
         reported = readings.get(name, ())
         known = without_superseded(inventory.get(name, {}), reported)

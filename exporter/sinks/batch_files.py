@@ -162,6 +162,35 @@ def _plain_strings(values: Iterable[str]) -> bytes:
                                             strict=True)))
 
 
+def _numbers(kind: str, column: Sequence[Any]) -> array[Any] | None:
+    """A numeric column's values as an array of its type; None when it has a NULL."""
+    try:
+        return array("d" if kind == "DOUBLE" else "q", column)
+    except TypeError:
+        return None
+
+
+def _chunk(name: str, kind: str, n: int, start: int, offset: int, end: int, encoding: int,
+           dictionary: int | None) -> bytes:
+    """The metadata of a column chunk at ``start`` (its dictionary page at ``dictionary``,
+    if any; its data page at ``offset``) that ends at ``end``."""
+    key = name.encode()
+    meta = (_Thrift().number(1, _PARQUET_TYPE[kind])
+            .items(2, 5, [_zigzag(e) for e in dict.fromkeys((_PLAIN, _RLE, encoding))])
+            .items(3, 8, [_varint(len(key)) + key]).number(4, 0)  # uncompressed
+            .number(5, n, 6).number(6, end - start, 6)
+            .number(7, end - start, 6).number(9, offset, 6))
+    if dictionary is not None:
+        meta.number(11, dictionary, 6)
+    return _Thrift().number(2, start, 6).struct(3, meta).end()
+
+
+def _element(name: str, kind: str) -> bytes:
+    """A column's schema element: optional, UTF-8 for strings."""
+    element = _Thrift().number(1, _PARQUET_TYPE[kind]).number(3, 1).text(4, name)
+    return (element.number(6, 0) if kind == "VARCHAR" else element).end()
+
+
 def write_parquet(path: str, columns: Mapping[str, Sequence[Any]],
                    types: Mapping[str, str]) -> None:
     """``columns`` (None a NULL) as a Parquet file of one row group, uncompressed: numbers
@@ -174,9 +203,15 @@ def write_parquet(path: str, columns: Mapping[str, Sequence[Any]],
     chunks = []
     for name, kind in types.items():
         column = columns[name]
+        start, dictionary = len(out), None
+        if kind != "VARCHAR" and (numbers := _numbers(kind, column)) is not None:
+            offset = len(out)  # no NULL, as most numeric columns: their bytes as they are
+            out += _page(0, n, _PLAIN, _levels(b"\x01" * n) + numbers.tobytes())
+            chunks.append(_chunk(name, kind, n, start, offset, len(out), _PLAIN, None))
+            schema.append(_element(name, kind))
+            continue
         present = bytes(map(is_not, column, repeat(None)))
         values = list(compress(column, present))
-        start, dictionary = len(out), None
         if kind == "VARCHAR" and len(words := dict.fromkeys(values)) * 2 > len(values):
             encoding, body = _PLAIN, _plain_strings(values)  # mostly distinct
         elif kind == "VARCHAR":
@@ -193,17 +228,8 @@ def write_parquet(path: str, columns: Mapping[str, Sequence[Any]],
             body = array("d" if kind == "DOUBLE" else "q", values).tobytes()
         offset = len(out)
         out += _page(0, n, encoding, _levels(present) + body)
-        key = name.encode()
-        meta = (_Thrift().number(1, _PARQUET_TYPE[kind])
-                .items(2, 5, [_zigzag(e) for e in dict.fromkeys((_PLAIN, _RLE, encoding))])
-                .items(3, 8, [_varint(len(key)) + key]).number(4, 0)  # uncompressed
-                .number(5, n, 6).number(6, len(out) - start, 6)
-                .number(7, len(out) - start, 6).number(9, offset, 6))
-        if dictionary is not None:
-            meta.number(11, dictionary, 6)
-        chunks.append(_Thrift().number(2, start, 6).struct(3, meta).end())
-        element = _Thrift().number(1, _PARQUET_TYPE[kind]).number(3, 1).text(4, name)  # optional
-        schema.append((element.number(6, 0) if kind == "VARCHAR" else element).end())  # UTF8
+        chunks.append(_chunk(name, kind, n, start, offset, len(out), encoding, dictionary))
+        schema.append(_element(name, kind))
     group = _Thrift().items(1, 12, chunks).number(2, len(out) - 4, 6).number(3, n, 6).end()
     footer = (_Thrift().number(1, 1).items(2, 12, schema).number(3, n, 6)
               .items(4, 12, [group]).end())

@@ -70,10 +70,16 @@ _UNSET: object = object()
 that compare equal have the same text (``_number``: 1 and 1.0 both give ``1``)."""
 
 
+def _series(prefix: str) -> list[Any]:
+    """A series as a family keeps it: ``[line, value, cut]``, the line's first ``cut``
+    characters its ``name{labels} `` prefix (built once; the line again only when the
+    value changes, from the prefix it starts with: the prefix is not kept twice)."""
+    return [prefix, _UNSET, len(prefix)]
+
+
 class _Kept:
-    """What a family keeps from one cycle to the next: each series' line by its label
-    values, as ``[prefix, value, line]`` (``name{labels} `` is built once per series, the
-    line again only when its value changes). The lines are joined into one text per
+    """What a family keeps from one cycle to the next: each series (``_series``) by its
+    label values. The lines are joined into one text per
     render: a family's text kept as well would hold the exposition twice (17 MB at 8,000
     GPUs) to save a join of 4 ms."""
 
@@ -118,7 +124,7 @@ class Metric:
             self.add_metric((), value)
 
     def _labels(self, values: Sequence[str], extra: str = "") -> str:
-        pairs = _label_text_cached(self.labels, tuple(values))
+        pairs = label_text(self.labels, values)
         if extra:
             pairs = f"{pairs},{extra}" if pairs else extra
         return "{" + pairs + "}" if pairs else ""
@@ -133,11 +139,11 @@ class Metric:
         for key, value in items:
             s = series.get(key)
             if s is None:
-                s = series[key] = [f"{self.name}{self._labels(key)} ", _UNSET, ""]
+                s = series[key] = _series(f"{self.name}{self._labels(key)} ")
             if s[1] != value:
                 s[1] = value
-                s[2] = s[0] + _number(value) + "\n"
-            append(s[2])
+                s[0] = f"{s[0][:s[2]]}{_number(value)}\n"
+            append(s[0])
 
     def add_sorted(self, mapping: Mapping[Any, float], fixed: tuple[str, ...],
                    nonzero: bool = False) -> None:
@@ -164,11 +170,11 @@ class Metric:
             s = series.get(key)
             if s is None:
                 values = (*fixed, *key) if key.__class__ is tuple else (*fixed, key)
-                s = series[key] = [f"{self.name}{self._labels(values)} ", _UNSET, ""]
+                s = series[key] = _series(f"{self.name}{self._labels(values)} ")
             if s[1] != value:
                 s[1] = value
-                s[2] = s[0] + _number(value) + "\n"
-            append(s[2])
+                s[0] = f"{s[0][:s[2]]}{_number(value)}\n"
+            append(s[0])
         kept.snapshot, kept.mapped = dict(mapping), mapped
         self.lines.extend(mapped)
 
@@ -205,12 +211,11 @@ class HistogramMetricFamily(Metric):
             s = series.get(key)
             if s is None:
                 extra = f'le="{bound}"' if bound is not None else ""
-                s = series[key] = [f"{self.name}{part}{self._labels(values, extra)} ",
-                                   _UNSET, ""]
+                s = series[key] = _series(f"{self.name}{part}{self._labels(values, extra)} ")
             if s[1] != value:
                 s[1] = value
-                s[2] = s[0] + _number(value) + "\n"
-            append(s[2])
+                s[0] = f"{s[0][:s[2]]}{_number(value)}\n"
+            append(s[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,12 +248,6 @@ class MetricsView:
 
 def label_text(names: Sequence[str], values: Sequence[str]) -> str:
     return ",".join(f'{k}="{_escape(v)}"' for k, v in zip(names, values, strict=True))
-
-
-@functools.lru_cache(maxsize=1 << 15)
-def _label_text_cached(names: tuple[str, ...], values: tuple[str, ...]) -> str:
-    """``label_text`` of label sets that come back every cycle (a GPU's, a group's)."""
-    return label_text(names, values)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -295,7 +294,6 @@ def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: M
     """The per-device families, in one pass over the devices: ~10 samples per GPU."""
     c = v.cluster
     devices = _DEVICES
-    memory_bytes = compute.memory_bytes
     add_util, add_used, add_total = (util.lines.append, mem_used.lines.append,
                                      mem_total.lines.append)
     add_available, add_state, add_price = (available.lines.append, state.lines.append,
@@ -314,7 +312,7 @@ def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: M
                 e.util_line = (f'{util.name}{{{e.labels},source="{d.utilization_source}"}} '
                                f"{_number(u)}\n")
             add_util(e.util_line)
-        used, total = memory_bytes(d.fields)
+        used, total = d.memory_used_bytes, d.memory_total_bytes
         if used is not None:
             if used != e.used:
                 e.used = used
@@ -330,7 +328,7 @@ def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: M
             e.state = f'{state.name}{{{labels},state="{d.state}",reason="{d.reason or ""}"}} 1\n'
             e.price = ("" if d.price_usd_per_hour is None else
                        f"{price.name}{{{labels}}} {_number(d.price_usd_per_hour)}\n")
-            e.alloc = [f"{alloc.name}{{{labels},{_label_text_cached(
+            e.alloc = [f"{alloc.name}{{{labels},{label_text(
                 ('namespace', 'pod', 'team', 'workload'),
                 (o.namespace, o.name, o.team, o.workload))}}} 1\n" for o in d.owners]
         if e.total:

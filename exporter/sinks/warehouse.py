@@ -58,7 +58,7 @@ import duckdb
 
 from exporter import duck
 from exporter.bottleneck import CLOCK_REASONS
-from exporter.compute import XID, DeviceIdentity, UsageRow, memory_bytes
+from exporter.compute import XID, DeviceIdentity, UsageRow
 from exporter.sinks import outbox
 from exporter.sinks.batch_files import at, literal, read_csv, write_csv, write_parquet
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
@@ -91,7 +91,8 @@ _STAGE_OF_DEVICE = {
     "device_id": "device_id", "state": "state", "node": "node", "node_pool": "pool",
     "zone": "zone", "gpu_model": "accelerator", "provisioning": "provisioning",
     "gpu_uuid": "gpu_uuid", "gpu_index": "gpu_index", "mig_profile": "mig_profile",
-    "reason": "reason", "price": "price_usd_per_hour"}
+    "reason": "reason", "price": "price_usd_per_hour",
+    "memory_used_bytes": "memory_used_bytes", "memory_total_bytes": "memory_total_bytes"}
 """Staged columns taken from the row's device, and its attribute."""
 _STAGE_OF_OWNER = {"namespace": "namespace", "pod": "name", "team": "team",
                    "workload": "workload"}
@@ -449,9 +450,6 @@ class Warehouse:
                 cols[col] += map(attrgetter(attr), rows)
             for col, field in FIELDS.items():
                 cols[col] += map(dict.get, fields, repeat(field))
-            used, total = zip(*map(memory_bytes, fields), strict=True)
-            cols["memory_used_bytes"] += used
-            cols["memory_total_bytes"] += total
             cols["last_xid"] += map(int, map(dict.get, fields, repeat(XID), repeat(0)))
             cols["clock_event_reasons"] += [
                 None if r is None else int(r)
