@@ -45,7 +45,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import FATAL_XIDS
-from exporter.sources.dcgm import DeviceReading
+from exporter.sources.dcgm import DeviceReading, PodOnDevice
 from exporter.sources.kube import NodeInfo, PodInfo
 
 GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
@@ -294,6 +294,11 @@ def device_states(
     """
     seen_at = last_seen or {}
     out: list[DeviceState] = []
+
+    def owner_of(p: PodOnDevice) -> Owner:
+        return owners.get((p.namespace, p.pod)) or Owner("", p.namespace, p.pod, p.namespace,
+                                                         p.pod)
+
     for name in sorted(nodes):
         node = nodes[name]
         if not node.accelerator:
@@ -319,9 +324,9 @@ def device_states(
                 memory_used_bytes=used, memory_total_bytes=total, fields=fields)
 
         reported = readings.get(name, ())
-        known = without_superseded(inventory.get(name, {}), reported)
-        fresh = [DeviceIdentity(dev.uuid, dev.device_id, dev.gpu_index, dev.mig_profile)
-                 for dev in reported]
+        remembered = inventory.get(name, {})
+        known = without_superseded(remembered, reported)
+        fresh = [identity(dev, remembered) for dev in reported]
         for ident in fresh:
             known.setdefault(ident.device_id, ident)
         known.update((i.device_id, i) for i in unseen_devices(node, known.values()))
@@ -337,9 +342,7 @@ def device_states(
         for dev, ident in zip(reported, fresh, strict=True):
             seen.add(ident.device_id)
             xid = int(dev.fields.get(XID, 0))
-            devs_owners = tuple(owners.get((p.namespace, p.pod)) or
-                                Owner("", p.namespace, p.pod, p.namespace, p.pod)
-                                for p in dev.pods) if dev.pods else ()
+            devs_owners = tuple(map(owner_of, dev.pods)) if dev.pods else ()
             if xid in FATAL_XIDS:
                 out.append(make(ident, "unavailable", "xid", (), dev.fields))
             elif devs_owners:
@@ -356,6 +359,17 @@ def device_states(
     return out
 
 
+def identity(dev: DeviceReading, known: Mapping[str, DeviceIdentity]) -> DeviceIdentity:
+    """The identity of the device a reading is of: the one ``known`` holds when it is the
+    same (most of the time: it is not made again), else a new one."""
+    device_id = dev.uuid if dev.mig_instance is None else dev.device_id
+    ident = known.get(device_id)
+    if ident is None or ident.gpu_uuid != dev.uuid or ident.gpu_index != dev.gpu_index \
+            or ident.mig_profile != dev.mig_profile:
+        ident = DeviceIdentity(dev.uuid, device_id, dev.gpu_index, dev.mig_profile)
+    return ident
+
+
 def remember(inventory: Mapping[str, Mapping[str, DeviceIdentity]],
              readings: Mapping[str, Sequence[DeviceReading]],
              nodes: Mapping[str, NodeInfo]) -> dict[str, dict[str, DeviceIdentity]]:
@@ -366,9 +380,8 @@ def remember(inventory: Mapping[str, Mapping[str, DeviceIdentity]],
             continue
         known = out[node] = without_superseded(out.get(node, {}), devs)
         for d in devs:
-            if d.device_id not in known:
-                known[d.device_id] = DeviceIdentity(d.uuid, d.device_id, d.gpu_index,
-                                                    d.mig_profile)
+            ident = identity(d, known)
+            known.setdefault(ident.device_id, ident)
     return out
 
 

@@ -68,15 +68,11 @@ GroupKey = tuple[str, str, str, str, str, str]
 """(state, namespace, team, pool, accelerator, provisioning)"""
 
 
-def _mean_fields(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
+def _mean_fields(samples: Sequence[Mapping[str, float]]) -> Mapping[str, float]:
     """One sample of a pod's GPUs: the mean of each signal field over them (of the
     clock-event reasons, every GPU's bits)."""
     if len(samples) == 1:  # most pods have one GPU: its values are the means
-        only = samples[0]
-        out = {name: only[name] for name in SIGNAL_FIELDS if name in only}
-        if CLOCK_REASONS in out:
-            out[CLOCK_REASONS] = float(int(out[CLOCK_REASONS]))
-        return out
+        return samples[0]
     out = {}
     for name in SIGNAL_FIELDS:
         values = [s[name] for s in samples if name in s]

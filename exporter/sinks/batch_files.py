@@ -18,6 +18,7 @@ import csv
 import struct
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain, compress, repeat
 from operator import is_not
@@ -191,12 +192,30 @@ def _element(name: str, kind: str) -> bytes:
     return (element.number(6, 0) if kind == "VARCHAR" else element).end()
 
 
+@dataclass(slots=True)
+class _Encoded:
+    """A string column as one batch wrote it: its values and their pages."""
+
+    values: list[Any]
+    pages: bytes
+    """Its dictionary page, if it has one, then its data page."""
+    data_at: int
+    """Where in ``pages`` its data page starts."""
+    encoding: int
+
+
+Encoded = dict[str, _Encoded]
+"""The string columns of the last batch written, by name (``write_parquet``'s ``kept``)."""
+
+
 def write_parquet(path: str, columns: Mapping[str, Sequence[Any]],
-                   types: Mapping[str, str]) -> None:
+                  types: Mapping[str, str], kept: Encoded | None = None) -> None:
     """``columns`` (None a NULL) as a Parquet file of one row group, uncompressed: numbers
     plainly encoded (their bytes, as ``array`` holds them), strings too where most are
     distinct, else by a dictionary of the distinct ones and a code per value
-    (bit-packed, 32 bits each)."""
+    (bit-packed, 32 bits each). With ``kept``, a string column equal to the one of the last
+    batch is not encoded again: its pages are (a cycle's nodes, pools, GPUs and pods are
+    mostly the last cycle's, row for row)."""
     n = len(columns[next(iter(types))])
     out = bytearray(b"PAR1")
     schema = [_Thrift().text(4, "schema").number(5, len(types)).end()]
@@ -208,6 +227,13 @@ def write_parquet(path: str, columns: Mapping[str, Sequence[Any]],
             offset = len(out)  # no NULL, as most numeric columns: their bytes as they are
             out += _page(0, n, _PLAIN, _levels(b"\x01" * n) + numbers.tobytes())
             chunks.append(_chunk(name, kind, n, start, offset, len(out), _PLAIN, None))
+            schema.append(_element(name, kind))
+            continue
+        if kind == "VARCHAR" and kept is not None and (same := kept.get(name)) is not None \
+                and same.values == column:
+            out += same.pages
+            chunks.append(_chunk(name, kind, n, start, start + same.data_at, len(out),
+                                 same.encoding, start if same.data_at else None))
             schema.append(_element(name, kind))
             continue
         present = bytes(map(is_not, column, repeat(None)))
@@ -230,6 +256,8 @@ def write_parquet(path: str, columns: Mapping[str, Sequence[Any]],
         out += _page(0, n, encoding, _levels(present) + body)
         chunks.append(_chunk(name, kind, n, start, offset, len(out), encoding, dictionary))
         schema.append(_element(name, kind))
+        if kind == "VARCHAR" and kept is not None:
+            kept[name] = _Encoded(list(column), bytes(out[start:]), offset - start, encoding)
     group = _Thrift().items(1, 12, chunks).number(2, len(out) - 4, 6).number(3, n, 6).end()
     footer = (_Thrift().number(1, 1).items(2, 12, schema).number(3, n, 6)
               .items(4, 12, [group]).end())

@@ -60,7 +60,7 @@ from exporter import duck
 from exporter.bottleneck import CLOCK_REASONS
 from exporter.compute import XID, DeviceIdentity, UsageRow
 from exporter.sinks import outbox
-from exporter.sinks.batch_files import at, literal, read_csv, write_csv, write_parquet
+from exporter.sinks.batch_files import Encoded, at, literal, read_csv, write_csv, write_parquet
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
 from exporter.sinks.schema import (
     AVAILABILITY_EVENTS,
@@ -318,6 +318,9 @@ class Warehouse:
         self.con.execute(CURRENT_PODS_VIEW)
         self._staging = self._staging_directory()
         """The staged files, each the rows of one interval (``_STAGED``)."""
+        self._encoded: Encoded = {}
+        """The last staged file's string columns (most come back the same, cycle after
+        cycle)."""
         self.con.execute(REPORT_RUNS_DDL)
         for ddl in STATE_DDL:
             self.con.execute(ddl)
@@ -471,7 +474,7 @@ class Warehouse:
                 batch = {name: list(compress(values, keep)) for name, values in cols.items()}
             name = self._staging / _STAGED.format(win=float(win), serial=time.time_ns())
             part = name.with_suffix(".part")
-            write_parquet(str(part), batch, _STAGE_TYPES)
+            write_parquet(str(part), batch, _STAGE_TYPES, self._encoded)
             fd = os.open(part, os.O_RDONLY)
             try:
                 os.fsync(fd)
