@@ -150,6 +150,7 @@ def test_a_file_with_keyed_tables_is_rebuilt_without_keys(tmp_path: Path) -> Non
 
 
 DAY = 86400.0
+HOUR = 3600.0
 T0 = 1_794_182_400.0  # Monday 2026-11-09 00:00 UTC
 
 
@@ -186,10 +187,10 @@ def test_each_day_is_written_to_a_table_of_its_own(tmp_path: Path) -> None:
     wh.close()
 
 
-def test_the_file_is_reopened_daily_but_not_under_a_snapshot(tmp_path: Path) -> None:
-    """At the first flush of a new day the warehouse opens its file again (what DuckDB
-    learnt of the blocks written the day before is let go), unless a snapshot is reading
-    it; nothing written or staged is lost, and the outbox goes on with the new connection."""
+def test_the_file_is_reopened_hourly_but_not_under_a_snapshot(tmp_path: Path) -> None:
+    """At the first flush an hour after it was opened the warehouse opens its file again
+    (the memory DuckDB kept for what it wrote is let go), unless a snapshot is reading it;
+    nothing written or staged is lost, and the outbox goes on with the new connection."""
     from exporter.sinks.outbox import Outbox
 
     wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0, outbox=True)
@@ -201,12 +202,12 @@ def test_the_file_is_reopened_daily_but_not_under_a_snapshot(tmp_path: Path) -> 
     wh.maybe_flush(T0 + 60)
     assert wh.con is first and count(wh) == (1, 60.0)
     wh._readers += 1                     # a snapshot under way
-    wh.add_usage(rows(T0 + DAY))
-    wh.maybe_flush(T0 + DAY + 30)
+    wh.add_usage(rows(T0 + HOUR))
+    wh.maybe_flush(T0 + HOUR + 30)
     assert wh.con is first
     wh._readers -= 1
-    wh.add_usage(rows(T0 + DAY + 30))
-    wh.maybe_flush(T0 + DAY + 60)
+    wh.add_usage(rows(T0 + HOUR + 30))
+    wh.maybe_flush(T0 + HOUR + 60)
     assert wh.con is not first
     assert count(wh) == (2, 120.0)
     batch = box.oldest(10)
