@@ -54,7 +54,7 @@ class Batch:
 
 class Outbox:
     """The sender's view of the outbox, for a thread of its own: each call takes a cursor
-    of the warehouse's connection of the moment (the warehouse reopens its file daily)
+    of the warehouse's connection of the moment (the warehouse reopens its file hourly)
     while holding its lock."""
 
     def __init__(self, connection: Callable[[], duckdb.DuckDBPyConnection],
