@@ -467,17 +467,24 @@ class Warehouse:
         """Write the rows not staged yet to a file per interval (on disk before it is
         named, so a staged file is always whole)."""
         cols = self._unstaged
-        wins = cols["win"]
-        if not wins:
-            return
-        intervals = dict.fromkeys(wins)  # one, but where staging failed before
-        for win in intervals:
-            batch = cols
-            if len(intervals) > 1:
-                keep = [w == win for w in wins]
-                batch = {name: list(compress(values, keep)) for name, values in cols.items()}
-            name = self._staging / _STAGED.format(win=float(win), serial=time.time_ns())
-            part = name.with_suffix(".part")
+        rest: dict[str, list[Any]]
+        while wins := cols["win"]:
+            win = wins[0]
+            if wins.count(win) == len(wins):  # one interval: all but where staging failed
+                batch, rest = cols, {name: [] for name in _STAGE_TYPES}
+            else:
+                mine = [w == win for w in wins]
+                others = [not m for m in mine]
+                batch = {name: list(compress(values, mine)) for name, values in cols.items()}
+                rest = {name: list(compress(values, others)) for name, values in cols.items()}
+            self._stage_file(win, batch)
+            self._unstaged = cols = rest  # staged once: never again
+
+    def _stage_file(self, win: float, batch: Mapping[str, Sequence[Any]]) -> None:
+        """One interval's rows as a staged file, named once it is whole on disk."""
+        name = self._staging / _STAGED.format(win=float(win), serial=time.time_ns())
+        part = name.with_suffix(".part")
+        try:
             write_parquet(str(part), batch, _STAGE_TYPES, self._encoded)
             fd = os.open(part, os.O_RDONLY)
             try:
@@ -485,7 +492,9 @@ class Warehouse:
             finally:
                 os.close(fd)
             part.replace(name)
-        self._unstaged = {name: [] for name in _STAGE_TYPES}
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
 
     @_locked
     def add_pods(self, pods: Iterable[PodInfo], now: float,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from exporter import compute, duck
 from exporter.sinks.schema import TABLES
@@ -270,3 +271,22 @@ def test_writing_through_the_warehouse_imports_neither_pandas_nor_pyarrow(
                           cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == "[]"
+
+
+def test_rows_a_failed_staging_kept_are_staged_once_by_interval(tmp_path: Path) -> None:
+    """While nothing can be staged the cycles' rows wait; once staging works again each
+    interval gets its file, every row once, and the intervals are written whole."""
+    from tests.exporter.test_warehouse_faults import staging_broken
+
+    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
+    with staging_broken(wh):
+        for t in (0.0, 30.0):
+            with pytest.raises(NotADirectoryError):
+                wh.add_usage(rows(t))
+    assert not list(wh._staging.iterdir())           # nothing half-written left behind
+    wh.add_usage(rows(60.0))
+    assert sorted(f.name.split("-")[1] for f in wh._staging.iterdir()) == ["0.0", "60.0"]
+    wh.add_usage(rows(90.0))
+    wh.flush(120.0)
+    assert count(wh) == (2, 120.0)
+    assert not list(wh._staging.iterdir())
