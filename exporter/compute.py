@@ -362,7 +362,7 @@ def device_states(
 def identity(dev: DeviceReading, known: Mapping[str, DeviceIdentity]) -> DeviceIdentity:
     """The identity of the device a reading is of: the one ``known`` holds when it is the
     same (most of the time: it is not made again), else a new one."""
-    device_id = dev.uuid if dev.mig_instance is None else dev.device_id
+    device_id = dev.device_id
     ident = known.get(device_id)
     if ident is None or ident.gpu_uuid != dev.uuid or ident.gpu_index != dev.gpu_index \
             or ident.mig_profile != dev.mig_profile:
