@@ -7,9 +7,10 @@ Measured at 8,000 usage rows of 37 columns per cycle, CPU per batch (median / p9
 pyarrow and ``register`` 66 / 161 ms (and pandas loaded); one ``INSERT ... VALUES`` of
 literals 1,428 / 1,579 ms; ``UNNEST`` of list literals 906 / 1,046 ms; CSV and
 ``read_csv`` 104 / 201 ms (most of it formatting doubles as text); the Parquet file written
-here and ``read_parquet`` about 45 ms. The writer covers what a batch needs and no more:
-one row group, no compression, plain-encoded numbers (their bytes as ``array`` holds them),
-strings plain or by dictionary, optional columns.
+here and ``read_parquet`` about 45 ms, and about 16 ms writing it where most string columns
+are the last batch's (``kept``) and the numeric ones have no NULL. The writer covers what
+a batch needs and no more: one row group, no compression, plain-encoded numbers (their
+bytes as ``array`` holds them), strings plain or by dictionary, optional columns.
 """
 
 from __future__ import annotations

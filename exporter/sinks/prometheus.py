@@ -4,8 +4,9 @@ Every family is built afresh from the cycle's view, so series of deleted pods an
 vanish by themselves; unknown values are absent, never zero. Base units, ratios 0-1,
 counters end in ``_total``. The text is Prometheus' exposition format 0.0.4, written
 directly: at 8,000 GPUs a generic client library spends seconds per render. What a series'
-text comes from is kept from one cycle to the next (its ``name{labels} `` prefix, its last
-value and line), so a render formats only the values that changed.
+text comes from is kept from one cycle to the next (its line, which starts with its
+``name{labels} `` prefix, and its last value), so a render formats only the values that
+changed.
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ def _series(prefix: str) -> list[Any]:
 
 class _Kept:
     """What a family keeps from one cycle to the next: each series (``_series``) by its
-    label values. Lines are bytes, joined once per render (a join of
-    str and its encoding took ten times as long, 20 ms at 8,000 GPUs); a family's text is
-    not kept as well, which would hold the exposition twice (17 MB)."""
+    label values. Lines are bytes, joined once per render (86,000 lines of a fleet's size:
+    2 ms, where joining them as str and encoding the text took 21 ms); a family's text is
+    not kept as well, which would hold the exposition twice (17 MB at 8,000 GPUs)."""
 
     __slots__ = ("fixed", "head", "keys", "mapped", "order", "series", "snapshot")
 

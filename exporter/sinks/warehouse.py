@@ -470,7 +470,7 @@ class Warehouse:
         rest: dict[str, list[Any]]
         while wins := cols["win"]:
             win = wins[0]
-            if wins.count(win) == len(wins):  # one interval: all but where staging failed
+            if wins.count(win) == len(wins):  # one interval, unless staging failed before
                 batch, rest = cols, {name: [] for name in _STAGE_TYPES}
             else:
                 mine = [w == win for w in wins]
