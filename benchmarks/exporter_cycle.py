@@ -71,7 +71,7 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
             await asyncio.sleep(0.2)  # let the watches deliver the step's changes
             cpu0, wall0 = time.process_time(), time.perf_counter()
             await exporter.cycle(now)
-            body = exporter.metrics_text
+            body = exporter.metrics_parts  # what a scrape is served
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             per_cycle.append(exporter.stage_cpu | {"cycle": cpu})
             rss.append(rss_mib())

@@ -243,12 +243,20 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
 
 
 def http_app(exporter: Exporter) -> web.Application:
-    async def metrics(request: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.StreamResponse:
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             return web.Response(body=exporter.metrics_gzip, headers={
                 "Content-Type": _TEXT, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
-        return web.Response(body=exporter.metrics_text, headers={
-            "Content-Type": _TEXT, "Vary": "Accept-Encoding"})
+        exposition = exporter.metrics_parts  # the cycle's, even if another begins meanwhile
+        response = web.StreamResponse(headers={"Content-Type": _TEXT,
+                                               "Vary": "Accept-Encoding"})
+        response.content_length = exposition.size
+        await response.prepare(request)
+        if request.method != "HEAD":
+            for chunk in exposition.chunks():
+                await response.write(chunk)
+        await response.write_eof()
+        return response
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")

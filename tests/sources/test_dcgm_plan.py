@@ -99,6 +99,21 @@ def test_limits_hold_by_plan() -> None:
     assert first == second == parse_dcgm_text(long) and second.rejected == {"too_long": 1}
 
 
+@pytest.mark.parametrize("digits", [10, 40_000, 70_000])
+def test_a_long_value_on_a_known_shape(digits: int) -> None:
+    """A value that makes its line too long is refused by plan as the full parse refuses
+    it, however short the values on the page the plan was learnt from were; long values
+    that keep their lines within bounds are read by plan."""
+    def page(value: str) -> bytes:
+        return (line("DCGM_FI_DEV_GPU_UTIL", BASE, value) +
+                line("DCGM_FI_DEV_FB_USED", BASE, value)).encode()
+    _, plan = parse_page(page("1"), None)
+    body = page("0" * digits + "1")
+    read, again = parse_page(body, plan)
+    assert again is plan and read == parse_dcgm_text(body.decode())
+    assert (plan.read(split_page(body), len(body)) is None) == (digits > 60_000)
+
+
 LINES = [("DCGM_FI_DEV_GPU_UTIL", BASE + ',container="c",namespace="n",pod="a"'),
          ("DCGM_FI_DEV_GPU_UTIL", BASE + ',container="c",namespace="n",pod="b"'),
          ("DCGM_FI_DEV_FB_USED", BASE), ("DCGM_FI_DEV_FB_USED", BASE),
