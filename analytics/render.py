@@ -187,10 +187,16 @@ def _json_rows(chunk: pd.DataFrame) -> list[str]:
             for values in zip(*columns, strict=True)]
 
 
+JSON_SCHEMA_VERSION = 1
+"""``schema_version`` of ``report.json``: raised when a key or a table's column changes
+meaning or goes."""
+
+
 def write_json(report: WeeklyReport, out: IO[str]) -> None:
     """The report and every row of its tables as JSON, in ``json.dumps(..., indent=1)``'s
     layout, written a chunk of rows at a time."""
-    head = json.dumps({"week": report.week.label, "cluster": report.cluster,
+    head = json.dumps({"schema_version": JSON_SCHEMA_VERSION, "week": report.week.label,
+                       "cluster": report.cluster,
                        "team": report.team, "sla_target": report.sla_target,
                        "headline": report.headline, "tables": {}},
                       indent=1, default=_jsonable)
@@ -216,15 +222,52 @@ def as_json(report: WeeklyReport) -> str:
     return buf.getvalue()
 
 
-def write_csv(name: str, table: pd.DataFrame | Table, path: Path) -> None:
+def write_csv(report: WeeklyReport, name: str, table: pd.DataFrame | Table,
+              path: Path) -> None:
     """One table as CSV, a chunk of rows at a time."""
     with open(path, "w", newline="") as f:
-        header = True
-        for chunk in _chunks(name, table):
-            chunk.to_csv(f, index=False, header=header)
-            header = False
-        if header:
-            pd.DataFrame(columns=_columns(name, table)).to_csv(f, index=False)
+        _csv(report, name, table, f)
+
+
+def _csv(report: WeeklyReport, name: str, table: pd.DataFrame | Table, f: IO[str]) -> None:
+    """CSVs that concatenate: each row with its ``week`` and ``cluster`` first, money to
+    the cent, the evidence as JSON."""
+    header = True
+    for chunk in _chunks(name, table):
+        _csv_rows(chunk, report).to_csv(f, index=False, header=header)
+        header = False
+    if header:
+        pd.DataFrame(columns=["week", "cluster", *_columns(name, table)]).to_csv(f, index=False)
+
+
+def is_money(column: str) -> bool:
+    """Whether a column holds US dollars (``cost_usd``, ``effective_cost_usd_per_…``)."""
+    return column.endswith("_usd") or "_usd_" in column
+
+
+def _csv_rows(chunk: pd.DataFrame, report: WeeklyReport) -> pd.DataFrame:
+    out = chunk.copy()
+    for c in out.columns:
+        if is_money(str(c)) and pd.api.types.is_numeric_dtype(out[c]):
+            out[c] = out[c].round(2)
+    if "evidence" in out.columns:
+        out["evidence"] = [json.dumps(_jsonable(e), default=_jsonable)
+                           if isinstance(e, dict) else e for e in out["evidence"]]
+    out.insert(0, "cluster", report.cluster)
+    out.insert(0, "week", report.week.label)
+    return out
+
+
+def cited_csvs(report: WeeklyReport) -> dict[str, bytes]:
+    """The CSVs the Markdown and HTML cite (``… and N more rows in name.csv``), by file
+    name: those of the tables longer than what they show."""
+    out = {}
+    for name, table in report.tables.items():
+        if _rows(name, table)[2]:
+            buf = io.StringIO(newline="")
+            _csv(report, name, table, buf)
+            out[f"{name}.csv"] = buf.getvalue().encode()
+    return out
 
 
 def write(report: WeeklyReport, out: Path) -> dict[str, bytes]:
@@ -238,7 +281,7 @@ def write(report: WeeklyReport, out: Path) -> dict[str, bytes]:
     with open(out / "report.json", "w") as f:
         write_json(report, f)
     for name, table in report.tables.items():
-        write_csv(name, table, out / f"{name}.csv")
+        write_csv(report, name, table, out / f"{name}.csv")
     for t in (*report.tables.values(), report.pods):
         if isinstance(t, Table):
             t.ws.close()

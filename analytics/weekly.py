@@ -13,6 +13,7 @@ from analytics.report import WeeklyReport, build
 from analytics.store import Store
 from analytics.week import Week
 from exporter.config import Config
+from exporter.errors import ConfigError
 
 
 def team_dir(team: str) -> str:
@@ -23,12 +24,27 @@ def team_dir(team: str) -> str:
 
 def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, str], float],
                out: Path | None, email: bool,
-               step: Callable[[str], None] = lambda _: None) -> WeeklyReport:
+               step: Callable[[str], None] = lambda _: None) -> tuple[WeeklyReport, int]:
+    """The platform report, written to ``out`` with each team's slice, and (with
+    ``email``) mailed; with the number of recipients the SMTP server accepted. Mailing
+    nobody, or a team in ``report.team_recipients`` that had no GPU time that week, is a
+    ``ConfigError`` before anything is sent; a refused message a ``mail.MailError``."""
+    recipients = cfg.report
+    if email and not recipients.platform_recipients and \
+            not any(recipients.team_recipients.values()):
+        raise ConfigError("nobody to mail the report to: set report.platform_recipients "
+                          "or report.team_recipients")
     step("platform report")
     platform = build(store, week, prices, cfg.sla.target, cfg.cluster)
-    found = [str(t) for t in platform.frame("cost_by_team").team if t != "(none)"]
+    found = sorted({str(t) for t in platform.frame("cost_by_team").team if t != "(none)"})
+    unknown = sorted(t for t, who in recipients.team_recipients.items()
+                     if who and t not in found)
+    if email and unknown:
+        raise ConfigError(
+            f"report.team_recipients names {', '.join(map(repr, unknown))}, which had no GPU "
+            f"time in {week.label}; teams that week: {', '.join(map(repr, found)) or 'none'}")
     teams: dict[str, WeeklyReport] = {}
-    for team in sorted(set(found) | set(cfg.report.team_recipients)):
+    for team in found:
         step(f"team {team}")
         teams[team] = build(store, week, prices, cfg.sla.target, cfg.cluster, team=team)
     if out is not None:
@@ -36,7 +52,8 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
         render.write(platform, out)
         for team, r in teams.items():
             render.write(r, out / "teams" / team_dir(team))
+    mailed = 0
     if email:
         step("sending")
-        mail.send(mail.messages(platform, teams, cfg.report), cfg.report.smtp)
-    return platform
+        mailed = mail.send(mail.messages(platform, teams, recipients), recipients.smtp)
+    return platform, mailed

@@ -294,7 +294,7 @@ def scheduled_report(cfg: Config, warehouse: Warehouse | None,
     return ScheduledReport(
         warehouse, Schedule.parse(r.schedule, r.timezone),
         r.directory or cfg.warehouse.path.parent / "reports", config_file,
-        email=bool(r.platform_recipients or r.team_recipients))
+        email=bool(r.platform_recipients or any(r.team_recipients.values())))
 
 
 async def run(cfg: Config, config_file: str | None = None) -> int:

@@ -215,6 +215,7 @@ def _report(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from analytics.mail import MailError
     from analytics.store import BigQueryStore, DuckDBStore, ParquetStore, Store
     from analytics.week import last_complete_week, parse_week
     from analytics.weekly import run_weekly
@@ -260,14 +261,16 @@ def _report(args: argparse.Namespace) -> int:
             bar.update(1)
 
         try:
-            report = run_weekly(store, week, cfg, prices, args.out, args.email, step)
-        except (ConfigError, OSError) as exc:
+            report, mailed = run_weekly(store, week, cfg, prices, args.out, args.email, step)
+        except (ConfigError, MailError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     h = report.headline
     print(f"{report.title}: ${h['cost_usd'] or 0:,.2f}, {h['allocated_gpu_hours'] or 0:,.0f} "
           f"allocated GPU-hours. Written to {args.out}/ (report.html, report.md, report.json, "
-          f"one CSV per table; teams/ per team)" + (", and mailed." if args.email else "."))
+          f"one CSV per table; teams/ per team)" +
+          (f", and accepted by {cfg.report.smtp.host}:{cfg.report.smtp.port} for {mailed} "
+           f"recipient{'s' if mailed != 1 else ''}." if args.email else "."))
     return 0
 
 

@@ -292,8 +292,10 @@ class Report(_Section):
     """The weekly report and who gets it."""
 
     sender: str = Field(default="gke-gpu-exporter@localhost", pattern=_NO_CRLF)
-    subject: str = Field(default="GPU cost and bottleneck report {week} — {scope}",
+    subject: str = Field(default="GPU cost and bottleneck report {week} — {scope}: {cost}",
                          pattern=_NO_CRLF)
+    """Placeholders: ``{week}`` (2026-W47), ``{scope}`` (the cluster, or the team),
+    ``{cost}`` (the week's cost, to the dollar)."""
     platform_recipients: list[str] = Field(default_factory=list)
     """Get the whole report."""
     team_recipients: dict[str, list[str]] = Field(default_factory=dict)
@@ -314,6 +316,15 @@ class Report(_Section):
             ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"unknown time zone {self.timezone!r}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _subject(self) -> Self:
+        try:
+            self.subject.format(week="", scope="", cost="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"subject {self.subject!r}: placeholders are {{week}}, {{scope}} "
+                             f"and {{cost}} ({type(exc).__name__}: {exc})") from None
         return self
 
     @model_validator(mode="after")

@@ -150,8 +150,8 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:
     wh.flush(exporter.last_cycle_time, partial=True)
     week = week_containing(scenario.start)
     prices = exporter.prices.prices
-    report = run_weekly(DuckDBStore(con=wh.con), week, exporter.config, prices,
-                        out / "report", email=False)
+    report, _ = run_weekly(DuckDBStore(con=wh.con), week, exporter.config, prices,
+                           out / "report", email=False)
     h = report.headline
     return (f"Weekly report {week.label}: ${h['cost_usd'] or 0:,.2f}, "
             f"{len(report.tables['bottlenecks'])} workloads diagnosed -> "

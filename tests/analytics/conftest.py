@@ -75,9 +75,20 @@ def small_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_warehouse(tmp_path_factory.mktemp("report") / "w.duckdb")
 
 
+REFUSED_DOMAIN = "refused.example.com"
+"""Recipients at this domain are refused (550), as a server refuses an unknown user."""
+
+
 class Inbox:
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], EmailMessage]] = []
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
+                          rcpt_options: list[str]) -> str:
+        if address.endswith("@" + REFUSED_DOMAIN):
+            return "550 5.1.1 no such user here"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         msg = email.message_from_bytes(envelope.content, policy=email.policy.default)

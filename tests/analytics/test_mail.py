@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import logging
-import smtplib
+import re
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from analytics import mail
+from analytics import mail, render
 from analytics.report import build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
 from analytics.weekly import run_weekly
 from exporter.config import Config, load_config
+from exporter.errors import ConfigError
 from exporter.prices import load_price_book
-from tests.analytics.conftest import HOSTILE, PASSWORD, Inbox
+from tests.analytics.conftest import HOSTILE, PASSWORD, REFUSED_DOMAIN, Inbox
 
 
 def config(port: int, ca_file: Path, **report: Any) -> Config:
@@ -35,20 +37,30 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     inbox, port, ca_file = smtp_server
     monkeypatch.setenv("GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD", PASSWORD)
+    monkeypatch.setattr(render, "ROWS", 2)  # tables longer than shown: their CSVs are cited
     cfg = config(port, ca_file)
     store = DuckDBStore(small_warehouse)
     with caplog.at_level(logging.DEBUG):
-        run_weekly(store, parse_week("2026-W47"), cfg,
-                   load_price_book(None, "us-central1").prices, tmp_path, email=True)
+        report, mailed = run_weekly(store, parse_week("2026-W47"), cfg,
+                                    load_price_book(None, "us-central1").prices, tmp_path,
+                                    email=True)
     store.close()
+    assert mailed == 3
     by_rcpt = {tuple(rcpts): msg for rcpts, msg in inbox.messages}
     assert set(by_rcpt) == {("platform@example.com",), ("alpha-lead@example.com",),
                             ("hostile-lead@example.com",)}
     platform, alpha = by_rcpt[("platform@example.com",)], by_rcpt[("alpha-lead@example.com",)]
-    assert platform["Subject"] == "GPU cost and bottleneck report 2026-W47 — c, all teams"
-    assert alpha["Subject"] == "GPU cost and bottleneck report 2026-W47 — team alpha"
+    cost = report.headline["cost_usd"]
+    assert cost is not None and cost > 0
+    assert platform["Subject"] == \
+        f"GPU cost and bottleneck report 2026-W47 — c, all teams: ${cost:,.0f}"
+    assert re.fullmatch(r"GPU cost and bottleneck report 2026-W47 — team alpha: \$[\d,]+",
+                        alpha["Subject"])
+    ids = {msg["Message-ID"] for msg in by_rcpt.values()}
+    assert len(ids) == 3 and all(i.endswith("@example.com>") for i in ids)
     for msg in by_rcpt.values():
-        assert msg.get_content_type() == "multipart/alternative"
+        assert msg["Auto-Submitted"] == "auto-generated"
+        assert parsedate_to_datetime(msg["Date"]).tzinfo is not None
         text = msg.get_body(("plain",))
         html = msg.get_body(("html",))
         assert text is not None and html is not None
@@ -60,6 +72,13 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
             assert f'src="cid:{cid}"' in body
             assert img.get_content()[:4] == b"\x89PNG"
         assert HOSTILE not in body and HOSTILE not in text.get_content()
+        # the CSVs the text cites are attached, and only those
+        cited = set(re.findall(r"more rows in `([a-z_]+\.csv)`", text.get_content()))
+        attached = {p.get_filename(): p for p in msg.iter_attachments()}
+        assert set(attached) == cited and cited
+        for name, part in attached.items():
+            assert part.get_content_type() == "text/csv"
+            assert part.get_content() == (tmp_path / name).read_text() or msg is not platform
     # a team gets only its slice
     alpha_html = alpha.get_body(("html",)).get_content()  # type: ignore[union-attr]
     assert "train" in alpha_html and "&lt;script&gt;" not in alpha_html
@@ -81,9 +100,64 @@ def test_wrong_password_is_refused_without_printing_it(small_warehouse: Path,
         "smtp": cfg.report.smtp.model_copy(update={"password_file": secret})})})
     store = DuckDBStore(small_warehouse)
     r = build(store, parse_week("2026-W47"), {}, 0.995, "c")
-    with caplog.at_level(logging.DEBUG), pytest.raises(smtplib.SMTPAuthenticationError):
+    with caplog.at_level(logging.DEBUG), pytest.raises(
+            mail.MailError, match=f"SMTP server 127.0.0.1:{port} refused the login of 'reports'"
+    ) as caught:
         mail.send(mail.messages(r, {}, cfg.report), cfg.report.smtp)
-    assert "not-the-password" not in caplog.text
+    assert "not-the-password" not in caplog.text + str(caught.value)
+
+
+def test_a_refused_recipient_is_an_error_naming_it(small_warehouse: Path,
+                                                   smtp_server: tuple[Inbox, int, Path],
+                                                   tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The others still get their report; "mailed" is never said of a refused one."""
+    inbox, port, ca_file = smtp_server
+    monkeypatch.setenv("GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD", PASSWORD)
+    cfg = config(port, ca_file, platform_recipients=[f"gone@{REFUSED_DOMAIN}"],
+                 team_recipients={"alpha": ["alpha-lead@example.com"]})
+    store = DuckDBStore(small_warehouse)
+    with pytest.raises(mail.MailError, match=f"127.0.0.1:{port} refused gone@{REFUSED_DOMAIN} "
+                       r"\(550 5\.1\.1 no such user here\)"):
+        run_weekly(store, parse_week("2026-W47"), cfg, {}, None, email=True)
+    store.close()
+    assert [rcpts for rcpts, _ in inbox.messages] == [["alpha-lead@example.com"]]
+
+
+def test_an_unreachable_server_is_named(small_warehouse: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    cfg = load_config(None, {"report": {"platform_recipients": ["p@example.com"],
+                                        "smtp": {"host": "127.0.0.1", "port": port}}})
+    store = DuckDBStore(small_warehouse)
+    r = build(store, parse_week("2026-W47"), {}, 0.995, "c")
+    with pytest.raises(mail.MailError, match=f"SMTP server 127.0.0.1:{port}: .*refused"):
+        mail.send(mail.messages(r, {}, cfg.report), cfg.report.smtp)
+
+
+@pytest.mark.parametrize(("report", "error"), [
+    ({"platform_recipients": [], "team_recipients": {}}, "nobody to mail the report to"),
+    ({"team_recipients": {"alpha": ["a@example.com"], "nobody-here": ["n@example.com"]}},
+     "names 'nobody-here', which had no GPU time in 2026-W47; teams that week: "),
+], ids=["no recipients", "unknown team"])
+def test_mailing_nobody_or_an_unknown_team_is_refused_before_sending(
+        small_warehouse: Path, smtp_server: tuple[Inbox, int, Path],
+        report: dict[str, Any], error: str) -> None:
+    inbox, port, ca_file = smtp_server
+    cfg = config(port, ca_file, **report)
+    store = DuckDBStore(small_warehouse)
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        run_weekly(store, parse_week("2026-W47"), cfg, {}, None, email=True)
+    store.close()
+    assert inbox.messages == []
+
+
+def test_a_subject_template_with_an_unknown_placeholder_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"report: subject .*placeholders are .*'month'"):
+        load_config(None, {"report": {"subject": "GPU report {month}"}})
 
 
 def test_line_breaks_never_reach_a_header(small_warehouse: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -89,6 +90,37 @@ def test_every_format_is_written(small_warehouse: Path, tmp_path: Path) -> None:
     assert (tmp_path / "report.html").read_text().count('<img src="') == 3
 
 
+def test_csvs_concatenate_across_weeks_and_clusters(small_warehouse: Path,
+                                                   tmp_path: Path) -> None:
+    """Each row says its week and cluster; money is to the cent; the evidence is JSON."""
+    import csv
+
+    weeks = {}
+    for label in ("2026-W46", "2026-W47"):
+        store = DuckDBStore(small_warehouse)
+        try:
+            r = build(store, parse_week(label), PRICES, 0.995, "c")
+        finally:
+            store.close()
+        render.write(r, tmp_path / label)
+        weeks[label] = r
+    for name in weeks["2026-W47"].tables:
+        files = [(tmp_path / label / f"{name}.csv").read_text() for label in weeks]
+        headers = {f.splitlines()[0] for f in files}
+        assert len(headers) == 1 and headers.pop().startswith("week,cluster,")
+        for label, text in zip(weeks, files, strict=True):
+            rows = list(csv.DictReader(io.StringIO(text)))
+            assert all(row["week"] == label and row["cluster"] == "c" for row in rows)
+            for row in rows:
+                for column, value in row.items():
+                    if render.is_money(column) and value:
+                        assert value == str(round(float(value), 2)), (name, column, value)
+                if "evidence" in row:
+                    assert isinstance(json.loads(row["evidence"]), dict)
+    bottlenecks = (tmp_path / "2026-W47" / "bottlenecks.csv").read_text()
+    assert bottlenecks.count("\n") > 1 and "{'" not in bottlenecks
+
+
 def test_the_json_holds_every_row_as_json_dumps_writes_it(small_warehouse: Path) -> None:
     r = report(small_warehouse)
     tables = {}
@@ -101,7 +133,7 @@ def test_the_json_holds_every_row_as_json_dumps_writes_it(small_warehouse: Path)
     r.tables["bottlenecks"] = r.frame("bottlenecks").assign(
         evidence=[row["evidence"] for row in tables["bottlenecks"]])
     assert render.as_json(r) == json.dumps(
-        {"week": r.week.label, "cluster": r.cluster, "team": r.team,
+        {"schema_version": 1, "week": r.week.label, "cluster": r.cluster, "team": r.team,
          "sla_target": r.sla_target, "headline": r.headline, "tables": tables},
         indent=1, default=render._jsonable)
 
