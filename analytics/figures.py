@@ -92,15 +92,31 @@ def _week(usage: pd.DataFrame, this_week: bool = True) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- headline
 
 
-def headline(usage: pd.DataFrame) -> dict[str, float | None]:
+WEEK_HOURS = 7 * 24
+
+
+def coverage(hours: pd.DataFrame) -> tuple[float, float]:
+    """The share of this week's hours, and of the previous week's, with any GPU time in the
+    warehouse (``queries.COVERAGE``)."""
+    by_week = {bool(w): float(h) for w, h in zip(hours.this_week, hours.hours, strict=True)}
+    return by_week.get(True, 0.0) / WEEK_HOURS, by_week.get(False, 0.0) / WEEK_HOURS
+
+
+def headline(usage: pd.DataFrame, covered: tuple[float, float] = (1.0, 1.0)
+             ) -> dict[str, float | None]:
+    """The week's figures; with no data for the previous week (``covered``: this week's and
+    the previous week's ``coverage``), its cost and the change are unknown (None), not 0."""
     now, before = _week(usage), _week(usage, False)
     cost, prev = float(now.cost_usd.sum()), float(before.cost_usd.sum())
     allocated = now[now.state == "allocated"]
     utilized = float(allocated.utilized_seconds.sum())
+    known = covered[1] > 0
     return {
+        "coverage": covered[0],
+        "previous_coverage": covered[1],
         "cost_usd": cost,
-        "previous_cost_usd": prev,
-        "cost_change": _ratio(cost - prev, prev),
+        "previous_cost_usd": prev if known else None,
+        "cost_change": _ratio(cost - prev, prev) if known else None,
         "gpu_hours": float(now.gpu_seconds.sum()) / HOUR,
         "allocated_gpu_hours": float(allocated.gpu_seconds.sum()) / HOUR,
         "utilization": _ratio(utilized, float(allocated.measured_seconds.sum())),
@@ -117,8 +133,9 @@ def headline(usage: pd.DataFrame) -> dict[str, float | None]:
 COST_DIMENSIONS = ("team", "namespace", "node_pool", "gpu_model", "provisioning")
 
 
-def cost_by(usage: pd.DataFrame, dimension: str) -> pd.DataFrame:
-    """Cost this week and last, the change, GPU-hours, utilisation and share, per value."""
+def cost_by(usage: pd.DataFrame, dimension: str, previous: bool = True) -> pd.DataFrame:
+    """Cost this week and last, the change, GPU-hours, utilisation and share, per value;
+    last week's cost and the change unknown (NaN) without ``previous`` week's data."""
     rows = usage[usage.state == "allocated"] if dimension in ("team", "namespace") else usage
     rows = rows.assign(key=rows[dimension].fillna("(none)"))
     g = rows.groupby(["key", "this_week"], dropna=False)[
@@ -146,6 +163,8 @@ def cost_by(usage: pd.DataFrame, dimension: str) -> pd.DataFrame:
     total = out.cost_usd.sum()
     out["share"] = out.cost_usd / total if total else np.nan
     out = out[(out.cost_usd > 0) | (out.previous_cost_usd > 0)]
+    if not previous:
+        out = out.assign(previous_cost_usd=np.nan, change_usd=np.nan, change=np.nan)
     return out.sort_values(["cost_usd", dimension], ascending=[False, True],
                            ignore_index=True)
 

@@ -41,6 +41,15 @@ WHERE time >= @prev_start AND time < @end AND (@team IS NULL OR team = @team)
 GROUP BY team, namespace, node_pool, gpu_model, provisioning, state, this_week
 """
 
+COVERAGE = """
+SELECT time >= @start AS this_week, COUNT(DISTINCT DIV(UNIX_SECONDS(time), 3600)) AS hours
+FROM {gpu_usage}
+WHERE time >= @prev_start AND time < @end
+GROUP BY this_week
+"""
+"""Hours of the week (and of the week before) with any GPU time in the warehouse, every
+team's: how much of the week the report can speak for."""
+
 DAILY = """
 SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 86400) * 86400) AS day, team,
        SUM(COALESCE(cost_usd, 0)) AS cost_usd
@@ -108,6 +117,8 @@ def fetch(store: Store, week: Week, team: str | None = None) -> dict[str, pd.Dat
     base: dict[str, Param] = {"start": week.start, "end": week.end, "team": team}
     return {
         "usage": store.query(USAGE, base | {"prev_start": week.previous.start}),
+        "coverage": store.query(COVERAGE, {"start": week.start, "end": week.end,
+                                           "prev_start": week.previous.start}),
         "daily": store.query(DAILY, base),
         "availability": store.query(AVAILABILITY, {"start": week.start, "end": week.end}),
         "incidents": store.query(INCIDENTS, {"start": week.start, "end": week.end}),

@@ -36,10 +36,15 @@ _env = Environment(loader=PackageLoader("analytics"), autoescape=select_autoesca
 
 def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
     h = report.headline
+    if h["cost_change"] is not None:
+        change = f" ({fmt.percent(h['cost_change'], True)} week over week)"
+    elif h["previous_cost_usd"] is None:
+        change = " (week over week: n/a, no data for the week before)"
+    else:
+        change = ""
     return [
-        ("Total cost", f"{fmt.money(h['cost_usd'])} ({fmt.percent(h['cost_change'], True)} "
-                       f"week over week)" if h["cost_change"] is not None
-         else fmt.money(h["cost_usd"])),
+        ("Total cost", fmt.money(h["cost_usd"]) + change),
+        ("Coverage", f"{fmt.percent(h['coverage'])} of the week's hours have data"),
         ("GPU-hours", f"{h['gpu_hours'] or 0:,.0f} capacity, "
                       f"{h['allocated_gpu_hours'] or 0:,.0f} allocated"),
         ("Utilisation of allocated GPUs", fmt.percent(h["utilization"])),

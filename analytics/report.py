@@ -70,13 +70,15 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
     queries.load(store, week, ws, team, figures.classify_arrow)
     progress("computing")
     usage = f["usage"]
+    covered = figures.coverage(f["coverage"])
     pods = Table(ws, "pods", figures.with_evidence)
     workloads = figures.bottleneck_table(ws)
     unallocated = figures.unallocated_by_pool(usage)
     rightsize = figures.rightsizing_table(ws)
     spot = figures.spot_table(ws)
     tables: dict[str, pd.DataFrame | Table] = {
-        f"cost_by_{d}": figures.cost_by(usage, d) for d in figures.COST_DIMENSIONS}
+        f"cost_by_{d}": figures.cost_by(usage, d, covered[1] > 0)
+        for d in figures.COST_DIMENSIONS}
     tables |= {
         "daily_cost_by_team": figures.daily_by_team(f["daily"], week),
         "idle_offenders": figures.idle_offenders_of(ws),
@@ -96,5 +98,5 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
         for name in ("unallocated_by_pool", "availability", "incidents"):
             tables.pop(name)
     ws.close()
-    return WeeklyReport(week, cluster, team, sla_target, figures.headline(usage),
+    return WeeklyReport(week, cluster, team, sla_target, figures.headline(usage, covered),
                         {k: tables[k] for k in SECTIONS if k in tables}, pods)

@@ -22,13 +22,20 @@ def team_dir(team: str) -> str:
     return f"{slug}-{hashlib.sha256(team.encode()).hexdigest()[:8]}"
 
 
+class ThinWeek(Exception):
+    """The week has too little data for a report that says what it cost."""
+
+
 def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, str], float],
                out: Path | None, email: bool,
-               step: Callable[[str], None] = lambda _: None) -> tuple[WeeklyReport, int]:
+               step: Callable[[str], None] = lambda _: None,
+               force: bool = False) -> tuple[WeeklyReport, int]:
     """The platform report, written to ``out`` with each team's slice, and (with
     ``email``) mailed; with the number of recipients the SMTP server accepted. Mailing
     nobody, or a team in ``report.team_recipients`` that had no GPU time that week, is a
-    ``ConfigError`` before anything is sent; a refused message a ``mail.MailError``."""
+    ``ConfigError`` before anything is sent; a refused message a ``mail.MailError``. A week
+    with data for less than ``report.min_coverage`` of its hours is ``ThinWeek``, unless
+    ``force``."""
     recipients = cfg.report
     if email and not recipients.platform_recipients and \
             not any(recipients.team_recipients.values()):
@@ -36,6 +43,11 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
                           "or report.team_recipients")
     step("platform report")
     platform = build(store, week, prices, cfg.sla.target, cfg.cluster)
+    covered = platform.headline["coverage"] or 0.0
+    if covered < recipients.min_coverage and not force:
+        raise ThinWeek(f"{week.label}: the warehouse has data for {covered:.1%} of the "
+                       f"week's hours, below report.min_coverage ({recipients.min_coverage:.0%})"
+                       "; --force writes the report anyway")
     found = sorted({str(t) for t in platform.frame("cost_by_team").team if t != "(none)"})
     unknown = sorted(t for t, who in recipients.team_recipients.items()
                      if who and t not in found)

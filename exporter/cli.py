@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     weekly.add_argument("--email", action="store_true",
                         help="mail it: the platform report and each team's slice to the "
                              "recipients in the config's report section")
+    weekly.add_argument("--force", action="store_true",
+                        help="write (and mail) it even for a week with data for less than "
+                             "report.min_coverage of its hours")
     weekly.add_argument("--config", metavar="FILE", help="YAML config (cluster, SLA target, "
                         "prices, warehouse, report recipients and SMTP)")
     return parser
@@ -218,7 +221,7 @@ def _report(args: argparse.Namespace) -> int:
     from analytics.mail import MailError
     from analytics.store import BigQueryStore, DuckDBStore, ParquetStore, Store
     from analytics.week import last_complete_week, parse_week
-    from analytics.weekly import run_weekly
+    from analytics.weekly import ThinWeek, run_weekly
     from exporter.config import DATASET_ID, PROJECT_ID, load_config
     from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
@@ -261,8 +264,9 @@ def _report(args: argparse.Namespace) -> int:
             bar.update(1)
 
         try:
-            report, mailed = run_weekly(store, week, cfg, prices, args.out, args.email, step)
-        except (ConfigError, MailError, OSError) as exc:
+            report, mailed = run_weekly(store, week, cfg, prices, args.out, args.email, step,
+                                        force=args.force)
+        except (ConfigError, MailError, ThinWeek, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     h = report.headline

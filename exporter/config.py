@@ -296,6 +296,10 @@ class Report(_Section):
                          pattern=_NO_CRLF)
     """Placeholders: ``{week}`` (2026-W47), ``{scope}`` (the cluster, or the team),
     ``{cost}`` (the week's cost, to the dollar)."""
+    min_coverage: float = Field(default=0.5, ge=0.0, le=1.0)
+    """The share of a week's hours that must have data for its report to be written or
+    mailed (``report weekly --force`` writes it anyway): an empty or mostly empty week
+    would read as a cheap one."""
     platform_recipients: list[str] = Field(default_factory=list)
     """Get the whole report."""
     team_recipients: dict[str, list[str]] = Field(default_factory=dict)

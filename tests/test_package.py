@@ -215,7 +215,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, wheel: Path,
                       env=env, cwd=work),
             report=_run([*exe, "report", "weekly", "--store",
                          f"duckdb:{work / 'demo' / 'warehouse.duckdb'}", "--week", week,
-                         "--out", work / "report"], env=env, cwd=work))
+                         "--out", work / "report", "--force"],  # a 2-hour week
+                        env=env, cwd=work))
     finally:
         home.chmod(0o755)
 

@@ -90,6 +90,41 @@ def test_every_format_is_written(small_warehouse: Path, tmp_path: Path) -> None:
     assert (tmp_path / "report.html").read_text().count('<img src="') == 3
 
 
+def test_a_first_week_says_n_a_for_the_week_before(small_warehouse: Path) -> None:
+    """2026-W46 is the warehouse's first week: last week's cost is unknown, not $0."""
+    store = DuckDBStore(small_warehouse)
+    try:
+        r = build(store, parse_week("2026-W46"), PRICES, 0.995, "c")
+    finally:
+        store.close()
+    assert r.headline["coverage"] == 1.0 and r.headline["previous_coverage"] == 0.0
+    assert r.headline["previous_cost_usd"] is None and r.headline["cost_change"] is None
+    assert "week over week: n/a, no data for the week before" in render.markdown(r)
+    teams = r.frame("cost_by_team")
+    assert len(teams) and teams.previous_cost_usd.isna().all() and teams.change.isna().all()
+
+
+@pytest.mark.parametrize(("week", "force", "code"), [
+    ("2026-W47", False, 0), ("2026-W49", False, 1), ("2026-W49", True, 0)],
+    ids=["covered", "empty, refused", "empty, forced"])
+def test_a_week_without_data_is_refused_unless_forced(small_warehouse: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      week: str, force: bool, code: int
+                                                      ) -> None:
+    from exporter.cli import main
+
+    out = tmp_path / "out"
+    args = ["report", "weekly", "--week", week, "--store", f"duckdb:{small_warehouse}",
+            "--out", str(out)]
+    assert main(args + (["--force"] if force else [])) == code
+    if code:
+        assert "2026-W49: the warehouse has data for 0.0% of the week's hours, below " \
+               "report.min_coverage (50%); --force" in capsys.readouterr().err
+        assert not out.exists()
+    else:
+        assert (out / "report.md").exists()
+
+
 def test_csvs_concatenate_across_weeks_and_clusters(small_warehouse: Path,
                                                    tmp_path: Path) -> None:
     """Each row says its week and cluster; money is to the cent; the evidence is JSON."""
