@@ -31,8 +31,10 @@ def daily_cost(report: WeeklyReport) -> bytes:
     ax = fig.subplots()
     bottom = np.zeros(len(table))
     x = np.arange(len(table))
+    greys = {"(unallocated)": "#bdc1c6", "(unavailable)": "#5f6368"}  # the pool's, not a team's
     for team in table.columns:
-        ax.bar(x, table[team].to_numpy(), bottom=bottom, label=str(team))
+        ax.bar(x, table[team].to_numpy(), bottom=bottom, label=str(team),
+               color=greys.get(str(team)))
         bottom += table[team].to_numpy()
     ax.set_xticks(x, [d.strftime("%a %d") for d in table.index])
     ax.set_ylabel("USD")

@@ -26,6 +26,7 @@ Definitions (each next to its test in ``tests/analytics/test_figures.py``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -133,11 +134,27 @@ def headline(usage: pd.DataFrame, covered: tuple[float, float] = (1.0, 1.0)
 COST_DIMENSIONS = ("team", "namespace", "node_pool", "gpu_model", "provisioning")
 
 
+OWNED_BY = ("team", "namespace")
+"""The dimensions GPU time belongs to only while a pod holds it."""
+POOLED = ("(unallocated)", "(unavailable)")
+"""What a team or a namespace table calls the GPU time no pod held."""
+
+
 def cost_by(usage: pd.DataFrame, dimension: str, previous: bool = True) -> pd.DataFrame:
     """Cost this week and last, the change, GPU-hours, utilisation and share, per value;
-    last week's cost and the change unknown (NaN) without ``previous`` week's data."""
-    rows = usage[usage.state == "allocated"] if dimension in ("team", "namespace") else usage
-    rows = rows.assign(key=rows[dimension].fillna("(none)"))
+    last week's cost and the change unknown (NaN) without ``previous`` week's data.
+
+    Every table sums to the headline. A team's or a namespace's row is its pods' GPU time,
+    its utilisation that of the time allocated (``utilization_of_allocated``), its
+    ``share_of_allocated`` its part of what pods held; the GPU time no pod held follows as
+    ``(unallocated)`` and ``(unavailable)``, last. The other tables (pool, model,
+    provisioning) count all of their GPUs' time, utilisation over capacity
+    (``utilization_of_capacity``)."""
+    owned = dimension in OWNED_BY
+    key = usage[dimension].fillna("(none)")
+    if owned:  # no Kubernetes name holds parentheses: these never meet a team's
+        key = key.where(usage.state == "allocated", "(" + usage.state + ")")
+    rows = usage.assign(key=key)
     g = rows.groupby(["key", "this_week"], dropna=False)[
         ["cost_usd", "gpu_seconds", "utilized_seconds", "measured_seconds"]].sum()
     g = g.astype(float).unstack("this_week", fill_value=0.0)
@@ -158,15 +175,23 @@ def cost_by(usage: pd.DataFrame, dimension: str, previous: bool = True) -> pd.Da
                                  out.previous_cost_usd > 0, 1.0), np.nan)
     out["gpu_hours"] = cur("gpu_seconds") / HOUR
     measured = cur("measured_seconds")
-    out["utilization"] = np.where(measured > 0, cur("utilized_seconds") /
-                                  np.where(measured > 0, measured, 1.0), np.nan)
+    pooled = out[dimension].isin(POOLED).to_numpy() if owned \
+        else np.zeros(len(out), dtype=bool)
+    util = np.where(measured > 0, cur("utilized_seconds") / np.where(measured > 0, measured,
+                                                                       1.0), np.nan)
+    out["utilization_of_allocated" if owned else "utilization_of_capacity"] = \
+        np.where(pooled, np.nan, util)
     total = out.cost_usd.sum()
     out["share"] = out.cost_usd / total if total else np.nan
-    out = out[(out.cost_usd > 0) | (out.previous_cost_usd > 0)]
+    if owned:
+        held = out.cost_usd[~pooled].sum()
+        out["share_of_allocated"] = np.where(~pooled & (held > 0),
+                                             out.cost_usd / (held or 1.0), np.nan)
+    out = out.assign(_pooled=pooled)[(out.cost_usd > 0) | (out.previous_cost_usd > 0)]
     if not previous:
         out = out.assign(previous_cost_usd=np.nan, change_usd=np.nan, change=np.nan)
-    return out.sort_values(["cost_usd", dimension], ascending=[False, True],
-                           ignore_index=True)
+    return out.sort_values(["_pooled", "cost_usd", dimension], ascending=[True, False, True],
+                           ignore_index=True).drop(columns="_pooled")
 
 
 def daily_by_team(daily: pd.DataFrame, week: Week) -> pd.DataFrame:
@@ -179,7 +204,7 @@ def daily_by_team(daily: pd.DataFrame, week: Week) -> pd.DataFrame:
                           fill_value=0.0)
     table = table.reindex([x.date() for x in week.days], fill_value=0.0)
     table.index.name = "day"
-    return table[sorted(table.columns, key=lambda t: -table[t].sum())]
+    return table[sorted(table.columns, key=lambda t: (t in POOLED, -table[t].sum()))]
 
 
 # ---------------------------------------------------------------------------- waste
@@ -309,17 +334,23 @@ WHERE reason = 'Terminated' AND phase = 'Failed' AND finished IS NOT NULL
 
 def incidents(events: pd.DataFrame, pod_states: pd.DataFrame, week: Week) -> pd.DataFrame:
     """GPU incidents (XID, NotReady, GPU lost) that ended in the week, and spot
-    preemptions in it, with their durations."""
-    cols = ["kind", "where", "start", "end", "duration_seconds"]
-    rows = [(e.reason, f"{e.node_pool}/{e.node} {e.gpu_uuid}", e.start_time, e.end_time,
-             e.seconds) for e in events.itertuples()]
+    preemptions in it, with their durations: one row per event, however many GPUs it
+    took down (a NotReady node is one incident of its 8 GPUs, with their GPU-hours lost)."""
+    cols = ["kind", "where", "gpus", "start", "end", "duration_seconds", "gpu_hours_lost"]
+    rows: list[tuple[Any, ...]] = []
+    keys = ["reason", "node_pool", "node", "start_time", "end_time"]
+    for (reason, pool, node, start, end), g in events.groupby(keys, sort=False, dropna=False):
+        gpus = g.gpu_uuid.nunique()
+        where = f"{pool}/{node} " + (str(g.gpu_uuid.iloc[0]) if gpus == 1 else f"({gpus} GPUs)")
+        rows.append((reason, where, gpus, start, end, float(g.seconds.max()),
+                     float(g.seconds.sum()) / HOUR))
     if not pod_states.empty:
         pre = pod_states[(pod_states.reason == "Terminated") & (pod_states.phase == "Failed")
                          & pod_states.finished.notna()]
         fin = _seconds(pre.finished)
         pre = pre[(fin >= week.start.timestamp()) & (fin < week.end.timestamp())]
-        rows += [("spot_preemption", f"{p.namespace}/{p.pod}", p.finished, p.finished, 0.0)
-                 for p in pre.itertuples()]
+        rows += [("spot_preemption", f"{p.namespace}/{p.pod}", None, p.finished, p.finished,
+                  0.0, None) for p in pre.itertuples()]
     out = pd.DataFrame(rows, columns=cols)
     if not out.empty:
         out["start"] = pd.to_datetime(out.start, utc=True)

@@ -8,7 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-PERCENT = {"change", "share", "utilization", "availability", "target", "error_budget_left"}
+PERCENT = {"change", "share", "share_of_allocated", "utilization", "utilization_of_allocated",
+           "utilization_of_capacity", "availability", "target", "error_budget_left"}
 
 
 def money(v: float | None) -> str:

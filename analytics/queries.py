@@ -51,14 +51,16 @@ GROUP BY this_week
 team's: how much of the week the report can speak for."""
 
 DAILY = """
-SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 86400) * 86400) AS day, team,
+SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 86400) * 86400) AS day,
+       IF(state = 'allocated', team, CONCAT('(', state, ')')) AS team,
        SUM(COALESCE(cost_usd, 0)) AS cost_usd
 FROM {gpu_usage}
-WHERE time >= @start AND time < @end AND state = 'allocated'
-  AND (@team IS NULL OR team = @team)
-GROUP BY day, team
-ORDER BY day, team
+WHERE time >= @start AND time < @end AND (@team IS NULL OR team = @team)
+GROUP BY 1, 2
+ORDER BY 1, 2
 """
+"""Each day's cost by team, the GPU time no pod held as ``(unallocated)`` and
+``(unavailable)``: the days add up to the week's cost."""
 
 PODS = f"""
 SELECT cluster, namespace, pod_uid, ANY_VALUE(pod) AS pod, ANY_VALUE(workload) AS workload,

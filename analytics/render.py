@@ -81,6 +81,13 @@ def _rows(name: str, table: pd.DataFrame | Table) -> tuple[list[str], list[list[
     return cols, rows, max(0, len(t) - ROWS)
 
 
+def _numeric(name: str, table: pd.DataFrame | Table) -> list[bool]:
+    """Which of the columns ``_rows`` shows hold numbers (set flush right)."""
+    head = shown(name, table).head(0)
+    return [pd.api.types.is_numeric_dtype(head[c]) and not pd.api.types.is_bool_dtype(head[c])
+            for c in head.columns]
+
+
 # ---------------------------------------------------------------------------- Markdown
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -104,7 +111,7 @@ def markdown(report: WeeklyReport) -> str:
             out.append("Nothing this week.")
             continue
         out.append("| " + " | ".join(md(fmt.heading(c)) for c in cols) + " |")
-        out.append("|" + "|".join("---" for _ in cols) + "|")
+        out.append("|" + "|".join("---:" if n else "---" for n in _numeric(name, table)) + "|")
         out += ["| " + " | ".join(md(v) for v in r) + " |" for r in rows]
         if more:
             out += ["", f"… and {more} more rows in `{name}.csv`."]
@@ -122,6 +129,7 @@ def html_page(report: WeeklyReport, image_src: dict[str, str]) -> str:
         cols, rows, more = _rows(name, table)
         sections.append({"title": SECTIONS[name], "intro": INTRO.get(name, ""),
                          "columns": [fmt.heading(c) for c in cols], "rows": rows,
+                         "align": ["right" if n else "left" for n in _numeric(name, table)],
                          "more": more, "csv": f"{name}.csv"})
     return _env.get_template("report.html").render(
         title=report.title, week=report.week, headline=headline_items(report),

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from analytics import mail, render
+from analytics.figures import POOLED
 from analytics.report import WeeklyReport, build
 from analytics.store import Store
 from analytics.week import Week
@@ -48,7 +49,8 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
         raise ThinWeek(f"{week.label}: the warehouse has data for {covered:.1%} of the "
                        f"week's hours, below report.min_coverage ({recipients.min_coverage:.0%})"
                        "; --force writes the report anyway")
-    found = sorted({str(t) for t in platform.frame("cost_by_team").team if t != "(none)"})
+    found = sorted({str(t) for t in platform.frame("cost_by_team").team
+                    if t != "(none)" and t not in POOLED})
     unknown = sorted(t for t, who in recipients.team_recipients.items()
                      if who and t not in found)
     if email and unknown:

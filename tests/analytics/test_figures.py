@@ -66,7 +66,7 @@ def test_headline_of_an_empty_week_has_no_ratios() -> None:
 
 @pytest.mark.parametrize(("dimension", "expected"), [
     # value, cost, previous, change
-    ("team", [("a", 20.0, 10.0, 1.0), ("b", 1.0, 0.0, None)]),
+    ("team", [("a", 20.0, 10.0, 1.0), ("b", 1.0, 0.0, None), ("(unallocated)", 10.0, 0.0, None)]),
     ("node_pool", [("h100", 30.0, 10.0, 2.0), ("l4", 1.0, 0.0, None)]),
     ("provisioning", [("on-demand", 30.0, 10.0, 2.0), ("spot", 1.0, 0.0, None)]),
 ])
@@ -76,6 +76,24 @@ def test_cost_by(dimension: str, expected: list[tuple[Any, ...]]) -> None:
             None if math.isnan(r.change) else r.change) for _, r in t.iterrows()]
     assert got == expected
     assert t.share.sum() == pytest.approx(1.0)
+    assert t.cost_usd.sum() == figures.headline(U)["cost_usd"]  # every table: the headline
+
+
+def test_a_team_table_reconciles_and_says_what_its_utilisation_is_of() -> None:
+    down = usage(*U.itertuples(index=False),
+                 (None, None, "l4", "nvidia-l4", "spot", "unavailable", True, 1800, 0, 0, 0.5,
+                  0, 0.0))
+    teams = figures.cost_by(down, "team").set_index("team")
+    assert list(teams.index) == ["a", "b", "(unallocated)", "(unavailable)"]
+    assert teams.cost_usd.sum() == figures.headline(down)["cost_usd"] == 31.5
+    assert teams.utilization_of_allocated.to_dict() == pytest.approx(
+        {"a": 0.75, "b": math.nan, "(unallocated)": math.nan, "(unavailable)": math.nan},
+        nan_ok=True)
+    assert teams.share_of_allocated[["a", "b"]].sum() == pytest.approx(1.0)
+    assert teams.share_of_allocated[["(unallocated)", "(unavailable)"]].isna().all()
+    pools = figures.cost_by(down, "node_pool").set_index("node_pool")
+    assert "utilization_of_allocated" not in pools and "share_of_allocated" not in pools
+    assert pools.utilization_of_capacity["h100"] == pytest.approx(5400 / 7200)
 
 
 def test_daily_by_team_has_every_day() -> None:
@@ -197,6 +215,21 @@ def test_incidents_include_spot_preemptions() -> None:
     t = figures.incidents(events, s, WEEK)
     assert list(t.kind) == ["xid", "spot_preemption"]
     assert t.duration_seconds.iloc[0] == 3600
+
+
+def test_a_node_down_is_one_incident_of_all_its_gpus() -> None:
+    start, end = T("2026-11-18 10:00", tz="UTC"), T("2026-11-18 10:30", tz="UTC")
+    events = pd.DataFrame({
+        "node": ["n"] * 9, "node_pool": ["p"] * 9,
+        "gpu_uuid": [f"GPU-{i}" for i in range(8)] + ["GPU-0"],
+        "reason": ["node_not_ready"] * 8 + ["xid"],
+        "start_time": [start] * 8 + [T("2026-11-19 08:00", tz="UTC")],
+        "end_time": [end] * 8 + [T("2026-11-19 09:00", tz="UTC")],
+        "seconds": [1800.0] * 8 + [3600.0]})
+    t = figures.incidents(events, pd.DataFrame(), WEEK)
+    assert t[["kind", "where", "gpus", "duration_seconds", "gpu_hours_lost"]].values.tolist() \
+        == [["node_not_ready", "p/n (8 GPUs)", 8, 1800.0, 4.0],
+            ["xid", "p/n GPU-0", 1, 3600.0, 1.0]]
 
 
 @pytest.mark.parametrize(("signals", "model", "cls"), [

@@ -43,7 +43,8 @@ def test_the_figures_of_the_small_week(small_warehouse: Path) -> None:
     teams = r.tables["cost_by_team"].set_index("team")
     assert teams.loc["alpha", "cost_usd"] == pytest.approx(7 * 24 * 0.7)   # one L4, a week
     assert teams.loc["alpha", "change"] == pytest.approx(0.0)
-    assert teams.loc["alpha", "utilization"] == pytest.approx(0.6)
+    assert teams.loc["alpha", "utilization_of_allocated"] == pytest.approx(0.6)
+    assert teams.cost_usd.sum() == pytest.approx(r.headline["cost_usd"])
     assert r.headline["cost_usd"] == pytest.approx(3 * 7 * 24 * 0.7)  # two held, one free
     classes = dict(zip(r.tables["bottlenecks"].workload, r.tables["bottlenecks"].bottleneck,
                        strict=True))
