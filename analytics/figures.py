@@ -59,6 +59,8 @@ NVLINK_USE_SHARE = 0.05
 SHARING_UTILIZATION = 0.3
 """Pods below this mean utilisation could share a GPU (time-sharing or MIG)."""
 TOP = 10
+IDLE_CEILING = 0.5
+"""A pod is an idle offender only under this utilisation."""
 
 ADVICE = {
     "idle": "Held but unused: release it when done (scale to zero, cull idle notebooks) or "
@@ -211,13 +213,16 @@ def daily_by_team(daily: pd.DataFrame, week: Week) -> pd.DataFrame:
 
 
 def idle_offenders(pods: pd.DataFrame, n: int = TOP) -> pd.DataFrame:
+    """The pods that held GPUs and used them least: utilisation under ``IDLE_CEILING``
+    (a busy job's small idle share of a dear GPU is no waste to chase), the most idle
+    GPU-hours first, then the most idle cost."""
     cols = ["namespace", "pod", "workload", "team", "gpu_model", "idle_gpu_hours",
             "idle_cost_usd", "utilization"]
     if pods.empty:
         return pd.DataFrame(columns=cols)
     out = pods.assign(idle_gpu_hours=pods.idle_seconds / HOUR)
-    out = out[out.idle_cost_usd > 0].sort_values(["idle_cost_usd", "pod"],
-                                                  ascending=[False, True])
+    out = out[(out.idle_cost_usd > 0) & (out.utilization < IDLE_CEILING)].sort_values(
+        ["idle_seconds", "idle_cost_usd", "pod"], ascending=[False, False, True])
     return out[cols].head(n).reset_index(drop=True)
 
 
@@ -587,7 +592,9 @@ ORDER BY weekly_saving_usd DESC, workload
 """
 
 IDLE_OFFENDERS = """
-SELECT * FROM pods WHERE idle_cost_usd > 0 ORDER BY idle_cost_usd DESC, pod LIMIT $n
+SELECT * FROM pods
+WHERE idle_cost_usd > 0 AND utilization < $ceiling
+ORDER BY idle_seconds DESC, idle_cost_usd DESC, pod LIMIT $n
 """
 
 type Frame = pd.DataFrame | Table
@@ -627,7 +634,7 @@ def spot_table(ws: Workspace) -> Table:
 
 
 def idle_offenders_of(ws: Workspace, n: int = TOP) -> pd.DataFrame:
-    return idle_offenders(ws.frame(IDLE_OFFENDERS, {"n": n}), n)
+    return idle_offenders(ws.frame(IDLE_OFFENDERS, {"n": n, "ceiling": IDLE_CEILING}), n)
 
 
 def _scratch(prices: Mapping[tuple[str, str], float] | None = None,

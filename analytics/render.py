@@ -16,12 +16,15 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from analytics import format as fmt
 from analytics.charts import CHARTS, render_all
+from analytics.figures import IDLE_CEILING
 from analytics.report import SECTIONS, WeeklyReport
 from analytics.workspace import Table
 
 ROWS = 15
 """Rows of a table shown in Markdown and HTML; CSV and JSON have them all."""
 INTRO = {
+    "idle_offenders": f"Pods under {IDLE_CEILING:.0%} utilisation, the most idle GPU-hours "
+                      "first (a busy job's idle share is not counted here).",
     "bottlenecks": "The largest workloads first; `healthy` ones are left out here.",
     "rightsizing": "Peak memory with 10 % headroom and compute need at most 80 % of the "
                    "suggested GPU; price ratio applied to this week's cost.",

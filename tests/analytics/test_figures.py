@@ -118,11 +118,21 @@ def pods(**over: Any) -> pd.DataFrame:
     return pd.DataFrame([base | over | r for r in rows])
 
 
-def test_idle_offenders_rank_by_idle_cost() -> None:
-    p = pods(rows=[{"pod": "small", "idle_cost_usd": 1.0},
-                   {"pod": "big", "idle_cost_usd": 9.0},
-                   {"pod": "busy", "idle_cost_usd": 0.0}])
-    assert list(figures.idle_offenders(p).pod) == ["big", "small"]
+def test_idle_offenders_rank_by_idle_gpu_hours_under_a_utilisation_ceiling() -> None:
+    """A notebook idle all week comes first; a pretraining job's idle share of a dear GPU
+    is no offender at all, however much it costs."""
+    p = pods(rows=[
+        {"pod": "pretrain", "utilization": 0.9, "idle_seconds": 0.1 * 168 * 3600,
+         "idle_cost_usd": 200.0},
+        {"pod": "notebook", "gpu_model": "nvidia-l4", "utilization": 0.008,
+         "idle_seconds": 0.992 * 168 * 3600, "idle_cost_usd": 120.0},
+        {"pod": "small", "utilization": 0.2, "idle_seconds": 2700.0, "idle_cost_usd": 1.0},
+        {"pod": "dear", "utilization": 0.2, "idle_seconds": 2700.0, "idle_cost_usd": 9.0},
+        {"pod": "unmeasured", "utilization": math.nan, "idle_seconds": 0.0,
+         "idle_cost_usd": 0.0}])
+    assert list(figures.idle_offenders(p).pod) == ["notebook", "dear", "small"]
+    ws = figures._scratch(pods=figures._pods_frame(p))
+    assert list(figures.idle_offenders_of(ws).pod) == ["notebook", "dear", "small"]
 
 
 def test_unallocated_by_pool() -> None:
