@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from analytics import format as fmt
 from analytics.week import Week
 from analytics.workspace import Table, Workspace
 from exporter.bottleneck import (
@@ -746,14 +747,99 @@ def sharing_cost(pods: Frame) -> float:
     return float(pods[pods.utilization < SHARING_UTILIZATION].idle_cost_usd.sum())
 
 
+QUEUE_LONG_SECONDS = 1800.0
+"""A GPU model's queue is long when its pods' 90th-percentile wait (the worst team's) is
+over this: its unallocated capacity is not to be removed, and with none the pool is too
+small."""
+
+
+def long_queues(queue: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """GPU models with a long queue: model -> (worst team's p90 wait in seconds, GPU-hours
+    pending in the week)."""
+    out: dict[str, tuple[float, float]] = {}
+    if queue.empty:
+        return out
+    for model, g in queue.groupby("gpu_model"):
+        p90 = float(g.p90_seconds.max()) if g.p90_seconds.notna().any() else 0.0
+        if p90 > QUEUE_LONG_SECONDS:
+            out[str(model)] = (p90, float(g.pending_gpu_hours.sum()))
+    return out
+
+
+def removable(unallocated: pd.DataFrame, queue: pd.DataFrame) -> pd.DataFrame:
+    """The unallocated capacity an autoscaler could remove: that of GPU models without a
+    long queue (the rest is what waiting pods could not reach)."""
+    waiting = long_queues(queue)
+    return unallocated[~unallocated.gpu_model.isin(list(waiting))]
+
+
+def actions(unallocated: pd.DataFrame, queue: pd.DataFrame, availability: pd.DataFrame,
+            levers: pd.DataFrame, prices: Mapping[tuple[str, str], float]) -> pd.DataFrame:
+    """What to do this week, each with its dollars and its evidence, reconciled with the
+    queues and the SLA: capacity that sat unallocated while pods waited for its GPU model
+    is never offered as a saving (the pods could not reach it: that is to fix); a long
+    queue with no unallocated capacity of its model says the pool is too small (its cost:
+    the GPU-hours pending, on demand); a pool under the SLA target comes with its
+    downtime. Problems first, then the savings, largest first."""
+    fixes: list[tuple[str, str, float, float, str]] = []
+    saves: list[tuple[str, str, float, float, str]] = []
+    waiting = long_queues(queue)
+    for r in unallocated.itertuples():
+        where = f"{r.node_pool} ({r.gpu_model}, {r.provisioning})"
+        if r.gpu_model in waiting:
+            p90, pending = waiting[str(r.gpu_model)]
+            fixes.append((
+                "let the waiting pods use this pool", where, np.nan, np.nan,
+                f"{r.gpu_hours:,.0f} GPU-hours (${r.cost_usd:,.2f}) unallocated while "
+                f"{r.gpu_model} pods waited (p90 {fmt.duration(p90)}, {pending:,.0f} "
+                "GPU-hours pending): check their node selectors, tolerations, zones and "
+                "quotas against this pool; do not remove this capacity"))
+        elif r.cost_usd > 0:
+            saves.append((
+                "scale this pool down", where, float(r.cost_usd), np.nan,
+                f"{r.gpu_hours:,.0f} GPU-hours unallocated and no {r.gpu_model} queue: "
+                "the cluster autoscaler (or a lower minimum) would have removed them"))
+    have_capacity = set(unallocated.gpu_model)
+    for model, (p90, pending) in sorted(waiting.items()):
+        if model in have_capacity:
+            continue
+        price = prices.get((model, "on-demand"))
+        fixes.append((
+            "add capacity", model, np.nan,
+            pending * price if price is not None else np.nan,
+            f"p90 wait {fmt.duration(p90)}, {pending:,.0f} GPU-hours pending and no "
+            f"unallocated {model} capacity: the pool is too small — raise the autoscaler's "
+            "maximum, add nodes, or take spot or flex-start capacity"))
+    for r in availability.itertuples():
+        if not r.meets_target:
+            fixes.append((
+                "restore availability", f"{r.node_pool} ({r.gpu_model})", np.nan, np.nan,
+                f"{r.availability:.2%} available against {r.target:.1%}, "
+                f"{r.down_hours:,.1f} GPU-hours down (see Incidents)"))
+    for r in levers.itertuples():
+        if r.lever != "autoscaling" and r.weekly_saving_usd > 0:
+            saves.append((LEVER_ACTIONS[str(r.lever)], "all pools", float(r.weekly_saving_usd),
+                          np.nan, str(r.how)))
+    saves.sort(key=lambda row: -row[2])
+    return pd.DataFrame(fixes + saves, columns=["action", "where", "weekly_saving_usd",
+                                                "weekly_cost_usd", "why"])
+
+
+LEVER_ACTIONS = {"spot": "move batch Jobs to spot", "sharing": "share lightly used GPUs",
+                 "right-sizing": "right-size workloads"}
+
+
 def savings(spot: Frame, rightsize: Frame, unallocated: pd.DataFrame,
-            pods: Frame) -> pd.DataFrame:
-    """The article's levers, priced with this week's data (upper bounds)."""
+            pods: Frame, queue: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The article's levers, priced with this week's data (upper bounds); autoscaling
+    counts only the capacity no long queue waited for (``removable``)."""
+    scalable = removable(unallocated, queue) if queue is not None else unallocated
     return pd.DataFrame([
         ("spot", "batch Jobs on on-demand GPUs moved to spot (with checkpoints)",
          _total(spot, "weekly_saving_usd")),
-        ("autoscaling", "unallocated capacity an autoscaler would have removed",
-         _total(unallocated, "cost_usd")),
+        ("autoscaling", "unallocated capacity an autoscaler could have removed (none a "
+                        "queue waited for)",
+         _total(scalable, "cost_usd")),
         ("sharing", f"idle cost of pods under {SHARING_UTILIZATION:.0%} utilisation, which "
                     "time-sharing or MIG could pack together",
          sharing_cost(pods)),

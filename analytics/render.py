@@ -23,6 +23,8 @@ from analytics.workspace import Table
 ROWS = 15
 """Rows of a table shown in Markdown and HTML; CSV and JSON have them all."""
 INTRO = {
+    "actions": "Reconciled with the queues and the SLA: capacity pods waited for is never "
+               "counted as a saving; the savings are upper bounds and overlap.",
     "idle_offenders": f"Pods under {IDLE_CEILING:.0%} utilisation, the most idle GPU-hours "
                       "first (a busy job's idle share is not counted here).",
     "bottlenecks": "The largest workloads first; `healthy` ones are left out here.",

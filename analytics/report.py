@@ -14,6 +14,7 @@ from analytics.week import Week
 from analytics.workspace import Table, Workspace
 
 SECTIONS = {
+    "actions": "What to do this week",
     "cost_by_team": "Cost by team",
     "cost_by_namespace": "Cost by namespace",
     "cost_by_node_pool": "Cost by node pool",
@@ -92,8 +93,11 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
         "bottleneck_summary": figures.bottleneck_summary(workloads),
         "rightsizing": rightsize,
         "spot": spot,
-        "savings": figures.savings(spot, rightsize, unallocated, pods),
     }
+    tables["savings"] = figures.savings(spot, rightsize, unallocated, pods, tables["queue"])
+    if team is None:  # what to do with the platform's capacity, its queues and its SLA
+        tables["actions"] = figures.actions(unallocated, tables["queue"],
+                                            tables["availability"], tables["savings"], prices)
     if team is not None:  # capacity, availability and incidents are the platform's
         for name in ("unallocated_by_pool", "availability", "incidents"):
             tables.pop(name)

@@ -135,6 +135,62 @@ def test_idle_offenders_rank_by_idle_gpu_hours_under_a_utilisation_ceiling() -> 
     assert list(figures.idle_offenders_of(ws).pod) == ["notebook", "dear", "small"]
 
 
+def _queue(*rows: tuple[str, str, float, float]) -> pd.DataFrame:
+    """(team, model, p90 wait s, pending GPU-hours) as ``figures.queue`` gives them."""
+    return pd.DataFrame([(t, m, 10, p90 / 2, p90, p90, pending) for t, m, p90, pending in rows],
+                        columns=["team", "gpu_model", "pods", "p50_seconds", "p90_seconds",
+                                 "p99_seconds", "pending_gpu_hours"])
+
+
+IDLE_H100 = pd.DataFrame([("h100", "nvidia-h100-80gb", "on-demand", 100.0, 1000.0)],
+                         columns=["node_pool", "gpu_model", "provisioning", "gpu_hours",
+                                  "cost_usd"])
+NO_POOL = IDLE_H100.iloc[0:0]
+LEVERS = pd.DataFrame([("spot", "to spot", 50.0), ("autoscaling", "scaled", 1000.0),
+                       ("sharing", "shared", 0.0), ("right-sizing", "smaller", 20.0)],
+                      columns=["lever", "how", "weekly_saving_usd"])
+SLA = pd.DataFrame([("h100", "nvidia-h100-80gb", 0.99, 0.995, 8.0, -1.0, False),
+                    ("l4", "nvidia-l4", 1.0, 0.995, 0.0, 1.0, True)],
+                   columns=["node_pool", "gpu_model", "availability", "target", "down_hours",
+                            "error_budget_left", "meets_target"])
+
+
+@pytest.mark.parametrize(("unallocated", "queue", "expected"), [
+    # capacity no one waited for: a saving
+    (IDLE_H100, _queue(("a", "nvidia-h100-80gb", 600, 1)),
+     [("scale this pool down", 1000.0, None), ("move batch Jobs to spot", 50.0, None),
+      ("right-size workloads", 20.0, None)]),
+    # the same capacity while H100 pods waited 22 h: never a saving, a thing to fix
+    (IDLE_H100, _queue(("a", "nvidia-h100-80gb", 22 * 3600, 300)),
+     [("let the waiting pods use this pool", None, None),
+      ("move batch Jobs to spot", 50.0, None), ("right-size workloads", 20.0, None)]),
+    # a long queue and no capacity of its model left: the pool is too small
+    (NO_POOL, _queue(("a", "nvidia-h100-80gb", 22 * 3600, 300), ("b", "nvidia-l4", 60, 0)),
+     [("add capacity", None, 300 * 10.0), ("move batch Jobs to spot", 50.0, None),
+      ("right-size workloads", 20.0, None)]),
+], ids=["idle pool", "idle pool while its model queues", "pool too small"])
+def test_what_to_do_reconciles_levers_with_queues(unallocated: pd.DataFrame,
+                                                  queue: pd.DataFrame,
+                                                  expected: list[tuple[Any, ...]]) -> None:
+    prices = {("nvidia-h100-80gb", "on-demand"): 10.0}
+    t = figures.actions(unallocated, queue, SLA.iloc[1:], LEVERS, prices)
+    got = [(r.action, None if math.isnan(r.weekly_saving_usd) else r.weekly_saving_usd,
+            None if math.isnan(r.weekly_cost_usd) else r.weekly_cost_usd)
+           for r in t.itertuples()]
+    assert got == expected
+    assert not t.why.str.len().eq(0).any()
+    scaled = figures.savings(pd.DataFrame(), pd.DataFrame(), unallocated, pd.DataFrame(), queue)
+    assert scaled.set_index("lever").weekly_saving_usd["autoscaling"] == sum(
+        row[1] for row in expected if row[0] == "scale this pool down")
+
+
+def test_what_to_do_names_a_pool_under_its_sla_first() -> None:
+    t = figures.actions(NO_POOL, _queue(), SLA, LEVERS, {})
+    assert t.action.iloc[0] == "restore availability" and t["where"].iloc[0] == \
+        "h100 (nvidia-h100-80gb)"
+    assert "99.00% available against 99.5%, 8.0 GPU-hours down" in t.why.iloc[0]
+
+
 def test_unallocated_by_pool() -> None:
     t = figures.unallocated_by_pool(U)
     assert t.to_dict("records") == [{"node_pool": "h100", "gpu_model": "nvidia-h100-80gb",
