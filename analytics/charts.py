@@ -84,7 +84,9 @@ def queue_wait(report: WeeklyReport) -> bytes:
     for i, p in enumerate(("p50", "p90", "p99")):
         ax.bar(x + (i - 1) * 0.27, q[f"{p}_seconds"].to_numpy() / 60, width=0.27, label=p)
     ax.set_xticks(x, labels, fontsize=7)
-    ax.set_ylabel("minutes")
+    # one group's day-long p99 would flatten every other bar on a linear axis
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylabel("minutes (log above 1)")
     ax.set_title(CHARTS["queue_wait"])
     ax.legend(fontsize=8)
     return _png(fig)
