@@ -15,7 +15,7 @@ import ssl
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from email.message import EmailMessage
-from email.utils import format_datetime, make_msgid
+from email.utils import format_datetime, getaddresses, make_msgid
 
 from analytics import render
 from analytics.charts import render_all
@@ -46,20 +46,17 @@ def _header(value: str, what: str) -> str:
 
 
 def compose(report: WeeklyReport, cfg: ReportConfig, recipients: Sequence[str],
-            charts: dict[str, bytes] | None = None,
-            attachments: dict[str, bytes] | None = None,
-            now: datetime | None = None) -> EmailMessage:
+            charts: dict[str, bytes] | None = None) -> EmailMessage:
     """One message: text (Markdown) and HTML alternatives, the charts related to the HTML,
-    the CSVs they cite attached (``render.cited_csvs`` unless ``attachments`` are given)."""
+    the CSVs they cite attached (``render.cited_csvs``)."""
     charts = charts if charts is not None else render_all(report)
-    attachments = attachments if attachments is not None else render.cited_csvs(report)
     msg = EmailMessage()
     scope = f"team {report.team}" if report.team else f"{report.cluster}, all teams"
     msg["Subject"] = _header(subject(cfg.subject, report.week.label, scope,
                                      report.headline.get("cost_usd")), "subject")
     msg["From"] = _header(cfg.sender, "sender")
     msg["To"] = ", ".join(_header(r, "recipient") for r in recipients)
-    msg["Date"] = format_datetime(now or datetime.now(UTC))
+    msg["Date"] = format_datetime(datetime.now(UTC))
     domain = cfg.sender.rpartition("@")[2] or "localhost"
     msg["Message-ID"] = make_msgid(domain=domain)
     msg["Auto-Submitted"] = "auto-generated"
@@ -72,7 +69,7 @@ def compose(report: WeeklyReport, cfg: ReportConfig, recipients: Sequence[str],
     for name, png in charts.items():
         html_part.add_related(png, maintype="image", subtype="png", cid=cids[name],
                               filename=f"{name}.png", disposition="inline")
-    for filename, data in attachments.items():
+    for filename, data in render.cited_csvs(report).items():
         msg.add_attachment(data, maintype="text", subtype="csv", filename=filename)
     return msg
 
@@ -125,7 +122,7 @@ def send(msgs: Sequence[EmailMessage], smtp: Smtp) -> int:
             if smtp.username and secret is not None:
                 client.login(smtp.username, secret)
             for m in msgs:
-                to = [a.strip() for a in str(m["To"]).split(",")]
+                to = getaddresses([str(m["To"])])
                 try:
                     these = client.send_message(m)
                 except smtplib.SMTPRecipientsRefused as exc:

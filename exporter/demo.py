@@ -151,7 +151,7 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:
     week = week_containing(scenario.start)
     prices = exporter.prices.prices
     report, _ = run_weekly(DuckDBStore(con=wh.con), week, exporter.config, prices,
-                           out / "report", email=False, force=True)  # a partial week
+                           out / "report", email=False, force=True)  # however short the run
     h = report.headline
     return (f"Weekly report {week.label}: ${h['cost_usd'] or 0:,.2f}, "
             f"{len(report.tables['bottlenecks'])} workloads diagnosed -> "
