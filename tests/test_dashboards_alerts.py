@@ -7,6 +7,7 @@ import importlib.util
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -92,7 +93,10 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
 
 @pytest.mark.parametrize("rule", ALERT_RULES, ids=[r["alert"] for r in ALERT_RULES])
 def test_every_alert_is_actionable(rule: dict[str, Any]) -> None:
-    assert rule["labels"]["severity"] in ("page", "ticket")
+    # page and ticket reach the on-call; info reaches the pod's owner, named on the alert
+    assert rule["labels"]["severity"] in ("page", "ticket", "info")
+    if rule["labels"]["severity"] == "info":
+        assert "gke_gpu_allocation_info" in rule["expr"] and "team" in rule["expr"]
     assert rule.get("for"), "every alert waits before firing"
     ann = rule["annotations"]
     assert ann["summary"] and ann["description"]
@@ -101,6 +105,34 @@ def test_every_alert_is_actionable(rule: dict[str, Any]) -> None:
     anchors = {re.sub(r"[^a-z0-9-]", "", h.lower().replace(" ", "-"))
                for h in re.findall(r"^## (.+)$", runbook, re.M)}
     assert anchor in anchors, f"no runbook section for {rule['alert']}"
+
+
+def test_the_fatal_xids_of_the_alerts_are_the_catalogs() -> None:
+    """One list of hardware XIDs: the one that makes a GPU unavailable pages the on-call."""
+    from exporter.catalog import FATAL_XIDS
+
+    for name in ("GpuXidFatal", "GpuXidApplication"):
+        (rule,) = [r for r in ALERT_RULES if r["alert"] == name]
+        codes = {int(c) for c in re.findall(r"gke_gpu_last_xid == (\d+)", rule["expr"])}
+        assert codes == set(FATAL_XIDS), name
+
+
+def test_manifests_built_for_a_site(tmp_path: Path) -> None:
+    """Absolute runbook links and the site's unallocated-cost threshold, and rules that
+    still pass promtool."""
+    subprocess.run([sys.executable, str(ALERTS / "build.py"), "--runbook-base",
+                    "https://git.example.com/gpu/blob/main/", "--unallocated-usd-per-hour",
+                    "200", "--out", str(tmp_path)], check=True)
+    doc = yaml.safe_load((tmp_path / "prometheusrule.yaml").read_text())
+    rules = {r["alert"]: r for g in doc["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert all(r["annotations"]["runbook_url"].startswith(
+        "https://git.example.com/gpu/blob/main/docs/runbooks.md#") for r in rules.values())
+    cost = rules["GpuUnallocatedCapacityCost"]
+    assert cost["expr"].endswith("> 200") and "$200 an hour" in cost["annotations"]["description"]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
+    check = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yaml")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_manifests_are_generated_from_the_rules() -> None:
