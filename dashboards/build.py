@@ -118,11 +118,13 @@ def overview() -> dict[str, Any]:
                 f'state="allocated"}}[{RATE}])))', "idle (allocated, unused)"),
                (f'sum(rate(gke_gpu_cost_usd_total{{{SEL}, state="unallocated"}}[{RATE}])) '
                 f'* 3600', "unallocated")),
-        series("Effective cost per utilised GPU-hour", "Cost / utilised GPU-hours since the "
-               "exporter started, by GPU model: the price of a useful GPU-hour.",
-               "currencyUSD",
-               (f"max by (model) (gke_gpu_effective_cost_usd_per_utilized_hour{{{SEL}}})",
-                "{{model}}")),
+        series("Effective cost per utilised GPU-hour", "Spend / utilised GPU-hours at the "
+               "last interval's rates, by GPU model: the price of a useful GPU-hour (the "
+               "ratio of the sums over every namespace and state, not the largest of their "
+               "ratios).", "currencyUSD",
+               (f"sum by (model) (rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) / "
+                f"(sum by (model) (rate(gke_gpu_utilized_gpu_seconds_total{{{SEL}}}[{RATE}]))"
+                " / 3600 > 0)", "{{model}}")),
     ])
 
 

@@ -200,6 +200,15 @@ def test_dashboard_lint(name: str) -> None:
                 assert "$cluster" in t["expr"], f"{where} ignores the cluster variable"
 
 
+def test_a_ratio_over_a_selection_is_the_ratio_of_its_sums() -> None:
+    """Never the largest (or mean) of per-group ratios: L4's effective cost read $70.24 from
+    one namespace's ratio where the model's was $1.28."""
+    for name, p in PANELS:
+        for t in p.get("targets", []):
+            assert not re.search(r"\b(max|min|avg)\b[^()]*\([^()]*_per_utilized_hour",
+                                 t["expr"]), (name, p["title"])
+
+
 def test_provisioning_points_grafana_at_the_dashboards() -> None:
     prov = yaml.safe_load((DASHBOARDS / "provisioning.yaml").read_text())
     (provider,) = prov["providers"]
