@@ -47,7 +47,9 @@ def series(title: str, description: str, unit: str, *exprs: tuple[str, str],
 
 
 def table(title: str, description: str, unit: str, expr: str, w: int = 12) -> dict[str, Any]:
-    return panel("table", title, description, unit, [target(expr, instant=True)], w=w, h=9)
+    """One row per series, a column per label and the value (Grafana's table format)."""
+    return panel("table", title, description, unit,
+                 [target(expr, instant=True) | {"format": "table"}], w=w, h=9)
 
 
 def variables(team: bool) -> list[dict[str, Any]]:
@@ -183,7 +185,7 @@ def availability() -> dict[str, Any]:
              f"1 - max(gke_gpu:availability_errors:ratio_rate1d{{{SEL}}}) / "
              f"max(gke_gpu:availability_error_budget:ratio{{{SEL}}})"),
         stat("Unavailable GPUs", "GPUs down now (not Ready, missing, fatal XID).", "none",
-             f'sum(gke_gpu_state{{{SEL}, state="unavailable"}})'),
+             f'sum(gke_gpu_state{{{SEL}, state="unavailable"}}) or vector(0)'),
         series("Burn rate", "Error ratio / budget over 1 h and 6 h: above 14.4 (1 h) or 6 "
                "(6 h) pages.", "none",
                (f"max by (cluster) (gke_gpu:availability_errors:ratio_rate1h{{{SEL}}}) / "

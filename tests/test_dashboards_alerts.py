@@ -200,6 +200,14 @@ def test_dashboard_lint(name: str) -> None:
                 assert "$cluster" in t["expr"], f"{where} ignores the cluster variable"
 
 
+def test_tables_are_tables_and_counts_of_nothing_are_zero() -> None:
+    for name, p in PANELS:
+        if p["type"] == "table":
+            assert all(t.get("format") == "table" for t in p["targets"]), (name, p["title"])
+    (down,) = [p for _, p in PANELS if p["title"] == "Unavailable GPUs"]
+    assert down["targets"][0]["expr"].endswith(" or vector(0)")  # none down: 0, not No data
+
+
 def test_a_ratio_over_a_selection_is_the_ratio_of_its_sums() -> None:
     """Never the largest (or mean) of per-group ratios: L4's effective cost read $70.24 from
     one namespace's ratio where the model's was $1.28."""
