@@ -830,10 +830,10 @@ LEVER_ACTIONS = {"spot": "move batch Jobs to spot", "sharing": "share lightly us
 
 
 def savings(spot: Frame, rightsize: Frame, unallocated: pd.DataFrame,
-            pods: Frame, queue: pd.DataFrame | None = None) -> pd.DataFrame:
+            pods: Frame, queue: pd.DataFrame) -> pd.DataFrame:
     """The article's levers, priced with this week's data (upper bounds); autoscaling
     counts only the capacity no long queue waited for (``removable``)."""
-    scalable = removable(unallocated, queue) if queue is not None else unallocated
+    scalable = removable(unallocated, queue)
     return pd.DataFrame([
         ("spot", "batch Jobs on on-demand GPUs moved to spot (with checkpoints)",
          _total(spot, "weekly_saving_usd")),

@@ -37,21 +37,21 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
     ``ConfigError`` before anything is sent; a refused message a ``mail.MailError``. A week
     with data for less than ``report.min_coverage`` of its hours is ``ThinWeek``, unless
     ``force``."""
-    recipients = cfg.report
-    if email and not recipients.platform_recipients and \
-            not any(recipients.team_recipients.values()):
+    report_cfg = cfg.report
+    if email and not report_cfg.platform_recipients and \
+            not any(report_cfg.team_recipients.values()):
         raise ConfigError("nobody to mail the report to: set report.platform_recipients "
                           "or report.team_recipients")
     step("platform report")
     platform = build(store, week, prices, cfg.sla.target, cfg.cluster)
     covered = platform.headline["coverage"] or 0.0
-    if covered < recipients.min_coverage and not force:
+    if covered < report_cfg.min_coverage and not force:
         raise ThinWeek(f"{week.label}: the warehouse has data for {covered:.1%} of the "
-                       f"week's hours, below report.min_coverage ({recipients.min_coverage:.0%})"
+                       f"week's hours, below report.min_coverage ({report_cfg.min_coverage:.0%})"
                        "; --force writes the report anyway")
     found = sorted({str(t) for t in platform.frame("cost_by_team").team
                     if t != "(none)" and t not in POOLED})
-    unknown = sorted(t for t, who in recipients.team_recipients.items()
+    unknown = sorted(t for t, who in report_cfg.team_recipients.items()
                      if who and t not in found)
     if email and unknown:
         raise ConfigError(
@@ -69,5 +69,5 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
     mailed = 0
     if email:
         step("sending")
-        mailed = mail.send(mail.messages(platform, teams, recipients), recipients.smtp)
+        mailed = mail.send(mail.messages(platform, teams, report_cfg), report_cfg.smtp)
     return platform, mailed

@@ -381,7 +381,8 @@ def test_savings_levers() -> None:
                    {"pod_uid": "high", "utilization": 0.9, "idle_cost_usd": 1.0}])
     spot = pd.DataFrame({"weekly_saving_usd": [4.0]})
     right = pd.DataFrame({"weekly_saving_usd": [2.0, 1.0]})
-    t = figures.savings(spot, right, figures.unallocated_by_pool(U), p).set_index("lever")
+    t = figures.savings(spot, right, figures.unallocated_by_pool(U), p, _queue()) \
+        .set_index("lever")
     assert t.weekly_saving_usd.to_dict() == {"spot": 4.0, "autoscaling": 10.0,
                                              "sharing": 9.0, "right-sizing": 3.0}
 
