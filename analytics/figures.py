@@ -36,17 +36,23 @@ from analytics import format as fmt
 from analytics.week import Week
 from analytics.workspace import Table, Workspace
 from exporter.bottleneck import (
+    BUSY_GR,
+    COMM_GR_MIN,
     COMM_LINK_SHARE,
     COMM_SM_MAX,
+    DRAM_BUSY,
+    EVIDENCE,
+    FILL_MIN,
+    IDLE_GPU_UTIL,
     IDLE_GR,
     MEMORY_DRAM_MIN,
     MEMORY_TENSOR_MAX,
     RUNNING_GR,
-    SMALL_BATCH_GPU_UTIL,
-    SMALL_BATCH_SM_MAX,
     STALL_SHARE,
+    TENSOR_BUSY,
     THROTTLED_SHARE,
     THROTTLED_TEMP_C,
+    WARPS_MIN,
     Signals,
 )
 from exporter.catalog import GPU_MODELS
@@ -77,11 +83,12 @@ ADVICE = {
     "throttled": "Thermal or power throttling: check the node's cooling, power caps and "
                  "health; spread the hottest jobs.",
     "healthy": "Compute-bound: nothing to fix here; a faster GPU only if time matters.",
-    "insufficient_signal": "Enable the profiling counters in dcgm-exporter's counters file: "
-                           "DCGM_FI_PROF_GR_ENGINE_ACTIVE, DCGM_FI_PROF_SM_ACTIVE, "
-                           "DCGM_FI_PROF_SM_OCCUPANCY, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, "
-                           "DCGM_FI_PROF_DRAM_ACTIVE, DCGM_FI_PROF_NVLINK_TX_BYTES, "
-                           "DCGM_FI_PROF_NVLINK_RX_BYTES.",
+    "insufficient_signal": "The counters collected cannot tell this class apart: add "
+                           "DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY, "
+                           "DCGM_FI_PROF_NVLINK_TX_BYTES, DCGM_FI_PROF_NVLINK_RX_BYTES and "
+                           "DCGM_FI_DEV_CLOCKS_EVENT_REASONS to dcgm-exporter's counters "
+                           "file (its defaults lack them; GR engine, tensor, DRAM and PCIe "
+                           "are there).",
 }
 
 
@@ -376,19 +383,14 @@ def pod_signals(row: object) -> Signals:
     def g(name: str) -> float | None:
         return _opt(getattr(row, name))
 
-    return Signals(gr=g("gr_engine_active"), sm=g("sm_active"), tensor=g("tensor_active"),
-                   dram=g("dram_active"), gpu_util_percent=g("gpu_util_percent"),
-                   temp=g("temperature_celsius"), nvlink_tx=g("nvlink_tx_bytes_per_second"),
+    return Signals(gr=g("gr_engine_active"), sm=g("sm_active"), occupancy=g("sm_occupancy"),
+                   tensor=g("tensor_active"), dram=g("dram_active"),
+                   gpu_util_percent=g("gpu_util_percent"), temp=g("temperature_celsius"),
+                   nvlink_tx=g("nvlink_tx_bytes_per_second"),
                    nvlink_rx=g("nvlink_rx_bytes_per_second"),
+                   pcie_tx=g("pcie_tx_bytes_per_second"), pcie_rx=g("pcie_rx_bytes_per_second"),
                    stalled_share=g("stalled_share") or 0.0, max_gr=g("max_gr") or 0.0,
                    throttled_share=g("throttled_share"))
-
-
-EVIDENCE = ("gr_engine_active", "sm_active", "tensor_active", "dram_active",
-            "gpu_util_percent", "gpu_temp_celsius", "throttled_share", "nvlink_share",
-            "stalled_share")
-"""The evidence a class is shown with, in ``exporter.bottleneck.decide``'s order; a pod's
-evidence is in the columns ``ev_<name>`` (null where that rule did not look)."""
 
 
 def _col(pods: pd.DataFrame, name: str) -> np.ndarray:
@@ -399,50 +401,75 @@ def _col(pods: pd.DataFrame, name: str) -> np.ndarray:
 
 def pod_classes(pods: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``exporter.bottleneck.decide`` over every pod at once: each pod's class and its
-    evidence columns (NaN where absent)."""
-    gr, sm, tensor, dram = (_col(pods, c) for c in ("gr_engine_active", "sm_active",
-                                                     "tensor_active", "dram_active"))
-    util, temp = _col(pods, "gpu_util_percent"), _col(pods, "temperature_celsius")
-    tx, rx = _col(pods, "nvlink_tx_bytes_per_second"), _col(pods, "nvlink_rx_bytes_per_second")
+    evidence columns (NaN where absent). Missing fields are NaN, which every comparison
+    reads as false, so each rule names what it needs."""
+    gr, sm, occ, tensor, dram, util, temp = (_col(pods, c) for c in (
+        "gr_engine_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+        "gpu_util_percent", "temperature_celsius"))
+    nv_tx, nv_rx, pc_tx, pc_rx = (_col(pods, f"{link}_{d}_bytes_per_second")
+                                  for link in ("nvlink", "pcie") for d in ("tx", "rx"))
     stalled = np.nan_to_num(_col(pods, "stalled_share"), nan=0.0)
     max_gr = np.nan_to_num(_col(pods, "max_gr"), nan=0.0)
     throttled_share = _col(pods, "throttled_share")
-    models = pods["gpu_model"].astype(object).to_numpy()
-    bandwidth = np.array([m.nvlink_bytes_per_second if (m := GPU_MODELS.get(a or "")) else 0.0
-                          for a in models], dtype=float) if len(models) else np.zeros(0)
-    has = ~np.isnan(gr)
-    idle = has & (gr < IDLE_GR)
-    after_idle = has & ~idle
-    throttled = np.nan_to_num(throttled_share, nan=0.0)
-    is_throttled = after_idle & ((throttled >= THROTTLED_SHARE) |
-                                 (~np.isnan(temp) & (temp >= THROTTLED_TEMP_C)))
-    after_throttle = after_idle & ~is_throttled
-    linked = after_throttle & (bandwidth > 0) & ~np.isnan(tx) & ~np.isnan(rx)
+    found = [GPU_MODELS.get(a or "") for a in pods["gpu_model"].astype(object).to_numpy()]
+    nvlink_bw = np.array([m.nvlink_bytes_per_second if m else 0.0 for m in found], dtype=float)
+    pcie_bw = np.array([m.pcie_bytes_per_second if m else np.nan for m in found], dtype=float)
+    def known(values: np.ndarray) -> np.ndarray:
+        return ~np.isnan(values)
+
+    has_gr, has_sm = known(gr), known(sm)
     with np.errstate(divide="ignore", invalid="ignore"):
-        link = np.where(linked, np.fmax(tx, rx) / np.where(bandwidth > 0, bandwidth, 1.0),
-                        np.nan)
-    sm_or_tensor = np.where(np.isnan(sm), np.nan_to_num(tensor, nan=0.0), sm)
-    comm = linked & (link >= COMM_LINK_SHARE) & (sm_or_tensor < COMM_SM_MAX)
-    after_comm = after_throttle & ~comm
-    input_bound = after_comm & (stalled >= STALL_SHARE) & (max_gr >= RUNNING_GR)
-    launching = np.where(np.isnan(util), gr >= IDLE_GR, util >= SMALL_BATCH_GPU_UTIL)
-    small = after_comm & ~input_bound & launching & (
-        (~np.isnan(sm) & (sm < SMALL_BATCH_SM_MAX)) | (np.isnan(sm) & (gr < 0.5)))
-    memory = after_comm & ~input_bound & ~small & (dram >= MEMORY_DRAM_MIN) & \
-        (tensor < MEMORY_TENSOR_MAX)
-    classes = np.select([~has, idle, is_throttled, comm, input_bound, small, memory],
-                        ["insufficient_signal", "idle", "throttled", "comm_bound",
-                         "input_bound", "small_batch", "memory_bound"], "healthy")
-    nan = np.full(len(gr), np.nan)
-    evidence = {
-        "gr_engine_active": gr, "sm_active": np.where(has, sm, nan),
-        "tensor_active": np.where(has, tensor, nan), "dram_active": np.where(has, dram, nan),
-        "gpu_util_percent": util, "gpu_temp_celsius": np.where(has, temp, nan),
-        "throttled_share": np.where(after_idle, throttled_share, nan),
-        "nvlink_share": link,
-        "stalled_share": np.where(after_comm, stalled, nan),
+        fill = np.where(has_gr & (gr > 0), sm / gr, np.nan)
+        warps = np.where(known(occ) & (sm > 0), occ / sm, np.nan)
+        nvlink = np.where((nvlink_bw > 0) & known(nv_tx) & known(nv_rx),
+                          np.fmax(nv_tx, nv_rx) / nvlink_bw, np.nan)
+        pcie = np.where(known(pc_tx) & known(pc_rx), np.fmin(pc_tx, pc_rx) / pcie_bw, np.nan)
+    # quiet SMs: known where SM active is, or else tensor and DRAM both are
+    quiet_known = has_sm | (known(tensor) & known(dram))
+    quiet = np.where(has_sm, sm < COMM_SM_MAX, (tensor < TENSOR_BUSY) & (dram < DRAM_BUSY))
+    maybe_quiet = ~quiet_known | quiet
+    link_busy = np.fmax(nvlink, pcie) >= COMM_LINK_SHARE
+    busy = (tensor >= TENSOR_BUSY) | (dram >= DRAM_BUSY)
+    mig = _col(pods, "mig") > 0 if "mig" in pods.columns else np.zeros(len(gr), dtype=bool)
+    nvlink_gpu = (nvlink_bw > 0) & ~mig
+
+    classes = np.full(len(gr), "healthy", dtype=object)
+    open_ = np.ones(len(gr), dtype=bool)
+
+    def first(rule: np.ndarray, cls: str) -> None:
+        hit = open_ & rule
+        classes[hit] = cls
+        open_[hit] = False
+
+    util_idle = ~has_gr & (util < IDLE_GPU_UTIL)
+    first(util_idle, "idle")
+    first(~has_gr, "insufficient_signal")
+    first(gr < IDLE_GR, "idle")
+    first((np.nan_to_num(throttled_share, nan=0.0) >= THROTTLED_SHARE) |
+          (temp >= THROTTLED_TEMP_C), "throttled")
+    first(maybe_quiet & link_busy & quiet_known, "comm_bound")
+    first(maybe_quiet & link_busy, "insufficient_signal")
+    first(maybe_quiet & (gr >= COMM_GR_MIN) & nvlink_gpu & np.isnan(nvlink),
+          "insufficient_signal")
+    first((stalled >= STALL_SHARE) & (max_gr >= RUNNING_GR), "input_bound")
+    first(~busy & (warps < WARPS_MIN), "small_batch")
+    low_gr = gr < BUSY_GR
+    first(low_gr & ~has_sm, "insufficient_signal")
+    first(low_gr & (fill >= FILL_MIN), "input_bound")
+    first(low_gr, "small_batch")
+    first(~busy & ~has_sm, "insufficient_signal")
+    first(~busy & (fill < FILL_MIN), "small_batch")
+    first((dram >= MEMORY_DRAM_MIN) & (tensor < MEMORY_TENSOR_MAX), "memory_bound")
+
+    columns = {
+        "gr_engine_active": gr, "sm_active": sm, "sm_occupancy": occ, "tensor_active": tensor,
+        "dram_active": dram, "gpu_util_percent": util, "gpu_temp_celsius": temp,
+        "throttled_share": throttled_share,
+        "stalled_share": np.where(has_gr, stalled, np.nan), "sm_fill": fill,
+        "warps_per_active_sm": warps, "nvlink_share": nvlink, "pcie_share": pcie,
     }
-    return classes.astype(object), evidence
+    evidence = {k: columns[k] for k in EVIDENCE}
+    return classes, evidence
 
 
 def _evidence_dicts(ev: pd.DataFrame) -> list[dict[str, float]]:
@@ -481,9 +508,10 @@ def classify_arrow(batch: pa.Table) -> pa.Table:
     return out
 
 
-_SIGNAL_COLUMNS = ("gpu_model", "gr_engine_active", "sm_active", "tensor_active",
-                   "dram_active", "gpu_util_percent", "temperature_celsius",
+_SIGNAL_COLUMNS = ("gpu_model", "mig", "gr_engine_active", "sm_active", "sm_occupancy",
+                   "tensor_active", "dram_active", "gpu_util_percent", "temperature_celsius",
                    "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second",
+                   "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
                    "stalled_share", "max_gr", "throttled_share")
 
 

@@ -73,9 +73,10 @@ SELECT cluster, namespace, pod_uid, ANY_VALUE(pod) AS pod, ANY_VALUE(workload) A
        SUM(IF(utilization IS NULL, 0, (1 - utilization) * COALESCE(cost_usd, 0)))
            AS idle_cost_usd,
        {", ".join(_mean(c) for c in ("utilization", "gr_engine_active", "sm_active",
-                                     "tensor_active", "dram_active", "gpu_util_percent",
-                                     "temperature_celsius", "nvlink_tx_bytes_per_second",
-                                     "nvlink_rx_bytes_per_second"))},
+                                     "sm_occupancy", "tensor_active", "dram_active",
+                                     "gpu_util_percent", "temperature_celsius",
+                                     "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second",
+                                     "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second"))},
        SAFE_DIVIDE(SUM(IF(gr_engine_active < @stall_gr, gpu_seconds, 0)),
                    SUM(IF(gr_engine_active IS NULL, 0, gpu_seconds))) AS stalled_share,
        MAX(gr_engine_active) AS max_gr,

@@ -19,6 +19,7 @@ from analytics.charts import CHARTS, render_all
 from analytics.figures import IDLE_CEILING
 from analytics.report import SECTIONS, WeeklyReport
 from analytics.workspace import Table
+from exporter.bottleneck import RESTS_ON
 
 ROWS = 15
 """Rows of a table shown in Markdown and HTML; CSV and JSON have them all."""
@@ -81,9 +82,21 @@ def _rows(name: str, table: pd.DataFrame | Table) -> tuple[list[str], list[list[
     head = t.head(ROWS)
     cols = [str(c) for c in head.columns]
     rows = [[fmt.cell(c if name != "daily_cost_by_team" or c == "day" else "cost_usd", v)
-             for c, v in zip(cols, r, strict=True)]
+             for c, v in zip(cols, _rests_on(cols, r), strict=True)]
             for r in head.itertuples(index=False)]
     return cols, rows, max(0, len(t) - ROWS)
+
+
+def _rests_on(cols: list[str], row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The row with its evidence cut to what its class rests on."""
+    if "evidence" not in cols or "bottleneck" not in cols:
+        return row
+    i = cols.index("evidence")
+    ev, cls = row[i], row[cols.index("bottleneck")]
+    if not isinstance(ev, dict):
+        return row
+    keys = RESTS_ON.get(cls, ())
+    return (*row[:i], {k: v for k, v in ev.items() if k in keys}, *row[i + 1:])
 
 
 def _numeric(name: str, table: pd.DataFrame | Table) -> list[bool]:

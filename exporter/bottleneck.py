@@ -2,26 +2,52 @@
 
 On a time-shared GPU the class describes the GPU: DCGM cannot tell the sharing pods apart.
 
-Rules, first match wins, over the samples of the pod's GPUs in the window (ratios 0-1;
-link rates as a share of the GPU model's bandwidth):
+What the fields mean (NVIDIA's DCGM profiling metrics; all ratios 0-1, means over the
+window):
+
+- GR engine active: the share of time a compute context had work in the engine; the GPU's
+  *temporal* use. ``DCGM_FI_DEV_GPU_UTIL`` says much less: only that some kernel ran during
+  NVML's sample period, so a single-thread kernel reads 100 %.
+- SM active: the share of SM cycles with at least one warp resident, over all SMs. NVIDIA
+  calls 0.8 necessary for effective use and under 0.5 likely ineffective. Divided by GR
+  active it is the *fill*: how much of the GPU a kernel occupies while one runs.
+- SM occupancy: resident warps as a share of the maximum, over all SMs. Divided by SM
+  active it is the warps per active SM: few warps cannot hide latency. Tensor-core GEMMs
+  run at low occupancy by design, so it only counts while the tensor pipe and DRAM are quiet.
+- Tensor pipe active, DRAM active: how busy the tensor cores and the memory interface are
+  (DRAM peaks at about 0.8 in practice).
+- PCIe and NVLink bytes: traffic per direction as a share of the link's bandwidth.
+  Collectives send and receive alike, so PCIe counts as a collective link by the smaller of
+  its two directions; input copies go one way.
+
+Rules, first match wins. dcgm-exporter's default counters have GR, tensor, DRAM and PCIe
+but not SM active, SM occupancy, NVLink bytes or clock-event reasons: where a rule needs a
+field that is missing and the others cannot settle it, the class is
+``insufficient_signal`` rather than a guess.
 
 =====================  ===================================================================
 class                  evidence
 =====================  ===================================================================
-insufficient_signal    no ``DCGM_FI_PROF_*`` fields: enable DCGM_FI_PROF_GR_ENGINE_ACTIVE,
-                       DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY,
-                       DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, DCGM_FI_PROF_DRAM_ACTIVE and the
-                       NVLink/PCIe bytes in dcgm-exporter's counters file
-idle                   mean GR engine active < 0.05
+idle                   GR active < 0.05 (without profiling fields: GPU_UTIL < 5 %)
 throttled              thermal or power clock-event reasons in >= 50 % of samples, or mean
                        GPU temperature >= 85 C
-comm_bound             NVLink traffic >= 30 % of link bandwidth and SM active < 0.45
-input_bound            >= 15 % of samples stalled (GR < 0.2) while others run (GR >= 0.6)
-small_batch            GPU_UTIL >= 80 % (on MIG, which has no GPU_UTIL: GR >= 0.05) while
-                       SM active < 0.35 (GR < 0.5 without SM fields)
+comm_bound             a link (NVLink, or PCIe both ways) >= 30 % busy while the SMs are
+                       quiet: SM active < 0.45, or without SM fields tensor < 0.2 and DRAM
+                       < 0.5. Undecided on an NVLink GPU (not a MIG instance) without
+                       NVLink bytes when the engine is busy (GR >= 0.5) and the SMs may
+                       be quiet.
+input_bound            >= 15 % of samples stalled (GR < 0.2) while others run (GR >= 0.6);
+                       or, from the means, the engine busy < 60 % of the time with kernels
+                       that fill >= half the GPU while they run (undecided without SM active)
+small_batch            few warps per active SM (occupancy / SM active < 0.2) while tensor
+                       and DRAM are quiet; or kernels that fill < half the GPU while they run
+                       (undecided without SM active unless tensor or DRAM is busy)
 memory_bound           DRAM active >= 0.7 and tensor pipe < 0.2
 healthy                none of the above
+insufficient_signal    no GR and GPU_UTIL >= 5 %, or a rule above undecided
 =====================  ===================================================================
+
+Every figure the rules read is in the diagnosis's evidence, whichever rule decided.
 """
 
 from __future__ import annotations
@@ -32,58 +58,81 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.catalog import GPU_MODELS
+from exporter.catalog import GPU_MODELS, GpuModel
 
 CLASSES = ("insufficient_signal", "idle", "throttled", "comm_bound", "input_bound",
            "small_batch", "memory_bound", "healthy")
 THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, thermal, brake
 CLOCK_REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 SIGNAL_FIELDS = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
-                 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+                 "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+                 "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP",
                  "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES",
-                 "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", CLOCK_REASONS)
+                 "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", CLOCK_REASONS)
 """The fields ``classify`` reads."""
 
 IDLE_GR = 0.05
+IDLE_GPU_UTIL = 5.0
 THROTTLED_SHARE = 0.5
 THROTTLED_TEMP_C = 85.0
 COMM_LINK_SHARE = 0.3
 COMM_SM_MAX = 0.45
+COMM_GR_MIN = 0.5
 STALL_GR = 0.2
 STALL_SHARE = 0.15
 RUNNING_GR = 0.6
-SMALL_BATCH_GPU_UTIL = 80.0
-SMALL_BATCH_SM_MAX = 0.35
+BUSY_GR = 0.6
+"""Below this mean GR activity the engine waits for work 40 % of the time or more."""
+FILL_MIN = 0.5
+"""SM active / GR active: kernels that occupy at least half the GPU while they run."""
+WARPS_MIN = 0.2
+"""SM occupancy / SM active: below it, too few warps per active SM to hide latency."""
+TENSOR_BUSY = 0.2
+DRAM_BUSY = 0.5
 MEMORY_DRAM_MIN = 0.7
-MEMORY_TENSOR_MAX = 0.2
+MEMORY_TENSOR_MAX = TENSOR_BUSY
 
 
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
-    bottleneck: str
-    evidence: dict[str, float]
 
 
 @dataclass(slots=True)
 class Signals:
     """What the rules read: means over the window and the shares that need every sample.
     From live samples (``signals``) or from warehouse rows aggregated in SQL (the weekly
-    report): one set of rules either way."""
+    report): one set of rules either way. None: the field was not reported."""
 
     gr: float | None
-    """Mean DCGM_FI_PROF_GR_ENGINE_ACTIVE; None without profiling fields."""
+    """Mean DCGM_FI_PROF_GR_ENGINE_ACTIVE."""
     sm: float | None = None
+    occupancy: float | None = None
     tensor: float | None = None
     dram: float | None = None
     gpu_util_percent: float | None = None
     temp: float | None = None
     nvlink_tx: float | None = None
     nvlink_rx: float | None = None
+    """Bytes per second."""
+    pcie_tx: float | None = None
+    pcie_rx: float | None = None
+    """Bytes per second."""
     stalled_share: float = 0.0
     """Share of samples with GR < STALL_GR."""
     max_gr: float = 0.0
     throttled_share: float | None = None
     """Share of samples with a thermal or power clock-event reason; None if unreported."""
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    bottleneck: str
+    signals: Signals
+    model: GpuModel | None
+
+    @property
+    def evidence(self) -> dict[str, float]:
+        """Every figure the rules read (``evidence``); worked out when asked for, since the
+        live classifier needs only the class."""
+        return evidence(self.signals, self.model)
 
 
 def _mean(samples: Sequence[Mapping[str, float]], name: str) -> float | None:
@@ -93,18 +142,11 @@ def _mean(samples: Sequence[Mapping[str, float]], name: str) -> float | None:
 
 def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
     """The signals in one pod's GPUs' DCGM samples."""
-    gr_values = [s["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] for s in samples
-                 if "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in s]
+    gr_values = [s[_GR] for s in samples if _GR in s]
     reasons = [int(s[CLOCK_REASONS]) for s in samples if CLOCK_REASONS in s]
     return Signals(
-        gr=math.fsum(gr_values) / len(gr_values) if gr_values else None,
-        sm=_mean(samples, "DCGM_FI_PROF_SM_ACTIVE"),
-        tensor=_mean(samples, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
-        dram=_mean(samples, "DCGM_FI_PROF_DRAM_ACTIVE"),
-        gpu_util_percent=_mean(samples, "DCGM_FI_DEV_GPU_UTIL"),
-        temp=_mean(samples, "DCGM_FI_DEV_GPU_TEMP"),
-        nvlink_tx=_mean(samples, "DCGM_FI_PROF_NVLINK_TX_BYTES"),
-        nvlink_rx=_mean(samples, "DCGM_FI_PROF_NVLINK_RX_BYTES"),
+        math.fsum(gr_values) / len(gr_values) if gr_values else None,
+        *(_mean(samples, name) for name in _MEAN_FIELDS),
         stalled_share=sum(1 for v in gr_values if v < STALL_GR) / len(gr_values)
         if gr_values else 0.0,
         max_gr=max(gr_values, default=0.0),
@@ -112,12 +154,9 @@ def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
         if reasons else None)
 
 
-_MEANS = (("sm", "DCGM_FI_PROF_SM_ACTIVE"), ("tensor", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
-          ("dram", "DCGM_FI_PROF_DRAM_ACTIVE"), ("gpu_util_percent", "DCGM_FI_DEV_GPU_UTIL"),
-          ("temp", "DCGM_FI_DEV_GPU_TEMP"), ("nvlink_tx", "DCGM_FI_PROF_NVLINK_TX_BYTES"),
-          ("nvlink_rx", "DCGM_FI_PROF_NVLINK_RX_BYTES"))
-_MEAN_FIELDS = tuple(name for _, name in _MEANS)
 _GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+_MEAN_FIELDS = tuple(name for name in SIGNAL_FIELDS if name not in (_GR, CLOCK_REASONS))
+"""The fields averaged into ``Signals``, in its field order after ``gr``."""
 
 
 class Window:
@@ -125,7 +164,7 @@ class Window:
     those of ``signals`` over the same samples without going through them all again: each
     field's values in arrival order, with the time of each, and the counts of stalled and
     throttled samples. Values and times are packed arrays of doubles (a window of 20
-    samples of 9 fields holds about 6 KB; as deques of floats it held about 19 KB)."""
+    samples of 12 fields holds about 8 KB; as deques of floats it held about 25 KB)."""
 
     __slots__ = ("_stalled", "_throttled", "_times", "_values")
 
@@ -170,64 +209,118 @@ class Window:
     def signals(self) -> Signals:
         """``signals`` of the samples in the window."""
         get = self._values.get
-        sm, tensor, dram, util, temp, tx, rx = [
-            math.fsum(v) / len(v) if (v := get(name)) else None for name in _MEAN_FIELDS]
+        means = [math.fsum(v) / len(v) if (v := get(name)) else None
+                 for name in _MEAN_FIELDS]
         gr = get(_GR)
         reasons = get(CLOCK_REASONS)
         # positional: by keyword, Signals takes twice as long to build (a pod a cycle)
         return Signals(
-            math.fsum(gr) / len(gr) if gr else None, sm, tensor, dram, util, temp, tx, rx,
+            math.fsum(gr) / len(gr) if gr else None, *means,
             self._stalled / len(gr) if gr else 0.0, max(gr) if gr else 0.0,
             self._throttled / len(reasons) if reasons else None)
 
 
-def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None) -> Diagnosis:
+def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None, *,
+             mig: bool = False) -> Diagnosis:
     """The bottleneck class of one pod from its GPUs' DCGM samples in the window."""
-    return decide(signals(samples), accelerator)
+    return decide(signals(samples), accelerator, mig=mig)
 
 
-def decide(s: Signals, accelerator: str | None) -> Diagnosis:
-    """The rules of the module docstring, first match wins."""
-    if s.gr is None:
-        evidence = {} if s.gpu_util_percent is None else \
-            {"gpu_util_percent": s.gpu_util_percent}
-        return Diagnosis("insufficient_signal", evidence)
-    gr, sm, tensor, dram, util, temp = s.gr, s.sm, s.tensor, s.dram, s.gpu_util_percent, s.temp
-    evidence = {"gr_engine_active": gr}
-    if sm is not None:
-        evidence["sm_active"] = sm
-    if tensor is not None:
-        evidence["tensor_active"] = tensor
-    if dram is not None:
-        evidence["dram_active"] = dram
-    if util is not None:
-        evidence["gpu_util_percent"] = util
-    if temp is not None:
-        evidence["gpu_temp_celsius"] = temp
-    if gr < IDLE_GR:
-        return Diagnosis("idle", evidence)
-    throttled = s.throttled_share or 0.0
-    if s.throttled_share is not None:
-        evidence["throttled_share"] = throttled
-    if throttled >= THROTTLED_SHARE or (temp is not None and temp >= THROTTLED_TEMP_C):
-        return Diagnosis("throttled", evidence)
+def evidence(s: Signals, model: GpuModel | None) -> dict[str, float]:
+    """Every figure the rules read, as it is shown with the class (keys in ``EVIDENCE``'s
+    order, only those the pod has)."""
+    out: dict[str, float] = {}
+    gr, sm, occ = s.gr, s.sm, s.occupancy
+    for key, value in (("gr_engine_active", gr), ("sm_active", sm), ("sm_occupancy", occ),
+                       ("tensor_active", s.tensor), ("dram_active", s.dram),
+                       ("gpu_util_percent", s.gpu_util_percent),
+                       ("gpu_temp_celsius", s.temp), ("throttled_share", s.throttled_share)):
+        if value is not None:
+            out[key] = value
+    if gr is not None:
+        out["stalled_share"] = s.stalled_share
+        if sm is not None and gr > 0:
+            out["sm_fill"] = sm / gr
+    if occ is not None and sm:
+        out["warps_per_active_sm"] = occ / sm
+    if model is not None:
+        if model.has_nvlink and s.nvlink_tx is not None and s.nvlink_rx is not None:
+            out["nvlink_share"] = max(s.nvlink_tx, s.nvlink_rx) / model.nvlink_bytes_per_second
+        if s.pcie_tx is not None and s.pcie_rx is not None:
+            out["pcie_share"] = min(s.pcie_tx, s.pcie_rx) / model.pcie_bytes_per_second
+    return out
+
+
+EVIDENCE = ("gr_engine_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
+            "gpu_util_percent", "gpu_temp_celsius", "throttled_share", "stalled_share",
+            "sm_fill", "warps_per_active_sm", "nvlink_share", "pcie_share")
+"""The evidence a class is shown with, in ``evidence``'s order."""
+
+RESTS_ON = {
+    "idle": ("gr_engine_active", "gpu_util_percent"),
+    "throttled": ("throttled_share", "gpu_temp_celsius"),
+    "comm_bound": ("sm_active", "tensor_active", "dram_active", "nvlink_share", "pcie_share"),
+    "input_bound": ("gr_engine_active", "stalled_share", "sm_fill"),
+    "small_batch": ("gr_engine_active", "gpu_util_percent", "sm_fill", "warps_per_active_sm"),
+    "memory_bound": ("tensor_active", "dram_active"),
+    "healthy": ("sm_active", "tensor_active", "dram_active"),
+    "insufficient_signal": ("gr_engine_active", "tensor_active", "dram_active",
+                            "gpu_util_percent"),
+}
+"""The evidence each class rests on: what a reader is shown beside it (the whole evidence
+goes to the machine-readable outputs)."""
+
+
+def decide(s: Signals, accelerator: str | None, *, mig: bool = False) -> Diagnosis:
+    """The rules of the module docstring, first match wins. ``mig``: the pod runs on MIG
+    instances, which have no NVLink to wait on."""
     model = GPU_MODELS.get(accelerator or "")
-    if model is not None and model.has_nvlink and s.nvlink_tx is not None and \
-            s.nvlink_rx is not None:
-        link = max(s.nvlink_tx, s.nvlink_rx) / model.nvlink_bytes_per_second
-        evidence["nvlink_share"] = link
-        sm_or_tensor = sm if sm is not None else (tensor or 0.0)
-        if link >= COMM_LINK_SHARE and sm_or_tensor < COMM_SM_MAX:
-            return Diagnosis("comm_bound", evidence)
-    evidence["stalled_share"] = s.stalled_share
+    gr, sm, occ, tensor, dram = s.gr, s.sm, s.occupancy, s.tensor, s.dram
+
+    def found(bottleneck: str) -> Diagnosis:
+        return Diagnosis(bottleneck, s, model)
+
+    if gr is None:
+        util = s.gpu_util_percent
+        return found("idle" if util is not None and util < IDLE_GPU_UTIL
+                     else "insufficient_signal")
+    if gr < IDLE_GR:
+        return found("idle")
+    if (s.throttled_share or 0.0) >= THROTTLED_SHARE or \
+            (s.temp is not None and s.temp >= THROTTLED_TEMP_C):
+        return found("throttled")
+    # quiet SMs: True, False or None (not measured)
+    quiet = sm < COMM_SM_MAX if sm is not None else None if tensor is None or dram is None \
+        else tensor < TENSOR_BUSY and dram < DRAM_BUSY
+    if quiet is not False:
+        nvlink = None
+        link = 0.0
+        if model is not None:
+            if model.has_nvlink and s.nvlink_tx is not None and s.nvlink_rx is not None:
+                nvlink = link = max(s.nvlink_tx, s.nvlink_rx) / model.nvlink_bytes_per_second
+            if s.pcie_tx is not None and s.pcie_rx is not None:
+                link = max(link, min(s.pcie_tx, s.pcie_rx) / model.pcie_bytes_per_second)
+        if link >= COMM_LINK_SHARE:
+            return found("comm_bound" if quiet else "insufficient_signal")
+        if gr >= COMM_GR_MIN and not mig and nvlink is None and model is not None and \
+                model.has_nvlink:
+            return found("insufficient_signal")
     if s.stalled_share >= STALL_SHARE and s.max_gr >= RUNNING_GR:
-        return Diagnosis("input_bound", evidence)
-    # MIG instances have no GPU_UTIL: there, kernels running (GR engine busy) while SMs
-    # sit mostly empty is the same launch-bound signature.
-    launching = util >= SMALL_BATCH_GPU_UTIL if util is not None else gr >= IDLE_GR
-    if launching and ((sm is not None and sm < SMALL_BATCH_SM_MAX) or (sm is None and gr < 0.5)):
-        return Diagnosis("small_batch", evidence)
+        return found("input_bound")
+    busy = (tensor is not None and tensor >= TENSOR_BUSY) or \
+        (dram is not None and dram >= DRAM_BUSY)
+    if not busy and occ is not None and sm and occ / sm < WARPS_MIN:
+        return found("small_batch")
+    if gr < BUSY_GR:
+        if sm is None:
+            return found("insufficient_signal")
+        return found("input_bound" if sm / gr >= FILL_MIN else "small_batch")
+    if not busy:
+        if sm is None:
+            return found("insufficient_signal")
+        if sm / gr < FILL_MIN:
+            return found("small_batch")
     if dram is not None and tensor is not None and dram >= MEMORY_DRAM_MIN and \
             tensor < MEMORY_TENSOR_MAX:
-        return Diagnosis("memory_bound", evidence)
-    return Diagnosis("healthy", evidence)
+        return found("memory_bound")
+    return found("healthy")

@@ -571,7 +571,7 @@ class Exporter:
 
     def _bottlenecks(self, now: float, states: Sequence[compute.DeviceState]) -> None:
         window = self.config.bottleneck_window
-        live: dict[str, tuple[compute.Owner, str]] = {}
+        live: dict[str, tuple[compute.Owner, str, bool]] = {}
         per_pod: dict[str, list[Mapping[str, float]]] = defaultdict(list)
         for d in states:
             if d.state != "allocated":
@@ -579,7 +579,7 @@ class Exporter:
             for o in d.owners:
                 if o.uid:
                     per_pod[o.uid].append(d.fields)
-                    live[o.uid] = (o, d.accelerator)
+                    live[o.uid] = (o, d.accelerator, d.mig_profile is not None)
         for uid, fields in per_pod.items():
             # one sample per pod and cycle: the mean over its GPUs of the fields that count
             w = self._windows.get(uid)
@@ -587,10 +587,10 @@ class Exporter:
                 w = self._windows[uid] = Window()
             w.add(now, _mean_fields(fields))
         self.diagnoses = {}
-        for uid, (owner, accel) in live.items():
+        for uid, (owner, accel, mig) in live.items():
             w = self._windows[uid]
             w.expire(now - window)
-            self.diagnoses[uid] = (owner, decide(w.signals(), accel))
+            self.diagnoses[uid] = (owner, decide(w.signals(), accel, mig=mig))
         for uid in [u for u in self._windows if u not in live]:
             del self._windows[uid]
 

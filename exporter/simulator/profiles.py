@@ -1,14 +1,16 @@
 """Workload profiles: what a kind of job looks like to DCGM, one device and one step at a time.
 
-Each profile has a recognisable signature in the fields, as on real GPUs:
+Each profile has a recognisable signature in the fields, in the semantics of NVIDIA's DCGM
+profiling metrics (``exporter.bottleneck`` sets them out): SM occupancy stays below SM
+active, and SM active below GR active.
 
 ==============  ===========================================================================
 profile         signature
 ==============  ===========================================================================
 healthy         GR engine, SM active and tensor pipe busy; modest DRAM and PCIe
 input_bound     compute phases broken by periodic stalls (GR ~0.05) with PCIe RX bursts
-small_batch     GPU_UTIL above 90 % while SM active and occupancy stay low (launch bound)
-comm_bound      NVLink (or PCIe without NVLink) near saturation, SM active low
+small_batch     GPU_UTIL above 90 %, the engine half busy, SMs a third filled, few warps
+comm_bound      NVLink (or PCIe both ways without NVLink) near saturation, SM active low
 memory_bound    DRAM active high, tensor pipe nearly idle
 idle            almost no activity while the pod holds framebuffer memory (notebooks)
 throttled       hot (>= 85 C) with thermal/power clock-event reasons and a reduced SM clock
@@ -111,7 +113,7 @@ def activity(profile: str, pod_key: int, device_key: int, step: int, started: bo
         util, power, temp = 99.0 + n3, 0.85 + 0.05 * n1, 71.0 + 3 * n2
     elif profile == "input_bound":
         if input_stalled(pod_key, step):
-            gr, sm, occ, tensor, dram = 0.05 + 0.02 * n0, 0.03 + 0.01 * n1, 0.02, \
+            gr, sm, occ, tensor, dram = 0.05 + 0.015 * n0, 0.025 + 0.005 * n1, 0.015, \
                 0.01, 0.04 + 0.01 * n2
             pcie_tx, pcie_rx = 0.01, 0.45 + 0.08 * n3
             util, power, temp = 9.0 + 4 * n0, 0.15, 55.0 + 2 * n1
@@ -122,13 +124,15 @@ def activity(profile: str, pod_key: int, device_key: int, step: int, started: bo
             util, power, temp = 97.0 + 2 * n2, 0.8, 66.0 + 2 * n3
         link = 0.08 if multi_gpu else 0.0
     elif profile == "small_batch":
-        gr, sm, occ, tensor, dram = 0.27 + 0.05 * n0, 0.16 + 0.04 * n1, 0.09 + 0.03 * n2, \
+        # tiny kernels back to back: the engine busy, few SMs and few warps each
+        gr, sm, occ, tensor, dram = 0.55 + 0.05 * n0, 0.20 + 0.04 * n1, 0.025 + 0.01 * n2, \
             0.05 + 0.03 * n3, 0.12 + 0.03 * n0
         pcie_tx, pcie_rx = 0.04 + 0.01 * n1, 0.06 + 0.02 * n2
         link = 0.03 if multi_gpu else 0.0
         util, power, temp = 94.0 + 4 * n3, 0.35 + 0.05 * n0, 54.0 + 2 * n1
     elif profile == "comm_bound":
-        gr, sm, occ, tensor, dram = 0.82 + 0.05 * n0, 0.27 + 0.05 * n1, 0.26 + 0.04 * n2, \
+        # collective kernels hold the engine on a few SMs while they wait on the link
+        gr, sm, occ, tensor, dram = 0.82 + 0.05 * n0, 0.27 + 0.05 * n1, 0.05 + 0.01 * n2, \
             0.11 + 0.04 * n3, 0.22 + 0.04 * n0
         link = 0.58 + 0.10 * n1
         pcie_tx, pcie_rx = 0.02, 0.03

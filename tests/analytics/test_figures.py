@@ -110,8 +110,10 @@ def pods(**over: Any) -> pd.DataFrame:
         gpu_model="nvidia-h100-80gb", provisioning="on-demand", mig=False,
         gpu_seconds=3600.0, cost_usd=10.0, utilized_seconds=900.0, idle_seconds=2700.0,
         idle_cost_usd=7.5, utilization=0.25, gr_engine_active=0.25, sm_active=0.2,
-        tensor_active=0.1, dram_active=0.1, gpu_util_percent=90.0, temperature_celsius=60.0,
-        nvlink_tx_bytes_per_second=0.0, nvlink_rx_bytes_per_second=0.0,
+        sm_occupancy=0.1, tensor_active=0.1, dram_active=0.1, gpu_util_percent=90.0,
+        temperature_celsius=60.0, nvlink_tx_bytes_per_second=0.0,
+        nvlink_rx_bytes_per_second=0.0, pcie_tx_bytes_per_second=1e9,
+        pcie_rx_bytes_per_second=2e9,
         stalled_share=0.0, max_gr=0.3, throttled_share=0.0, peak_memory_bytes=8 * 2**30,
         memory_total_bytes=80 * 2**30)
     rows = over.pop("rows", [{}])
@@ -300,16 +302,37 @@ def test_a_node_down_is_one_incident_of_all_its_gpus() -> None:
 
 @pytest.mark.parametrize(("signals", "model", "cls"), [
     (Signals(gr=None, gpu_util_percent=40.0), "nvidia-l4", "insufficient_signal"),
-    (Signals(gr=0.01), "nvidia-l4", "idle"),
-    (Signals(gr=0.8, throttled_share=0.6), "nvidia-l4", "throttled"),
-    (Signals(gr=0.8, temp=90.0), "nvidia-l4", "throttled"),
-    (Signals(gr=0.5, sm=0.3, nvlink_tx=200e9, nvlink_rx=10e9), "nvidia-h100-80gb",
+    (Signals(gr=None, gpu_util_percent=4.0), "nvidia-l4", "idle"),
+    (Signals(gr=0.049), "nvidia-l4", "idle"),
+    (Signals(gr=0.8, throttled_share=0.5), "nvidia-l4", "throttled"),
+    (Signals(gr=0.8, temp=85.0), "nvidia-l4", "throttled"),
+    # a link 30 % busy while the SMs are quiet; PCIe by its quieter direction
+    (Signals(gr=0.5, sm=0.3, nvlink_tx=135e9, nvlink_rx=10e9), "nvidia-h100-80gb",
      "comm_bound"),
-    (Signals(gr=0.5, sm=0.3, nvlink_tx=200e9, nvlink_rx=10e9), "nvidia-l4", "small_batch"),
-    (Signals(gr=0.5, stalled_share=0.3, max_gr=0.9), "nvidia-l4", "input_bound"),
-    (Signals(gr=0.5, sm=0.2, gpu_util_percent=95.0), "nvidia-l4", "small_batch"),
-    (Signals(gr=0.8, sm=0.7, tensor=0.1, dram=0.8, gpu_util_percent=99.0), "nvidia-l4",
-     "memory_bound"),
+    (Signals(gr=0.5, sm=0.45, nvlink_tx=135e9, nvlink_rx=10e9), "nvidia-h100-80gb",
+     "input_bound"),
+    (Signals(gr=0.8, sm=0.3, pcie_tx=9.6e9, pcie_rx=9.6e9), "nvidia-l4", "comm_bound"),
+    (Signals(gr=0.8, sm=0.3, pcie_tx=1e9, pcie_rx=30e9), "nvidia-l4", "small_batch"),
+    (Signals(gr=0.8, tensor=0.1, dram=0.2, pcie_tx=9.6e9, pcie_rx=9.6e9), "nvidia-l4",
+     "comm_bound"),
+    (Signals(gr=0.8, pcie_tx=9.6e9, pcie_rx=9.6e9), "nvidia-l4", "insufficient_signal"),
+    # an NVLink GPU without NVLink bytes: busy engine, quiet pipes
+    (Signals(gr=0.8, tensor=0.1, dram=0.2), "nvidia-h100-80gb", "insufficient_signal"),
+    (Signals(gr=0.8, tensor=0.5, dram=0.2), "nvidia-h100-80gb", "healthy"),
+    (Signals(gr=0.5, stalled_share=0.15, max_gr=0.6), "nvidia-l4", "input_bound"),
+    # the engine busy under 60 % of the time: waiting for input, or small kernels
+    (Signals(gr=0.59, sm=0.3), "nvidia-l4", "input_bound"),
+    (Signals(gr=0.59, sm=0.29), "nvidia-l4", "small_batch"),
+    (Signals(gr=0.59, tensor=0.3, dram=0.3), "nvidia-l4", "insufficient_signal"),
+    # few warps per active SM while tensor and DRAM are quiet
+    (Signals(gr=0.9, sm=0.6, occupancy=0.11, tensor=0.1, dram=0.2), "nvidia-l4",
+     "small_batch"),
+    (Signals(gr=0.9, sm=0.6, occupancy=0.11, tensor=0.2, dram=0.2), "nvidia-l4", "healthy"),
+    (Signals(gr=0.9, sm=0.44), "nvidia-l4", "small_batch"),
+    (Signals(gr=0.9, sm=0.45), "nvidia-l4", "healthy"),
+    (Signals(gr=0.9, tensor=0.1, dram=0.2), "nvidia-l4", "insufficient_signal"),
+    (Signals(gr=0.8, sm=0.7, tensor=0.1, dram=0.7), "nvidia-l4", "memory_bound"),
+    (Signals(gr=0.8, tensor=0.1, dram=0.7), "nvidia-h100-80gb", "memory_bound"),
     (Signals(gr=0.9, sm=0.8, tensor=0.6, dram=0.4, gpu_util_percent=99.0), "nvidia-l4",
      "healthy"),
 ])
@@ -411,21 +434,25 @@ def test_the_pods_are_classified_by_the_exporters_rules() -> None:
 
     edges = np.array([0.0, 0.05, 0.15, 0.2, 0.3, 0.35, 0.45, 0.5, 0.6, 0.7, 1.0])
     p = pods(rows=[{} for _ in range(n)]).assign(
-        gpu_model=rng.choice(["nvidia-h100-80gb", "nvidia-l4", "nvidia-tesla-a100", "other"],
-                             n),
+        gpu_model=rng.choice(["nvidia-h100-80gb", "nvidia-l4", "nvidia-tesla-a100",
+                              "nvidia-tesla-t4", "other"], n),
+        mig=rng.random(n) < 0.2,
         gr_engine_active=maybe(rng.choice(np.r_[edges, rng.random(20)], n)),
         sm_active=maybe(rng.choice(np.r_[edges, rng.random(20)], n)),
+        sm_occupancy=maybe(rng.choice(np.r_[edges, rng.random(20)] / 3, n)),
         tensor_active=maybe(rng.choice(np.r_[edges, rng.random(20)], n)),
         dram_active=maybe(rng.choice(np.r_[edges, rng.random(20)], n)),
         gpu_util_percent=maybe(rng.choice([0.0, 50.0, 80.0, 99.0], n)),
         temperature_celsius=maybe(rng.choice([40.0, 85.0, 90.0], n)),
         nvlink_tx_bytes_per_second=maybe(rng.choice([0.0, 100e9, 135e9, 200e9], n)),
         nvlink_rx_bytes_per_second=maybe(rng.choice([0.0, 90e9, 135e9], n)),
+        pcie_tx_bytes_per_second=maybe(rng.choice([0.0, 5e9, 9.6e9, 20e9], n)),
+        pcie_rx_bytes_per_second=maybe(rng.choice([0.0, 9.6e9, 30e9], n)),
         stalled_share=maybe(rng.choice([0.0, 0.15, 0.3], n)),
         max_gr=maybe(rng.choice([0.0, 0.6, 0.9], n)),
         throttled_share=maybe(rng.choice([0.0, 0.5, 0.9], n)))
     got = figures.classify_pods(p)
-    want = [decide(figures.pod_signals(r), r.gpu_model) for r in p.itertuples()]
+    want = [decide(figures.pod_signals(r), r.gpu_model, mig=r.mig) for r in p.itertuples()]
     assert list(got.bottleneck) == [d.bottleneck for d in want]
     for mine, theirs in zip(got.evidence, want, strict=True):
         assert list(mine) == list(theirs.evidence)

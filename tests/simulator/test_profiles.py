@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+from exporter.bottleneck import classify
 from exporter.simulator.cluster import Cluster
 from exporter.simulator.exposition import render_node
 from exporter.simulator.profiles import (
@@ -18,7 +19,7 @@ from exporter.simulator.profiles import (
     Activity,
     activity,
 )
-from exporter.simulator.scenario import Scenario
+from exporter.simulator.scenario import Profiling, Scenario
 from tests.simulator.dcgm_text import by_gpu
 
 THROTTLE_BITS = CLOCK_SW_THERMAL | CLOCK_HW_THERMAL | CLOCK_SW_POWER_CAP | CLOCK_HW_POWER_BRAKE
@@ -40,7 +41,8 @@ SIGNATURES: dict[str, Callable[[list[Activity]], bool]] = {
     and max(a.gr_engine_active for a in w) > 0.75
     and max(a.pcie_rx_ratio for a in w) > 0.3 and 0.4 < mean(w, "gr_engine_active") < 0.8,
     "small_batch": lambda w: mean(w, "gpu_util_percent") >= 85 and mean(w, "sm_active") <= 0.3
-    and mean(w, "sm_occupancy") <= 0.2 and mean(w, "gr_engine_active") <= 0.5,
+    and mean(w, "sm_active") < 0.5 * mean(w, "gr_engine_active")
+    and mean(w, "sm_occupancy") < 0.2 * mean(w, "sm_active") and mean(w, "nvlink_ratio") < 0.3,
     "comm_bound": lambda w: mean(w, "nvlink_ratio") >= 0.4 and mean(w, "sm_active") <= 0.4,
     "memory_bound": lambda w: mean(w, "dram_active") >= 0.75 and mean(w, "tensor_active") <= 0.15,
     "idle": lambda w: mean(w, "gr_engine_active") <= 0.05 and mean(w, "memory_ratio") >= 0.3,
@@ -61,7 +63,7 @@ def test_profile_shows_its_signature_and_no_other(profile: str) -> None:
 def test_small_batch_gpu_util_overstates_work() -> None:
     """As on real GPUs: GPU_UTIL says 'a kernel ran', GR engine active says how much."""
     w = window("small_batch")
-    assert mean(w, "gpu_util_percent") / 100 - mean(w, "gr_engine_active") > 0.5
+    assert mean(w, "gpu_util_percent") / 100 - mean(w, "gr_engine_active") > 0.3
 
 
 def test_input_stalls_are_periodic_with_pcie_bursts() -> None:
@@ -114,3 +116,43 @@ def test_signature_reaches_the_exposition(profile: str,
         and avg("DEV_SM_CLOCK") < 0.8 * 1980,
     }
     assert checks[profile]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_profile_reads_as_itself_in_the_fields_dcgm_semantics_define(profile: str) -> None:
+    """Never above: occupancy over SM active, SM active over GR active (a warp resident
+    means an active SM, an active SM a busy engine)."""
+    for pod_key in (1, 2, 3, 99):
+        for a in window(profile, pod_key=pod_key):
+            assert a.sm_occupancy <= a.sm_active + 0.01 <= a.gr_engine_active + 0.06
+
+
+COUNTERS = {
+    "every profiling field": Profiling(),
+    "dcgm-exporter's default counters": Profiling(sm_fields=False, nvlink=False,
+                                                  clock_events=False),
+}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("counters", list(COUNTERS))
+@pytest.mark.parametrize("workload", ["train", "spotjob"])   # 8 x H100 NVLink, 2 x T4 PCIe
+def test_the_classifier_reads_each_profile_from_the_exposition(
+        profile: str, counters: str, workload: str,
+        make_scenario: Callable[..., Scenario]) -> None:
+    """The exporter's rules over a pod's samples: its profile with every profiling field;
+    with the default counters its profile or insufficient_signal, never another class."""
+    c = Cluster(make_scenario(profiling=COUNTERS[counters].model_dump()))
+    pod = c.submit(workload, profile=profile, run_seconds=86400)[0]
+    assert pod.node is not None
+    samples = []
+    for _ in range(20):
+        c.advance(c.step)
+        gpus = list(by_gpu(render_node(c, pod.node), pod=pod.name).values())
+        samples.append({k: statistics.fmean(g[k] for g in gpus if k in g)
+                        for k in {k for g in gpus for k in g}})
+    got = classify(samples, pod.node.model.accelerator).bottleneck
+    if counters == "every profiling field":
+        assert got == profile
+    else:
+        assert got in (profile, "insufficient_signal")
