@@ -2,8 +2,12 @@
 JSON file per dashboard next to this script (``make dashboards``); a test checks the
 committed files are what this produces.
 
-Every panel queries the datasource variable, has a unit and a description, and rates use
-``$__rate_interval``. Variables: datasource, cluster, team, namespace.
+Every panel queries the datasource variable, has a unit and a description, and filters by
+the cluster variable; rates use ``$__rate_interval``, totals over the time picked
+``$__range``, percentiles over time a rolling hour. GPU counts are physical GPUs (a MIG
+slice its fraction, a time-shared GPU once): GPU-seconds per second of the exporter's
+counters. Variables: datasource, cluster, team, namespace; on the per-GPU dashboard pool,
+model, node and GPU.
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from exporter.bottleneck import THROTTLED_TEMP_C
+from exporter.catalog import GPU_MODELS
+from exporter.config import Sla
 
 HERE = Path(__file__).parent
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -35,9 +43,20 @@ def panel(kind: str, title: str, description: str, unit: str, targets: list[dict
     return p
 
 
-def stat(title: str, description: str, unit: str, expr: str, w: int = 6) -> dict[str, Any]:
-    return panel("stat", title, description, unit, [target(expr, instant=True)], w=w, h=4,
-                 reduceOptions={"calcs": ["lastNotNull"]})
+def stat(title: str, description: str, unit: str, expr: str, w: int = 6,
+         steps: list[tuple[str, float | None]] | None = None) -> dict[str, Any]:
+    p = panel("stat", title, description, unit, [target(expr, instant=True)], w=w, h=4,
+              reduceOptions={"calcs": ["lastNotNull"]})
+    return thresholds(p, steps) if steps else p
+
+
+def thresholds(p: dict[str, Any], steps: list[tuple[str, float | None]]) -> dict[str, Any]:
+    """Colour by value: (colour, from) steps, the first from None (everything below)."""
+    p["fieldConfig"]["defaults"]["thresholds"] = {
+        "mode": "absolute", "steps": [{"color": c, "value": v} for c, v in steps]}
+    if p["type"] == "timeseries":
+        p["fieldConfig"]["defaults"]["custom"] = {"thresholdsStyle": {"mode": "line"}}
+    return p
 
 
 def series(title: str, description: str, unit: str, *exprs: tuple[str, str],
@@ -46,13 +65,24 @@ def series(title: str, description: str, unit: str, *exprs: tuple[str, str],
                  w=w, legend={"displayMode": "table", "placement": "bottom"})
 
 
-def table(title: str, description: str, unit: str, expr: str, w: int = 12) -> dict[str, Any]:
-    """One row per series, a column per label and the value (Grafana's table format)."""
-    return panel("table", title, description, unit,
-                 [target(expr, instant=True) | {"format": "table"}], w=w, h=9)
+def table(title: str, description: str, unit: str, *exprs: str, w: int = 12
+          ) -> dict[str, Any]:
+    """One row per series, a column per label and the value (Grafana's table format);
+    several queries are merged on their labels, a value column each."""
+    p = panel("table", title, description, unit,
+              [target(e, instant=True) | {"format": "table"} for e in exprs], w=w, h=9)
+    if len(exprs) > 1:
+        p["transformations"] = [{"id": "merge", "options": {}}]
+    return p
 
 
-def variables(team: bool) -> list[dict[str, Any]]:
+def _query_var(name: str, label: str, query: str) -> dict[str, Any]:
+    return {"name": name, "label": label, "type": "query", "datasource": DS,
+            "query": {"query": query, "refId": name}, "refresh": 2, "multi": True,
+            "includeAll": True, "allValue": ".*", "current": {}}
+
+
+def variables(team: bool, gpu: bool = False) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"name": "datasource", "label": "Data source", "type": "datasource",
          "query": "prometheus", "current": {}},
@@ -68,11 +98,18 @@ def variables(team: bool) -> list[dict[str, Any]]:
                                            f'{name})', "refId": name},
                         "refresh": 2, "multi": True, "includeAll": True, "allValue": ".*",
                         "current": {}})
+    if gpu:
+        chosen = SEL
+        for name, label, of in (("pool", "Node pool", "pool"), ("model", "GPU model", "model"),
+                                ("node", "Node", "node"), ("gpu", "GPU", "uuid")):
+            out.append(_query_var(name, label,
+                                  f"label_values(gke_gpu_available{{{chosen}}}, {of})"))
+            chosen += f', {of}=~"${name}"'
     return out
 
 
 def dashboard(uid: str, title: str, description: str, panels: list[dict[str, Any]],
-              team: bool = False) -> dict[str, Any]:
+              team: bool = False, gpu: bool = False) -> dict[str, Any]:
     x = y = row_h = 0
     for i, p in enumerate(panels):
         w, h = p["gridPos"]["w"], p["gridPos"]["h"]
@@ -85,29 +122,63 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict[str, Any
             "tags": ["gke-gpu-exporter", "gpu"], "timezone": "utc", "schemaVersion": 39,
             "editable": True, "graphTooltip": 1, "refresh": "1m",
             "time": {"from": "now-24h", "to": "now"},
-            "templating": {"list": variables(team)}, "panels": panels,
+            "templating": {"list": variables(team, gpu)}, "panels": panels,
             "links": [{"title": "GPU dashboards", "type": "dashboards",
                        "tags": ["gke-gpu-exporter"], "asDropdown": True}]}
 
 
 RATE = "$__rate_interval"
+RANGE = "$__range"
+ROLLING = "1h"
+"""The window of percentiles over time: a scheduling interval often has no pod at all."""
+GPU_UID = "gke-gpu-gpu"
+GPU_LINK = (f"/d/{GPU_UID}?${{__url_time_range}}&var-datasource=${{datasource}}"
+            "&var-cluster=${__data.fields.cluster}&var-node=${__data.fields.node}"
+            "&var-gpu=${__data.fields.uuid}")
+"""The per-GPU dashboard for a table row's GPU."""
+
+
+def gpus(state: str | None = None) -> str:
+    """Physical GPUs (in a state) over the last interval, from the GPU-seconds counter."""
+    where = SEL if state is None else f'{SEL}, state="{state}"'
+    return f"sum(rate(gke_gpu_gpu_seconds_total{{{where}}}[{RATE}]))"
+
+
+def power_share(sel: str) -> str:
+    """Power draw over the model's power limit (the catalogue's), per GPU."""
+    return " or ".join(f'gke_gpu_power_watts{{{sel}, model="{a}"}} / {m.power_limit_watts:g}'
+                       for a, m in sorted(GPU_MODELS.items()))
+
+
+SLA_TARGET = Sla().target
 
 
 def overview() -> dict[str, Any]:
-    return dashboard("gke-gpu-overview", "GKE GPUs: overview",
-                     "How many GPUs there are, how many are held and used, and what they "
-                     "cost now.", [
-        stat("Available GPUs", "Allocatable GPUs of Ready nodes minus system-reserved.",
-             "none", f"sum(gke_gpu_cluster_available_gpus{{{SEL}}})"),
-        stat("Allocated GPUs", "GPUs a pod holds now (MIG slices as fractions).", "none",
-             f'sum(gke_gpu_node_allocated_gpus{{{SEL}}})'),
-        stat("Utilised GPUs", "Sum of utilisation over GPUs: how many GPUs' worth of work "
-             "runs now.", "none", f"sum(gke_gpu_utilization_ratio{{{SEL}}})"),
+    return with_gpu_link(dashboard(
+        "gke-gpu-overview", "GKE GPUs: overview",
+        "How many GPUs there are, how many are held and used, and what they cost now.", [
+        stat("Available GPUs", "Allocatable GPUs of Ready nodes minus system-reserved, in "
+             "physical GPUs.", "none",
+             f"sum(gke_gpu_cluster_available_gpus{{{SEL}}}) or vector(0)", w=4),
+        stat("Allocated GPUs", "Physical GPUs pods held over the last interval (MIG slices "
+             "as their fraction, a time-shared GPU once).", "none",
+             f"{gpus('allocated')} or vector(0)", w=4),
+        stat("Utilised GPUs", "How many GPUs' worth of work ran over the last interval: "
+             "utilised GPU-seconds per second.", "none",
+             f"sum(rate(gke_gpu_utilized_gpu_seconds_total{{{SEL}}}[{RATE}])) or vector(0)",
+             w=4),
+        stat("Unavailable GPUs", "Physical GPUs down over the last interval (not Ready, "
+             "missing, fatal XID).", "none", f"{gpus('unavailable')} or vector(0)", w=4,
+             steps=[("green", None), ("red", 0.001)]),
         stat("Spend now", "Cost per hour of all GPUs, allocated or not, at the last "
              "interval's rate.", "currencyUSD",
-             f"sum(rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) * 3600"),
-        series("GPUs by state", "Capacity split into allocated, unallocated and unavailable.",
-               "none", (f"sum by (state) (gke_gpu_state{{{SEL}}})", "{{state}}")),
+             f"sum(rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) * 3600 or vector(0)", w=4),
+        stat("Spend over the range", "Cost of all GPUs over the time picked.", "currencyUSD",
+             f"sum(increase(gke_gpu_cost_usd_total{{{SEL}}}[{RANGE}])) or vector(0)", w=4),
+        series("GPUs by state", "Physical GPUs allocated, unallocated and unavailable: "
+               "GPU-seconds per second.", "none",
+               (f"sum by (state) (rate(gke_gpu_gpu_seconds_total{{{SEL}}}[{RATE}]))",
+                "{{state}}")),
         series("Cost per hour by state", "Allocated cost is what pods hold; unallocated is "
                "idle capacity.", "currencyUSD",
                (f"sum by (state) (rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) * 3600",
@@ -127,7 +198,24 @@ def overview() -> dict[str, Any]:
                (f"sum by (model) (rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) / "
                 f"(sum by (model) (rate(gke_gpu_utilized_gpu_seconds_total{{{SEL}}}[{RATE}]))"
                 " / 3600 > 0)", "{{model}}")),
-    ])
+        gpu_links(table("Hottest GPUs", "The ten hottest GPUs now; a row opens the GPU's "
+                        "dashboard.", "celsius",
+                        f"topk(10, max by (cluster, pool, node, model, uuid) "
+                        f"(gke_gpu_temperature_celsius{{{SEL}}}))", w=24)),
+    ]), GPU_UID)
+
+
+def gpu_links(p: dict[str, Any]) -> dict[str, Any]:
+    """Each row of a table of GPUs opens the per-GPU dashboard."""
+    p["fieldConfig"]["defaults"]["links"] = [{"title": "GPU details", "url": GPU_LINK}]
+    return p
+
+
+def with_gpu_link(board: dict[str, Any], uid: str) -> dict[str, Any]:
+    """The dashboard with a link to the per-GPU one in its header."""
+    board["links"].append({"title": "GPU details", "type": "link", "icon": "dashboard",
+                           "url": f"/d/{uid}?${{__url_time_range}}&${{cluster:queryparam}}"})
+    return board
 
 
 def teams() -> dict[str, Any]:
@@ -142,10 +230,10 @@ def teams() -> dict[str, Any]:
                 f'state="allocated"}}[{RATE}])) / sum by (team) (rate('
                 f'gke_gpu_gpu_seconds_total{{{TEAM}, state="allocated"}}[{RATE}]))',
                 "{{team}}")),
-        table("Cost since start by namespace", "Counters since the exporter started.",
-              "currencyUSD",
-              f'sum by (team, namespace) (gke_gpu_cost_usd_total{{{TEAM}, '
-              f'state="allocated"}})'),
+        table("Cost over the range by namespace", "What each namespace's pods cost over the "
+              "time picked.", "currencyUSD",
+              f'sum by (team, namespace) (increase(gke_gpu_cost_usd_total{{{TEAM}, '
+              f'state="allocated"}}[{RANGE}])) > 0'),
         table("Top pods by GPUs held", "Pods holding the most GPUs now.", "none",
               f"topk(15, count by (namespace, pod, team) (gke_gpu_allocation_info{{{TEAM}}}))"),
     ], team=True)
@@ -163,37 +251,48 @@ def queue() -> dict[str, Any]:
         series("Oldest pending pod", "Age of the longest-waiting pod.", "s",
                (f"max by (team, model) (gke_gpu_oldest_pending_seconds{{{TEAM}}})",
                 "{{team}} {{model}}")),
-        series("Queue wait p50 / p90", "Of pods scheduled in the window, by team and GPU "
-               "model.", "s",
-               (f"histogram_quantile(0.5, sum by (team, model, le) (rate("
-                f"gke_gpu_queue_wait_seconds_bucket{{{TEAM}}}[{RATE}])))",
-                "p50 {{team}} {{model}}"),
-               (f"histogram_quantile(0.9, sum by (team, model, le) (rate("
-                f"gke_gpu_queue_wait_seconds_bucket{{{TEAM}}}[{RATE}])))",
-                "p90 {{team}} {{model}}")),
+        series("Queue wait p50 / p90 (rolling hour)", "Of pods scheduled in the hour before "
+               "each point, by team and GPU model; a gap where none was.", "s",
+               *[(f"histogram_quantile({q}, sum by (team, model, le) (increase("
+                  f"gke_gpu_queue_wait_seconds_bucket{{{TEAM}}}[{ROLLING}]))) and on (team, "
+                  f"model) sum by (team, model) (increase(gke_gpu_queue_wait_seconds_count"
+                  f"{{{TEAM}}}[{ROLLING}])) > 0", f"p{q * 100:g} {{{{team}}}} {{{{model}}}}")
+                 for q in (0.5, 0.9)]),
+        table("Queue wait over the range", "p50 and p90 wait and pods scheduled over the time "
+              "picked, by team and GPU model (groups that scheduled a pod).", "s",
+              *[f"histogram_quantile({q}, sum by (team, model, le) (increase("
+                f"gke_gpu_queue_wait_seconds_bucket{{{TEAM}}}[{RANGE}]))) and on (team, model) "
+                f"sum by (team, model) (increase(gke_gpu_queue_wait_seconds_count{{{TEAM}}}"
+                f"[{RANGE}])) > 0" for q in (0.5, 0.9)],
+              f"sum by (team, model) (increase(gke_gpu_queue_wait_seconds_count{{{TEAM}}}"
+              f"[{RANGE}])) > 0", w=24),
     ], team=True)
 
 
 def availability() -> dict[str, Any]:
     return dashboard("gke-gpu-availability", "GKE GPUs: availability and SLA",
                      "Whether the GPUs are up, against the objective.", [
-        stat("Availability (1 d)", "Up / (up + down) GPU-seconds over a day.", "percentunit",
-             f"1 - max(gke_gpu:availability_errors:ratio_rate1d{{{SEL}}})"),
+        stat("Availability (1 d)", "Up / (up + down) GPU-seconds over a day; red below "
+             f"the default objective ({SLA_TARGET:.1%}).", "percentunit",
+             f"1 - max(gke_gpu:availability_errors:ratio_rate1d{{{SEL}}})",
+             steps=[("red", None), ("green", SLA_TARGET)]),
         stat("Objective", "sla.target of the exporter's config.", "percentunit",
              f"max(gke_gpu_sla_target_ratio{{{SEL}}})"),
         stat("Error budget left (1 d)", "1 - errors / budget over a day.", "percentunit",
              f"1 - max(gke_gpu:availability_errors:ratio_rate1d{{{SEL}}}) / "
-             f"max(gke_gpu:availability_error_budget:ratio{{{SEL}}})"),
-        stat("Unavailable GPUs", "GPUs down now (not Ready, missing, fatal XID).", "none",
-             f'sum(gke_gpu_state{{{SEL}, state="unavailable"}}) or vector(0)'),
-        series("Burn rate", "Error ratio / budget over 1 h and 6 h: above 14.4 (1 h) or 6 "
-               "(6 h) pages.", "none",
+             f"max(gke_gpu:availability_error_budget:ratio{{{SEL}}})",
+             steps=[("red", None), ("yellow", 0.0), ("green", 0.25)]),
+        stat("Unavailable GPUs", "Physical GPUs down over the last interval (not Ready, "
+             "missing, fatal XID).", "none", f"{gpus('unavailable')} or vector(0)",
+             steps=[("green", None), ("red", 0.001)]),
+        thresholds(series("Burn rate", "Error ratio / budget over 1 h and 6 h: above 14.4 "
+               "(1 h) or 6 (6 h) pages.", "none",
                (f"max by (cluster) (gke_gpu:availability_errors:ratio_rate1h{{{SEL}}}) / "
                 f"max by (cluster) (gke_gpu:availability_error_budget:ratio{{{SEL}}})",
                 "1h {{cluster}}"),
                (f"max by (cluster) (gke_gpu:availability_errors:ratio_rate6h{{{SEL}}}) / "
                 f"max by (cluster) (gke_gpu:availability_error_budget:ratio{{{SEL}}})",
-                "6h {{cluster}}")),
+                "6h {{cluster}}")), [("green", None), ("orange", 6.0), ("red", 14.4)]),
         series("Downtime by reason", "GPU-seconds down per second, by reason.", "none",
                (f"sum by (reason) (rate(gke_gpu_down_seconds_total{{{SEL}}}[{RATE}]))",
                 "{{reason}}")),
@@ -201,6 +300,10 @@ def availability() -> dict[str, Any]:
                (f"sum(increase(gke_gpu_xid_events_total{{{SEL}}}[{RATE}]))", "XID events"),
                (f"sum(increase(gke_gpu_spot_interruptions_total{{{SEL}}}[{RATE}]))",
                 "spot interruptions")),
+        gpu_links(table("GPUs down now", "Unavailable GPUs and why; a row opens the GPU's "
+                        "dashboard.", "none",
+                        f'max by (cluster, pool, node, model, uuid, reason) '
+                        f'(gke_gpu_state{{{SEL}, state="unavailable"}})', w=24)),
     ])
 
 
@@ -224,32 +327,79 @@ def exporter_health() -> dict[str, Any]:
     return dashboard("gke-gpu-exporter-health", "GKE GPUs: exporter health",
                      "Whether the exporter sees everything and keeps up.", [
         stat("Targets up", "dcgm-exporters, watches and sinks that answered.", "none",
-             "sum(gke_gpu_exporter_source_up)"),
+             f"sum(gke_gpu_exporter_source_up{{{SEL}}}) or vector(0)"),
         stat("Targets down", "Sources that did not answer in the last cycle.", "none",
-             "count(gke_gpu_exporter_source_up == 0) or vector(0)"),
-        stat("Cycle duration", "Wall time of the last cycle.", "s",
-             "max(gke_gpu_exporter_cycle_duration_seconds)"),
-        stat("Last cycle age", "Seconds since the last completed cycle.", "s",
-             "time() - max(gke_gpu_exporter_last_cycle_timestamp_seconds)"),
+             f"count(gke_gpu_exporter_source_up{{{SEL}}} == 0) or vector(0)",
+             steps=[("green", None), ("red", 1.0)]),
+        stat("Cycle duration", "Wall time of the last cycle; yellow past half the default "
+             "interval, red past all of it.", "s",
+             f"max(gke_gpu_exporter_cycle_duration_seconds{{{SEL}}})",
+             steps=[("green", None), ("yellow", 30.0), ("red", 60.0)]),
+        stat("Cycles in the last 5 minutes", "Cycles completed (the exporter's own clock, "
+             "so a simulated one counts too); 0 is stale, as the GkeGpuExporterStale alert "
+             "says.", "none",
+             f"max(changes(gke_gpu_exporter_last_cycle_timestamp_seconds{{{SEL}}}[5m])) "
+             "or vector(0)", steps=[("red", None), ("green", 1.0)]),
         series("Scrape duration", "Slowest dcgm-exporter scrapes.", "s",
-               ('topk(5, gke_gpu_exporter_scrape_duration_seconds{source="dcgm"})',
+               (f'topk(5, gke_gpu_exporter_scrape_duration_seconds{{{SEL}, source="dcgm"}})',
                 "{{target}}")),
         series("Errors", "Failed scrapes, watches and sink writes per second.", "none",
-               (f"sum by (source) (rate(gke_gpu_exporter_errors_total[{RATE}]))",
+               (f"sum by (source) (rate(gke_gpu_exporter_errors_total{{{SEL}}}[{RATE}]))",
                 "{{source}}")),
         series("Rows written", "Rows per second into the warehouse, by sink and table.",
                "none",
-               (f"sum by (sink, table) (rate(gke_gpu_exporter_rows_written_total[{RATE}]))",
-                "{{sink}} {{table}}")),
+               (f"sum by (sink, table) (rate(gke_gpu_exporter_rows_written_total{{{SEL}}}"
+                f"[{RATE}]))", "{{sink}} {{table}}")),
         series("Rejected DCGM samples", "Lines dropped, by reason.", "none",
-               (f"sum by (reason) (rate(gke_gpu_exporter_rejected_samples_total[{RATE}]))",
-                "{{reason}}")),
+               (f"sum by (reason) (rate(gke_gpu_exporter_rejected_samples_total{{{SEL}}}"
+                f"[{RATE}]))", "{{reason}}")),
     ])
+
+
+GPU = (f'{SEL}, pool=~"$pool", model=~"$model", node=~"$node", uuid=~"$gpu"')
+"""The GPUs the per-GPU dashboard's variables choose."""
+GPU_LEGEND = "{{node}} {{gpu}} {{mig_profile}}"
+
+
+def gpu() -> dict[str, Any]:
+    return dashboard(GPU_UID, "GKE GPUs: per GPU",
+                     "One GPU (or a node's, a pool's) in detail: what runs on it, how busy, "
+                     "hot and power-hungry it is, its clocks and its XIDs.", [
+        table("Who holds it", "Pods on the GPUs chosen now.", "none",
+              f"max by (node, gpu, uuid, mig_profile, namespace, pod, team) "
+              f"(gke_gpu_allocation_info{{{GPU}}})"),
+        table("State", "Allocation state now and, when down, why.", "none",
+              f"max by (node, gpu, uuid, mig_profile, state, reason) (gke_gpu_state{{{GPU}}})"),
+        series("Utilisation", "DCGM GR engine active (GPU_UTIL where profiling is off).",
+               "percentunit", (f"max by (node, gpu, mig_profile) "
+                               f"(gke_gpu_utilization_ratio{{{GPU}}})", GPU_LEGEND)),
+        series("Memory in use", "Framebuffer in use / size.", "percentunit",
+               (f"max by (node, gpu, mig_profile) (gke_gpu_memory_used_bytes{{{GPU}}}) / "
+                f"max by (node, gpu, mig_profile) (gke_gpu_memory_total_bytes{{{GPU}}})",
+                GPU_LEGEND)),
+        thresholds(series("Temperature", f"GPU temperature; red from {THROTTLED_TEMP_C:g} C, "
+                          "where the bottleneck classifier calls a GPU throttled.", "celsius",
+                          (f"max by (node, gpu) (gke_gpu_temperature_celsius{{{GPU}}})",
+                           "{{node}} {{gpu}}")),
+                   [("green", None), ("yellow", THROTTLED_TEMP_C - 5), ("red", THROTTLED_TEMP_C)]),
+        thresholds(series("Power / limit", "Power draw over the model's power limit: at 1 the "
+                          "GPU is at its cap and its clocks come down.", "percentunit",
+                          (f"max by (node, gpu) ({power_share(GPU)})", "{{node}} {{gpu}}")),
+                   [("green", None), ("yellow", 0.9), ("red", 0.98)]),
+        series("SM clock", "The SM clock: below the model's maximum under load means power "
+               "or thermal limits.", "hertz",
+               (f"max by (node, gpu) (gke_gpu_sm_clock_hertz{{{GPU}}})", "{{node}} {{gpu}}")),
+        series("XIDs", "XID errors over each interval, and the last code seen.", "none",
+               (f'sum by (node, uuid) (increase(gke_gpu_xid_events_total{{{SEL}, '
+                f'node=~"$node", uuid=~"$gpu"}}[{RATE}]))', "XID events {{node}} {{uuid}}"),
+               (f'max by (node, uuid) (gke_gpu_last_xid{{{SEL}, node=~"$node", '
+                f'uuid=~"$gpu"}})', "last XID {{node}} {{uuid}}")),
+    ], gpu=True)
 
 
 DASHBOARDS = {"overview": overview, "teams": teams, "queue": queue,
               "availability": availability, "bottlenecks": bottlenecks,
-              "exporter-health": exporter_health}
+              "exporter-health": exporter_health, "gpu": gpu}
 
 
 def render() -> dict[str, str]:

@@ -144,9 +144,11 @@ def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
     """The signals in one pod's GPUs' DCGM samples."""
     gr_values = [s[_GR] for s in samples if _GR in s]
     reasons = [int(s[CLOCK_REASONS]) for s in samples if CLOCK_REASONS in s]
+    sm, occ, tensor, dram, util, temp, nv_tx, nv_rx, pcie_tx, pcie_rx = [
+        _mean(samples, name) for name in _MEAN_FIELDS]
     return Signals(
-        math.fsum(gr_values) / len(gr_values) if gr_values else None,
-        *(_mean(samples, name) for name in _MEAN_FIELDS),
+        math.fsum(gr_values) / len(gr_values) if gr_values else None, sm, occ, tensor, dram,
+        util, temp, nv_tx, nv_rx, pcie_tx, pcie_rx,
         stalled_share=sum(1 for v in gr_values if v < STALL_GR) / len(gr_values)
         if gr_values else 0.0,
         max_gr=max(gr_values, default=0.0),
@@ -209,15 +211,15 @@ class Window:
     def signals(self) -> Signals:
         """``signals`` of the samples in the window."""
         get = self._values.get
-        means = [math.fsum(v) / len(v) if (v := get(name)) else None
-                 for name in _MEAN_FIELDS]
+        sm, occ, tensor, dram, util, temp, nv_tx, nv_rx, pcie_tx, pcie_rx = [
+            math.fsum(v) / len(v) if (v := get(name)) else None for name in _MEAN_FIELDS]
         gr = get(_GR)
         reasons = get(CLOCK_REASONS)
         # positional: by keyword, Signals takes twice as long to build (a pod a cycle)
         return Signals(
-            math.fsum(gr) / len(gr) if gr else None, *means,
-            self._stalled / len(gr) if gr else 0.0, max(gr) if gr else 0.0,
-            self._throttled / len(reasons) if reasons else None)
+            math.fsum(gr) / len(gr) if gr else None, sm, occ, tensor, dram, util, temp,
+            nv_tx, nv_rx, pcie_tx, pcie_rx, self._stalled / len(gr) if gr else 0.0,
+            max(gr) if gr else 0.0, self._throttled / len(reasons) if reasons else None)
 
 
 def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None, *,

@@ -28,7 +28,13 @@ from exporter.errors import SourceError
 from exporter.placement import Placement
 from exporter.prices import PriceBook
 from exporter.selectors import label_selector
-from exporter.sinks.prometheus import QUEUE_BUCKETS, Exposition, MetricsView, render_parts
+from exporter.sinks.prometheus import (
+    DEVICE_READINGS,
+    QUEUE_BUCKETS,
+    Exposition,
+    MetricsView,
+    render_parts,
+)
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
@@ -44,7 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DCGM_FIELDS_READ = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.values()})
+DCGM_FIELDS_READ = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.values(),
+                              *(f for _, f, _, _ in DEVICE_READINGS)})
 """Every DCGM field the exporter uses; the source skips the other families unparsed."""
 
 VIEW_KINDS = ("nodes", "pods")

@@ -32,21 +32,23 @@ def _load(path: Path) -> ModuleType:
     return module
 
 
-BOARDS = {name: json.loads(text) for name, text in _load(DASHBOARDS / "build.py").render().items()}
+BUILD = _load(DASHBOARDS / "build.py")
+BOARDS = {name: json.loads(text) for name, text in BUILD.render().items()}
 PANELS = [(name, p) for name, board in BOARDS.items() for p in board["panels"]]
-GRAFANA_VARS = {"$__rate_interval": "1m", "$cluster": ".*", "$team": ".*",
-                "$namespace": ".*"}
+GRAFANA_VARS = {"$__rate_interval": "1m", "$__range": "1h", "$cluster": ".*", "$team": ".*",
+                "$namespace": ".*", "$pool": ".*", "$model": ".*", "$node": ".*", "$gpu": ".*"}
 
 
-def grafana_expr(expr: str) -> str:
-    """A panel's query as Prometheus sees it once Grafana substitutes its variables."""
+def grafana_expr(expr: str, **chosen: str) -> str:
+    """A panel's query as Prometheus sees it once Grafana substitutes its variables (all
+    values, or those ``chosen``: ``cluster="live"``)."""
     for var, value in GRAFANA_VARS.items():
-        expr = expr.replace(var, value)
+        expr = expr.replace(var, chosen.get(var[1:], value))
     return expr
 
 
-def panel_exprs() -> list[tuple[str, str, str]]:
-    return [(name, p["title"], grafana_expr(t["expr"])) for name, p in PANELS
+def panel_exprs(**chosen: str) -> list[tuple[str, str, str]]:
+    return [(name, p["title"], grafana_expr(t["expr"], **chosen)) for name, p in PANELS
             for t in p["targets"]]
 
 
@@ -54,11 +56,15 @@ def exported_metrics() -> set[str]:
     """Every series name the exporter can expose (its catalogue, from the source)."""
     source = (ROOT / "exporter" / "sinks" / "prometheus.py").read_text()
     names = set()
-    for kind, name in re.findall(r'(Counter|Gauge|Histogram)MetricFamily\(P \+ "(\w+)"',
-                                 source):
+    for kind, name in re.findall(r'(Counter|Gauge|Histogram|counter|gauge)(?:MetricFamily)?'
+                                 r'\(P \+ "(\w+)"', source):
+        kind = kind.capitalize()
         base = "gke_gpu_" + name
         names |= {f"{base}_total"} if kind == "Counter" else \
             {f"{base}_bucket", f"{base}_sum", f"{base}_count"} if kind == "Histogram" else {base}
+    from exporter.sinks.prometheus import DEVICE_READINGS
+
+    names |= {"gke_gpu_" + name for name, *_ in DEVICE_READINGS}
     return names
 
 
@@ -161,7 +167,7 @@ def test_dashboards_are_generated_from_code() -> None:
 
 def test_dashboard_uids_are_unique_and_stable() -> None:
     uids = [b["uid"] for b in BOARDS.values()]
-    assert len(set(uids)) == len(uids) == 6
+    assert len(set(uids)) == len(uids) == 7
     assert all(u.startswith("gke-gpu-") for u in uids)
 
 
@@ -193,19 +199,69 @@ def test_dashboard_lint(name: str) -> None:
         cells |= mine
         for t in p["targets"]:
             assert t["datasource"]["uid"] == "${datasource}", where
-            for fn in re.findall(r"\b(rate|irate|increase)\(", t["expr"]):
-                assert re.search(rf"{fn}\([^\[]*\[\$__rate_interval\]", t["expr"]), \
-                    f"{where}: {fn} without $__rate_interval"
-            if "gke_gpu_exporter" not in t["expr"] and name != "exporter-health.json":
-                assert "$cluster" in t["expr"], f"{where} ignores the cluster variable"
+            # a rate over Grafana's interval; a total over the range picked
+            windows = re.findall(r"\b(?:rate|irate|increase)\([^\[]*\[([^\]]+)\]", t["expr"])
+            assert len(windows) == len(re.findall(r"\b(?:rate|irate|increase)\(", t["expr"]))
+            assert set(windows) <= {"$__rate_interval", "$__range", BUILD.ROLLING}, where
+            for selector in re.findall(r"gke_gpu[:_][a-zA-Z0-9_:]*(\{[^}]*\})?", t["expr"]):
+                assert "$cluster" in selector, f"{where} ignores the cluster variable"
 
 
 def test_tables_are_tables_and_counts_of_nothing_are_zero() -> None:
     for name, p in PANELS:
         if p["type"] == "table":
             assert all(t.get("format") == "table" for t in p["targets"]), (name, p["title"])
-    (down,) = [p for _, p in PANELS if p["title"] == "Unavailable GPUs"]
-    assert down["targets"][0]["expr"].endswith(" or vector(0)")  # none down: 0, not No data
+        if p["type"] == "stat" and p["fieldConfig"]["defaults"]["unit"] in ("none",
+                                                                          "currencyUSD"):
+            # a count or a sum of nothing is 0, not No data
+            assert p["targets"][0]["expr"].endswith(" or vector(0)"), (name, p["title"])
+
+
+def test_one_gpu_count_everywhere() -> None:
+    """Physical GPUs, MIG slices as fractions: the GPU-seconds counters (or the available
+    count, in the same unit); never a count of series or of Kubernetes requests."""
+    overview = {p["title"]: p for p in BOARDS["overview.json"]["panels"]}
+    for title in ("Allocated GPUs", "Unavailable GPUs", "GPUs by state"):
+        expr = overview[title]["targets"][0]["expr"]
+        assert "rate(gke_gpu_gpu_seconds_total" in expr, title
+    assert "rate(gke_gpu_utilized_gpu_seconds_total" in \
+        overview["Utilised GPUs"]["targets"][0]["expr"]
+    for name, p in PANELS:
+        for t in p["targets"]:
+            assert "node_allocated_gpus" not in t["expr"], (name, p["title"])
+            assert not re.search(r"sum\S*\s*\(gke_gpu_state\b", t["expr"]), (name, p["title"])
+
+
+@pytest.mark.parametrize(("board", "title"), [
+    ("availability.json", "Availability (1 d)"), ("availability.json", "Burn rate"),
+    ("exporter-health.json", "Cycles in the last 5 minutes"),
+    ("exporter-health.json", "Targets down"), ("gpu.json", "Temperature"),
+    ("gpu.json", "Power / limit")])
+def test_thresholds_colour_what_needs_action(board: str, title: str) -> None:
+    (p,) = [p for p in BOARDS[board]["panels"] if p["title"] == title]
+    steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[0]["value"] is None and len(steps) >= 2
+    assert [s["value"] for s in steps[1:]] == sorted(s["value"] for s in steps[1:])
+
+
+def test_the_gpu_dashboard_is_linked_from_the_overview() -> None:
+    gpu = BOARDS["gpu.json"]
+    names = [v["name"] for v in gpu["templating"]["list"]]
+    assert names == ["datasource", "cluster", "pool", "model", "node", "gpu"]
+    overview = BOARDS["overview.json"]
+    assert any(f"/d/{gpu['uid']}?" in link.get("url", "") for link in overview["links"])
+    rows = [p for p in overview["panels"] + BOARDS["availability.json"]["panels"]
+            if p["fieldConfig"]["defaults"].get("links")]
+    assert rows
+    for p in rows:
+        (link,) = p["fieldConfig"]["defaults"]["links"]
+        assert link["url"].startswith(f"/d/{gpu['uid']}?")
+        expr = p["targets"][0]["expr"]
+        for field in re.findall(r"__data\.fields\.(\w+)", link["url"]):
+            assert field in expr, (p["title"], field)   # the row has the label it links by
+    titles = {p["title"] for p in gpu["panels"]}
+    assert {"Utilisation", "Memory in use", "Temperature", "Power / limit", "SM clock",
+            "XIDs"} <= titles
 
 
 def test_a_ratio_over_a_selection_is_the_ratio_of_its_sums() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import aiohttp
@@ -44,11 +45,19 @@ async def _prometheus(exporter_port: int, port: int, tmp: Path
                                   port=port)
 
 
-async def _query(s: aiohttp.ClientSession, url: str, expr: str) -> list[object]:
-    async with s.get(f"{url}/api/v1/query", params={"query": expr}) as r:
+async def _query(s: aiohttp.ClientSession, url: str, expr: str,
+                 at: float | None = None) -> list[object]:
+    params = {"query": expr} | ({} if at is None else {"time": f"{at:.3f}"})
+    async with s.get(f"{url}/api/v1/query", params=params) as r:
         body = await r.json()
     assert body["status"] == "success", (expr, body)
     return list(body["data"]["result"])
+
+
+def _values(result: list[object]) -> list[tuple[str, str]]:
+    """A query's answer, series by series (labels and value), in order."""
+    return sorted((str(sorted(r["metric"].items())), r["value"][1])  # type: ignore[index]
+                  for r in result)
 
 
 @pytest.mark.timeout(240)
@@ -72,19 +81,28 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
         async with aiohttp.ClientSession() as s:
             await asyncio.sleep(3)  # the exporter's first cycles, before the faults
             await post_faults(s, api)
+            for workload in ("jupyter", "scratch"):  # pods scheduled while it watches
+                sim.cluster.submit(workload)
             for _ in range(3):
                 await sim.advance(sim.cluster.step)
                 await asyncio.sleep(1)
             await asyncio.sleep(12)  # rates need a few scrapes; rules a few evaluations
-            empty = []
-            for board, title, expr in panel_exprs():
+            empty, unlike = [], []
+            at = time.time()
+            chosen = panel_exprs(cluster="live")  # the one cluster there is
+            for (board, title, expr), (_, _, one) in zip(panel_exprs(), chosen, strict=True):
                 expr = expr.replace("[1m]", f"[{RATE_INTERVAL}]")
-                if not await _query(s, url, expr):
+                one = one.replace("[1m]", f"[{RATE_INTERVAL}]")
+                every = await _query(s, url, expr, at)
+                if not every:
                     empty.append(f"{board}: {title}: {expr}")
+                if _values(await _query(s, url, one, at)) != _values(every):
+                    unlike.append(f"{board}: {title}: {one}")
             for record in sorted(RECORDED):
                 if not await _query(s, url, record):
                     empty.append(f"recording rule {record}")
             assert not empty, "\n".join(empty)
+            assert not unlike, "\n".join(unlike)   # choosing the cluster keeps its data
             # the exporter also pushed its series by remote write (no job label: not scraped)
             pushed = await _query(s, url, 'gke_gpu_sla_target_ratio{job=""}')
             assert [p["metric"]["cluster"] for p in pushed] == ["live"]  # type: ignore[index]

@@ -100,7 +100,7 @@ class _Kept:
         self.mapped: list[bytes] = []
 
 
-_KEPT: dict[tuple[str, str, str, tuple[str, ...]], _Kept] = {}
+_KEPT: dict[tuple[str, str, str, tuple[str, ...], str], _Kept] = {}
 _LOCK = threading.Lock()
 
 
@@ -111,12 +111,14 @@ class Metric:
     suffix = ""
 
     def __init__(self, name: str, documentation: str, labels: Sequence[str] | None = None,
-                 value: float | None = None) -> None:
+                 value: float | None = None, const: str = "") -> None:
+        """``const``: label text every sample carries first (``label_text``'s form)."""
         self.name = name + self.suffix
         self.documentation = documentation
         self.labels = tuple(labels or ())
+        self.const = const
         self.lines: list[bytes] = []
-        ident = (self.name, self.kind, documentation, self.labels)
+        ident = (self.name, self.kind, documentation, self.labels, const)
         kept = _KEPT.get(ident)
         if kept is None:
             help_text = documentation.replace("\\", "\\\\").replace("\n", "\\n")
@@ -127,9 +129,7 @@ class Metric:
             self.add_metric((), value)
 
     def _labels(self, values: Sequence[str], extra: str = "") -> str:
-        pairs = label_text(self.labels, values)
-        if extra:
-            pairs = f"{pairs},{extra}" if pairs else extra
+        pairs = ",".join(p for p in (self.const, label_text(self.labels, values), extra) if p)
         return "{" + pairs + "}" if pairs else ""
 
     def add_metric(self, values: Sequence[str], value: float) -> None:
@@ -269,16 +269,26 @@ def _device_labels(cluster: str, d: compute.DeviceState) -> str:
                                  d.mig_profile or "", instance)
 
 
+DEVICE_READINGS = (
+    ("temperature_celsius", "DCGM_FI_DEV_GPU_TEMP", 1.0, "GPU temperature (DCGM)."),
+    ("power_watts", "DCGM_FI_DEV_POWER_USAGE", 1.0, "GPU power draw (DCGM)."),
+    ("sm_clock_hertz", "DCGM_FI_DEV_SM_CLOCK", 1e6, "GPU SM clock (DCGM, MHz x 1e6)."),
+)
+"""DCGM readings shown per GPU as they are, for the drill-down: (family, field, scale,
+help). Absent where dcgm-exporter does not collect the field."""
+
+
 class _Device:
     """One device's lines, kept from one cycle to the next (keyed by everything its labels
     come from): utilisation and memory in use are rewritten when they change, the rest
     when the device's state, reason, price, owners or memory size change."""
 
-    __slots__ = ("alloc", "available", "labels", "price", "settled", "source", "state",
-                 "total", "used", "used_line", "util", "util_line")
+    __slots__ = ("alloc", "available", "labels", "price", "readings", "settled", "source",
+                 "state", "total", "used", "used_line", "util", "util_line")
 
     def __init__(self, labels: str) -> None:
         self.labels = labels
+        self.readings = [f"{P}{name}{{{labels}}} ".encode() for name, *_ in DEVICE_READINGS]
         self.util: object = _UNSET
         self.source: str | None = None
         self.util_line = b""
@@ -293,10 +303,13 @@ _DEVICES: dict[tuple[str, ...], _Device] = {}
 
 
 def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: Metric,
-                    available: Metric, state: Metric, price: Metric, alloc: Metric) -> None:
-    """The per-device families, in one pass over the devices: ~10 samples per GPU."""
+                    available: Metric, state: Metric, price: Metric, alloc: Metric,
+                    readings: Sequence[Metric]) -> None:
+    """The per-device families, in one pass over the devices: ~13 samples per GPU."""
     c = v.cluster
     devices = _DEVICES
+    read = [(field, scale, family.lines.append)
+            for (_, field, scale, _), family in zip(DEVICE_READINGS, readings, strict=True)]
     add_util, add_used, add_total = (util.lines.append, mem_used.lines.append,
                                      mem_total.lines.append)
     add_available, add_state, add_price = (available.lines.append, state.lines.append,
@@ -344,6 +357,11 @@ def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: M
             add_price(e.price)
         if e.alloc:
             add_alloc(e.alloc)
+        fields = d.fields
+        for prefix, (name, scale, add) in zip(e.readings, read, strict=True):
+            x = fields.get(name)
+            if x is not None:
+                add(prefix + _number(x * scale).encode() + b"\n")
     if len(devices) > 2 * len(v.states) + 1024:  # devices gone for good
         devices.clear()
 
@@ -368,8 +386,10 @@ def _families(v: MetricsView) -> Iterator[Metric]:
     alloc = GaugeMetricFamily(P + "allocation_info", "Which pod holds which GPU; one series "
                               "per pod on a time-shared GPU.",
                               labels=[*DEVICE_LABELS, "namespace", "pod", "team", "workload"])
-    _device_samples(v, util, mem_used, mem_total, available, state, price, alloc)
-    yield from (util, mem_used, mem_total, available, state, price, alloc)
+    readings = [GaugeMetricFamily(P + name, doc, labels=DEVICE_LABELS)
+                for name, _, _, doc in DEVICE_READINGS]
+    _device_samples(v, util, mem_used, mem_total, available, state, price, alloc, readings)
+    yield from (util, mem_used, mem_total, available, state, price, alloc, *readings)
 
     node_labels = ["cluster", "node", "pool", "model", "provisioning"]
     cap = GaugeMetricFamily(P + "node_capacity_gpus", "nvidia.com/gpu capacity of the node.",
@@ -394,7 +414,7 @@ def _families(v: MetricsView) -> Iterator[Metric]:
     yield from (cap, allocatable, allocated, ready)
     yield GaugeMetricFamily(P + "cluster_available_gpus", "Allocatable GPUs of Ready nodes "
                             "minus system-reserved, in physical GPUs.",
-                            value=v.available_gpus, labels=None)
+                            value=v.available_gpus, const=label_text(["cluster"], [c]))
 
     yield from _queue_families(v)
     yield from _cost_families(v)
@@ -509,11 +529,15 @@ def _cost_families(v: MetricsView) -> Iterator[Metric]:
 
 
 def _health_families(v: MetricsView) -> Iterator[Metric]:
+    """The exporter's own series, each with the cluster it watches."""
     h = v.health
-    up = GaugeMetricFamily(P + "exporter_source_up", "1 if the source answered in the last "
+    const = label_text(["cluster"], [v.cluster])
+    gauge = functools.partial(GaugeMetricFamily, const=const)
+    counter = functools.partial(CounterMetricFamily, const=const)
+    up = gauge(P + "exporter_source_up", "1 if the source answered in the last "
                            "cycle (a Kubernetes kind: its last list, event or bookmark is "
                            "within kubernetes.max_staleness).", labels=["source", "target"])
-    dur = GaugeMetricFamily(P + "exporter_scrape_duration_seconds", "Duration of the last "
+    dur = gauge(P + "exporter_scrape_duration_seconds", "Duration of the last "
                             "successful scrape of a target.", labels=["source", "target"])
     answered = sorted(h.up.items())
     up.add_items((key, 1.0 if ok else 0.0) for key, ok in answered)
@@ -522,7 +546,7 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
         age = v.kube.age(kind)
         fresh = age is None or age <= v.kube_max_staleness
         up.add_metric(["kubernetes", kind], 1.0 if ok and fresh else 0.0)
-    last = GaugeMetricFamily(P + "exporter_source_last_success_timestamp_seconds", "When the "
+    last = gauge(P + "exporter_source_last_success_timestamp_seconds", "When the "
                              "source last answered (Unix time): a dcgm target's last scrape, "
                              "a Kubernetes list, watch event or bookmark, a BigQuery or Cloud "
                              "Monitoring write. Absent before the first.",
@@ -530,7 +554,7 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
     last.add_items(sorted(h.last_success.items()))
     for kind, t in sorted(v.kube.last_success.items()):
         last.add_metric(["kubernetes", kind], t)
-    errors = CounterMetricFamily(P + "exporter_errors", "Failed scrapes, watches and writes, "
+    errors = counter(P + "exporter_errors", "Failed scrapes, watches and writes, "
                                  "by reason: http_<status>, refused, unavailable, timeout, "
                                  "bad_answer, error.", labels=["source", "target", "reason"])
     by_reason: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
@@ -545,17 +569,17 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
     for kind, st in sorted(v.kube.stats.items()):
         for reason in sorted(KUBE_ERROR_REASONS | st.reasons.keys()):
             errors.add_metric(["kubernetes", kind, reason], st.reasons.get(reason, 0))
-    relists = CounterMetricFamily(P + "exporter_kubernetes_relists", "Relists by cause: "
+    relists = counter(P + "exporter_kubernetes_relists", "Relists by cause: "
                                   "expired (410), watchdog (silent watch).",
                                   labels=["resource", "cause"])
     for kind, st in sorted(v.kube.stats.items()):
         relists.add_metric([kind, "expired"], st.expired)
         relists.add_metric([kind, "watchdog"], st.watchdog_relists)
-    rejected = CounterMetricFamily(P + "exporter_rejected_samples", "DCGM samples dropped, by "
+    rejected = counter(P + "exporter_rejected_samples", "DCGM samples dropped, by "
                                    "reason.", labels=["reason"])
     for reason in sorted(REJECT_REASONS | h.rejected.keys()):
         rejected.add_metric([reason], h.rejected.get(reason, 0))
-    rows = CounterMetricFamily(P + "exporter_rows_written", "Rows written to the warehouse, "
+    rows = counter(P + "exporter_rows_written", "Rows written to the warehouse, "
                                "by sink (duckdb, bigquery) and table.", labels=["sink", "table"])
     for table, n in sorted(v.rows_written.items()):
         rows.add_metric(["duckdb", table], n)
@@ -575,9 +599,9 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
                             v.cloud_monitoring.last_success)
     yield from (up, last, dur, errors, relists, rejected, rows)
     if v.bigquery is not None:
-        yield from _spool_families(v.bigquery)
+        yield from _spool_families(v.bigquery, const)
     if v.rows_removed:  # the local warehouse is on
-        removed = CounterMetricFamily(P + "exporter_warehouse_rows_removed", "Warehouse rows "
+        removed = counter(P + "exporter_warehouse_rows_removed", "Warehouse rows "
                                       "taken out by the retention: rolled_up (into hourly "
                                       "rows), expired; or given up unstaged while the "
                                       "warehouse failed.", labels=["table", "reason"])
@@ -585,29 +609,29 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
             removed.add_metric([table, reason], n)
         yield removed
     if v.report is not None:
-        runs = CounterMetricFamily(P + "exporter_reports", "Scheduled weekly reports by "
+        runs = counter(P + "exporter_reports", "Scheduled weekly reports by "
                                    "outcome: ok, failed.", labels=["outcome"])
         for outcome, n in sorted(v.report.runs.items()):
             runs.add_metric([outcome], n)
         yield runs
         if v.report.last_success is not None:
-            yield GaugeMetricFamily(P + "exporter_report_last_success_timestamp_seconds",
+            yield gauge(P + "exporter_report_last_success_timestamp_seconds",
                                     "When the last scheduled weekly report was made.",
                                     value=v.report.last_success)
     if v.remote_write is not None:
         rw = v.remote_write
-        requests = CounterMetricFamily(P + "exporter_remote_write_requests", "Remote-write "
+        requests = counter(P + "exporter_remote_write_requests", "Remote-write "
                                        "requests by outcome: sent, dropped (refused, or the "
                                        "queue was full), retried.", labels=["outcome"])
         for outcome, n in (("sent", rw.requests_sent), ("dropped", rw.requests_dropped),
                            ("retried", rw.retries)):
             requests.add_metric([outcome], n)
         yield requests
-        yield GaugeMetricFamily(P + "exporter_remote_write_queue", "Requests waiting to be "
+        yield gauge(P + "exporter_remote_write_queue", "Requests waiting to be "
                                 "sent.", value=rw.queued)
     if v.cloud_monitoring is not None:
         cm = v.cloud_monitoring
-        written = CounterMetricFamily(P + "exporter_cloud_monitoring_points", "Points "
+        written = counter(P + "exporter_cloud_monitoring_points", "Points "
                                       "written to Cloud Monitoring by outcome: written, "
                                       "refused, dropped (superseded by a newer snapshot "
                                       "while the API failed).", labels=["outcome"])
@@ -615,7 +639,7 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
                            ("dropped", cm.points_dropped)):
             written.add_metric([outcome], n)
         yield written
-    unpriced = GaugeMetricFamily(P + "exporter_unpriced_gpus", "GPUs whose model the price "
+    unpriced = gauge(P + "exporter_unpriced_gpus", "GPUs whose model the price "
                                  "book does not price: their cost is unknown, not zero.",
                                  labels=["model", "provisioning"])
     missing: dict[tuple[str, str], float] = defaultdict(float)
@@ -625,32 +649,34 @@ def _health_families(v: MetricsView) -> Iterator[Metric]:
     for key in sorted(missing):
         unpriced.add_metric(list(key), missing[key])
     yield unpriced
-    yield GaugeMetricFamily(P + "exporter_cycle_duration_seconds", "Wall time of the last "
+    yield gauge(P + "exporter_cycle_duration_seconds", "Wall time of the last "
                             "cycle.", value=v.cycle_seconds)
-    yield GaugeMetricFamily(P + "exporter_last_cycle_timestamp_seconds", "When the last "
+    yield gauge(P + "exporter_last_cycle_timestamp_seconds", "When the last "
                             "cycle ran (Unix time of its snapshot).", value=v.now)
-    build = GaugeMetricFamily(P + "exporter_build_info", "Always 1; the labels say which "
+    build = gauge(P + "exporter_build_info", "Always 1; the labels say which "
                               "exporter, Python and DuckDB versions are running.",
                               labels=list(BUILD_INFO))
     build.add_metric(list(BUILD_INFO.values()), 1.0)
     yield build
 
 
-def _spool_families(bq: BigQueryStats) -> Iterator[Metric]:
-    refused = CounterMetricFamily(P + "exporter_rows_rejected", "Rows the sink refused (bad "
+def _spool_families(bq: BigQueryStats, const: str) -> Iterator[Metric]:
+    gauge = functools.partial(GaugeMetricFamily, const=const)
+    counter = functools.partial(CounterMetricFamily, const=const)
+    refused = counter(P + "exporter_rows_rejected", "Rows the sink refused (bad "
                                   "values), by table; the rest of their batch was written.",
                                   labels=["sink", "table"])
     for table, n in sorted(dict(bq.rows_rejected).items()):
         refused.add_metric(["bigquery", table], n)
-    dropped = CounterMetricFamily(P + "exporter_spool_dropped_rows", "Unsent rows dropped, "
+    dropped = counter(P + "exporter_spool_dropped_rows", "Unsent rows dropped, "
                                   "oldest first, because the spool was full.",
                                   labels=["sink", "table"])
     for table, n in sorted(dict(bq.spool_dropped).items()):
         dropped.add_metric(["bigquery", table], n)
-    spooled = GaugeMetricFamily(P + "exporter_spool_rows", "Rows waiting to be sent.",
+    spooled = gauge(P + "exporter_spool_rows", "Rows waiting to be sent.",
                                 labels=["sink"])
     spooled.add_metric(["bigquery"], bq.spool_rows)
-    size = GaugeMetricFamily(P + "exporter_spool_bytes", "Size of the rows waiting to be "
+    size = gauge(P + "exporter_spool_bytes", "Size of the rows waiting to be "
                              "sent.", labels=["sink"])
     size.add_metric(["bigquery"], bq.spool_bytes)
     yield from (refused, dropped, spooled, size)

@@ -50,8 +50,10 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
             await exporter.cycle(sim.cluster.now)
             await step_both(sim, exporter, round(DAY / scenario.step))
             text = exporter.metrics_text
-            assert b'gke_gpu_exporter_source_up{source="bigquery",target="' in text
-            assert b'gke_gpu_exporter_spool_rows{sink="bigquery"}' in text
+            c = cfg.cluster.encode()
+            assert b'gke_gpu_exporter_source_up{cluster="%s",source="bigquery",target="' % c \
+                in text
+            assert b'gke_gpu_exporter_spool_rows{cluster="%s",sink="bigquery"}' % c in text
             check = await asyncio.to_thread(subprocess.run, ["promtool", "check", "metrics"],
                                             input=text, capture_output=True)
             assert check.returncode == 0, check.stdout + check.stderr
@@ -110,8 +112,8 @@ async def _until(port: int, ok: Callable[[str], bool]) -> str:
             await asyncio.sleep(0.3)
 
 
-SPOOL = 'gke_gpu_exporter_spool_rows{sink="bigquery"}'
-SENT = 'gke_gpu_exporter_rows_written_total{sink="bigquery",table="gpu_usage"}'
+SPOOL = 'gke_gpu_exporter_spool_rows{cluster="default",sink="bigquery"}'
+SENT = 'gke_gpu_exporter_rows_written_total{cluster="default",sink="bigquery",table="gpu_usage"}'
 
 
 async def test_sigkilled_exporter_replays_its_spool_after_restart(

@@ -183,7 +183,8 @@ async def test_the_service_reads_dcgm_from_and_writes_figures_to_cloud_monitorin
                 await asyncio.sleep(0.3)
         assert 'source="dcgm",target="monitoring.googleapis.com/projects/gpu-prod-1"} 1' in body
         assert 'source="cloud_monitoring",target="projects/gpu-prod-1"} 1' in body
-        assert re.search(r'cloud_monitoring_points_total\{outcome="written"\} [1-9]', body)
+        assert re.search(r'cloud_monitoring_points_total\{cluster="\w+",outcome="written"\} '
+                         r'[1-9]', body)
         written = {k[0] for k in service.written}
         assert "custom.googleapis.com/gke_gpu/gpu_seconds" in written
         assert "custom.googleapis.com/gke_gpu/cluster_available_gpus" in written

@@ -68,7 +68,8 @@ def normalised(text: bytes) -> list[str]:
             continue
         for s in fam.samples:
             labels = ",".join(
-                f'{k}="{"VERSION" if s.name in VERSIONS else re.sub(r":[0-9]+/", ":PORT/", v)}"'
+                f'{k}="{"VERSION" if s.name in VERSIONS and k.endswith("version")
+                        else re.sub(r":[0-9]+/", ":PORT/", v)}"'
                 for k, v in sorted(s.labels.items()))
             value = "TIME" if s.name in WALL_CLOCK else f"{s.value:.6g}"
             lines.append(f"{s.name}{{{labels}}} {value}")
@@ -112,7 +113,8 @@ async def test_build_info_names_what_is_running(running: tuple[SimulatorServer, 
                                                 ) -> None:
     _, exporter = running
     (build,) = families(exporter.metrics_text)["gke_gpu_exporter_build_info"]
-    assert build == ({"version": metadata.version("gke-gpu-exporter"),
+    assert build == ({"cluster": exporter.config.cluster,
+                      "version": metadata.version("gke-gpu-exporter"),
                       "python_version": platform.python_version(),
                       "duckdb_version": metadata.version("duckdb")}, 1.0)
     assert "# HELP gke_gpu_exporter_build_info Always 1" in exporter.metrics_text.decode()
@@ -123,14 +125,16 @@ async def test_scheduled_reports_and_retention_are_counted(
     sim, exporter = running
     fams = families(exporter.metrics_text)
     assert "gke_gpu_exporter_reports_total" not in fams   # no schedule: no series
-    assert ({"table": "gpu_usage", "reason": "rolled_up"}, 0.0) in \
+    c = exporter.config.cluster
+    assert ({"cluster": c, "table": "gpu_usage", "reason": "rolled_up"}, 0.0) in \
         fams["gke_gpu_exporter_warehouse_rows_removed_total"]
     exporter.report = ReportStats(runs={"ok": 2, "failed": 1}, last_success=1.8e9)
     await step_both(sim, exporter, 1)
     fams = families(exporter.metrics_text)
     assert sorted(fams["gke_gpu_exporter_reports_total"], key=str) == [
-        ({"outcome": "failed"}, 1.0), ({"outcome": "ok"}, 2.0)]
-    assert fams["gke_gpu_exporter_report_last_success_timestamp_seconds"] == [({}, 1.8e9)]
+        ({"cluster": c, "outcome": "failed"}, 1.0), ({"cluster": c, "outcome": "ok"}, 2.0)]
+    assert fams["gke_gpu_exporter_report_last_success_timestamp_seconds"] == [
+        ({"cluster": c}, 1.8e9)]
 
 
 async def test_cloud_monitoring_writes_catalogue_families(

@@ -86,7 +86,8 @@ async def test_a_gpu_no_label_places_is_counted_and_logged_once(
     rejected = dict((labels["reason"], v) for labels, v in
                     fams["gke_gpu_exporter_rejected_samples_total"])
     assert rejected["unknown_node"] > 0 and rejected["unknown_node"] % 3 == 0  # every cycle
-    assert ({"source": "dcgm", "target": url}, 1.0) in fams["gke_gpu_exporter_source_up"]
+    assert ({"cluster": exporter.config.cluster, "source": "dcgm", "target": url}, 1.0) in \
+        fams["gke_gpu_exporter_source_up"]
     assert not any(labels.get("node") for labels, _ in fams.get("gke_gpu_available", []))
     logged = [r for r in caplog.records if r.getMessage() == "gpu on no known node"]
     assert len(logged) == 1

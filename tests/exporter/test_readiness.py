@@ -65,8 +65,8 @@ async def test_api_refusing_connections_is_never_ready_and_no_capacity_is_shown(
         fams = families(exporter.metrics_text)
         assert "gke_gpu_cluster_available_gpus" not in fams, "unknown, not 0"
         assert not any(lbl["source"] == "kubernetes" for lbl, _ in fams.get(LAST_SUCCESS, []))
-        assert ({"source": "kubernetes", "target": "nodes"}, 0.0) in \
-            fams["gke_gpu_exporter_source_up"]
+        nodes = {"cluster": exporter.config.cluster, "source": "kubernetes", "target": "nodes"}
+        assert (nodes, 0.0) in fams["gke_gpu_exporter_source_up"]
 
 
 async def test_forbidden_api_is_not_ready_until_listed_and_a_cycle_ran(
