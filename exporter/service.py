@@ -124,6 +124,14 @@ class Totals:
     """(node, GPU UUID) -> times the GPU's last XID changed to a new code; 0 for every GPU
     seen, so a first event is an increase."""
     last_xid: dict[tuple[str, str], int] = field(default_factory=dict)
+    month: str = ""
+    """The UTC calendar month (``"2026-11"``) ``month_cost`` is of."""
+    month_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    """Team -> cost of its allocated GPUs this month: the warehouse's rows of the month
+    from before this run, then this run's intervals (by the month each starts in)."""
+    earlier_months: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(month, team) -> cost the warehouse held at start, for the month the first cycle
+    falls in."""
     queue_hist: dict[tuple[str, str, str], WaitHistogram] = field(default_factory=dict)
     """Queue waits of scheduled pods by (namespace, team, GPU model), each pod once."""
     waited: set[str] = field(default_factory=set)
@@ -145,8 +153,13 @@ class Totals:
         self.queue_hist.setdefault(key, WaitHistogram()).observe(seconds)
 
     def add(self, rows: Sequence[compute.UsageRow]) -> None:
+        if rows:
+            self._month_of(rows[0].start)
+        month = self.month_cost
         for r in rows:
             d, o = r.device, r.owner
+            if d.state == "allocated" and r.cost_usd is not None and o is not None:
+                month[o.team] += r.cost_usd
             key = (d.state, o.namespace if o else "", o.team if o else "", d.pool,
                    d.accelerator, d.provisioning)
             self.gpu_seconds[key] += r.seconds
@@ -165,6 +178,22 @@ class Totals:
                 self.down_seconds[(d.gpu_uuid, d.reason or "unknown")] += r.seconds
             else:
                 self.up_seconds[d.gpu_uuid] += r.seconds
+
+
+    def _month_of(self, start: float) -> None:
+        """Begin the month of an interval starting at ``start`` if it is a new one: from
+        the warehouse's figures for it at the first cycle, from 0 on a change of month."""
+        month = time.strftime("%Y-%m", time.gmtime(start))
+        if month == self.month:
+            return
+        first = not self.month
+        self.month = month
+        self.month_cost = defaultdict(float)
+        if first:
+            for (m, team), usd in self.earlier_months.items():
+                if m == month:
+                    self.month_cost[team] += usd
+        self.earlier_months = {}
 
 
 @dataclass(slots=True)
@@ -211,6 +240,7 @@ class Exporter:
         """(GPU UUID, reason) -> (start, node, pool) of each GPU now unavailable."""
         if warehouse is not None:  # go on from where the last run stopped
             self.inventory, self.open_incidents = warehouse.load_state()
+            self.totals.earlier_months = warehouse.team_month_costs()
         self.cycles = 0
         self.viewed_cycles = 0
         """Cycles that ran on a listed Kubernetes view (nodes and pods)."""

@@ -447,6 +447,11 @@ def _families(v: MetricsView) -> Iterator[Metric]:
         for team, usd in sorted(v.budgets.items()):
             budget.add_metric([c, team], usd)
         yield budget
+    month = GaugeMetricFamily(P + "team_month_cost_usd", "Cost of the team's allocated GPUs "
+                              "this UTC calendar month so far, the warehouse's rows of the "
+                              "month from before a restart included.", labels=["cluster", "team"])
+    month.add_items(((c, team), usd) for team, usd in sorted(v.totals.month_cost.items()))
+    yield month
 
     bottleneck = GaugeMetricFamily(P + "pod_bottleneck", "1 for the pod's bottleneck class "
                                    "over the sliding window.",

@@ -667,6 +667,19 @@ class Warehouse:
                 cur.close()
                 self._readers -= 1
 
+    def team_month_costs(self) -> dict[tuple[str, str], float]:
+        """Each team's cost of allocated GPUs by UTC calendar month (``"2026-11"``), over
+        the latest two months the warehouse holds: a restarted exporter's month-to-date
+        spend goes on from them."""
+        c = literal(self.cluster)
+        return {(month, team): float(cost) for month, team, cost in self.con.execute(f"""
+            SELECT strftime(time, '%Y-%m') AS month, COALESCE(team, ''), SUM(cost_usd)
+            FROM gpu_usage
+            WHERE cluster = {c} AND state = 'allocated' AND cost_usd IS NOT NULL
+              AND time >= (SELECT date_trunc('month', max(time)) - INTERVAL 1 MONTH
+                           FROM gpu_usage WHERE cluster = {c})
+            GROUP BY ALL""").fetchall()}
+
     def load_state(self) -> tuple[dict[str, dict[str, DeviceIdentity]],
                                   dict[tuple[str, str], tuple[float, str, str]]]:
         """The device inventory and open incidents the last run saved."""

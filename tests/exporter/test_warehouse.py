@@ -290,3 +290,29 @@ def test_rows_a_failed_staging_kept_are_staged_once_by_interval(tmp_path: Path) 
     wh.flush(120.0)
     assert count(wh) == (2, 120.0)
     assert not list(wh._staging.iterdir())
+
+
+def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_month(
+        tmp_path: Path) -> None:
+    """The budget forecast's spend so far: the warehouse's rows of the month the first
+    cycle falls in, then each interval's cost, from 0 again when a month begins."""
+    from exporter.service import Totals
+
+    nov_30 = 1796083080.0   # 2026-11-30 23:58 UTC
+    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
+    wh.add_usage(rows(nov_30) + rows(nov_30 + 30))
+    wh.flush(nov_30 + 60)
+    (cost,) = wh.con.execute("SELECT sum(cost_usd) FROM gpu_usage").fetchone()  # type: ignore[misc]
+    team = wh.con.execute("SELECT DISTINCT team FROM gpu_usage").fetchone()[0]  # type: ignore[index]
+    assert wh.team_month_costs() == {("2026-11", team): pytest.approx(cost)}
+    wh.close()
+
+    again = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
+    restarted = Totals(earlier_months=again.team_month_costs())
+    one = rows(nov_30 + 60)
+    restarted.add(one)
+    assert restarted.month == "2026-11"
+    assert dict(restarted.month_cost) == {team: pytest.approx(cost + one[0].cost_usd)}
+    restarted.add(rows(nov_30 + 120))   # 2026-12-01 00:00: a new month
+    assert restarted.month == "2026-12"
+    assert dict(restarted.month_cost) == {team: pytest.approx(one[0].cost_usd)}
