@@ -179,7 +179,6 @@ class Totals:
             else:
                 self.up_seconds[d.gpu_uuid] += r.seconds
 
-
     def _month_of(self, start: float) -> None:
         """Begin the month of an interval starting at ``start`` if it is a new one: from
         the warehouse's figures for it at the first cycle, from 0 on a change of month."""
