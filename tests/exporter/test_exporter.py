@@ -262,3 +262,22 @@ async def test_run_serves_and_stops_on_sigterm(make_server: Callable[..., Any],
     async with asyncio.timeout(30):
         assert await proc.wait() == 0
     assert (tmp_path / "w.duckdb").exists()
+
+
+async def test_each_physical_gpu_has_its_dcgm_readings_once(
+        running: tuple[SimulatorServer, Exporter]) -> None:
+    """Temperature, power and SM clock as DCGM reads them, one series per GPU (a MIG
+    GPU's instances share it), labelled as the per-GPU dashboard chooses."""
+    from exporter.sinks.prometheus import READING_LABELS
+
+    _, exporter = running
+    fams = families(exporter.metrics_text)
+    gpus = {d.gpu_uuid for d in exporter.states}
+    for name in ("gke_gpu_temperature_celsius", "gke_gpu_power_watts",
+                 "gke_gpu_sm_clock_hertz"):
+        uuids = [labels["uuid"] for labels, _ in fams[name]]
+        assert sorted(uuids) == sorted(gpus), name
+        assert all(set(labels) == set(READING_LABELS) for labels, _ in fams[name])
+    clocks = [v for _, v in fams["gke_gpu_sm_clock_hertz"]]
+    assert all(1e8 < v < 3e9 for v in clocks)   # MHz read, hertz shown
+    assert any(d.mig_profile for d in exporter.states)
