@@ -162,64 +162,98 @@ _MEAN_FIELDS = tuple(name for name in SIGNAL_FIELDS if name not in (_GR, CLOCK_R
 
 
 class Window:
-    """One pod's samples over a sliding window, kept by field, so that its ``signals`` are
-    those of ``signals`` over the same samples without going through them all again: each
-    field's values in arrival order, with the time of each, and the counts of stalled and
-    throttled samples. Values and times are packed arrays of doubles (a window of 20
-    samples of 12 fields holds about 8 KB; as deques of floats it held about 25 KB)."""
+    """One pod's samples over a sliding window, so that its ``signals`` are those of
+    ``signals`` over the same samples without going through them all again: the time of
+    each sample, each field's values in the same order (NaN where a sample lacks the
+    field), how many samples have each field, and the counts of stalled and throttled
+    samples. Times and values are packed arrays of doubles, one of times for all fields (a
+    window of 20 samples of 12 fields holds about 3 KB)."""
 
-    __slots__ = ("_stalled", "_throttled", "_times", "_values")
+    __slots__ = ("_counts", "_stalled", "_throttled", "_times", "_values")
 
     def __init__(self) -> None:
-        self._times: dict[str, array[float]] = {}
+        self._times: array[float] = array("d")
         self._values: dict[str, array[float]] = {}
+        self._counts: dict[str, int] = {}
         self._stalled = 0
         self._throttled = 0
 
     def add(self, when: float, sample: Mapping[str, float]) -> None:
         """Add the sample taken at ``when`` (later than any before)."""
+        values, counts = self._values, self._counts
         for name in SIGNAL_FIELDS:
             value = sample.get(name)
+            kept = values.get(name)
             if value is None:
+                if kept is not None:
+                    kept.append(_NAN)
                 continue
+            if kept is None:  # the samples before had no such field
+                kept = values[name] = array("d", _NO_VALUE) * len(self._times)
+                counts[name] = 0
             if name == CLOCK_REASONS:
                 value = int(value)
                 self._throttled += bool(value & THROTTLE_BITS)
             elif name == _GR:
                 self._stalled += value < STALL_GR
-            times = self._times.get(name)
-            if times is None:
-                times = self._times[name] = array("d")
-                self._values[name] = array("d")
-            times.append(when)
-            self._values[name].append(value)
+            kept.append(value)
+            counts[name] += 1
+        self._times.append(when)
 
     def expire(self, until: float) -> None:
         """Drop the samples taken at or before ``until``."""
-        for name, times in self._times.items():
-            gone = bisect.bisect_right(times, until)
-            if not gone:
-                continue
-            values = self._values[name]
-            if name == CLOCK_REASONS:
-                self._throttled -= sum(bool(int(v) & THROTTLE_BITS) for v in values[:gone])
-            elif name == _GR:
-                self._stalled -= sum(v < STALL_GR for v in values[:gone])
-            del times[:gone]
-            del values[:gone]
+        gone = bisect.bisect_right(self._times, until)
+        if not gone:
+            return
+        del self._times[:gone]
+        counts = self._counts
+        empty = []
+        for name, values in self._values.items():
+            # NaN (v != v): the sample had no value; most cycles drop one sample
+            present = ([v] if (v := values[0]) == v else []) if gone == 1 else \
+                [v for v in values[:gone] if v == v]
+            if present:
+                if name == CLOCK_REASONS:
+                    self._throttled -= sum(bool(int(v) & THROTTLE_BITS) for v in present)
+                elif name == _GR:
+                    self._stalled -= sum(v < STALL_GR for v in present)
+                counts[name] -= len(present)
+            if counts[name]:
+                del values[:gone]
+            else:  # no sample left has the field
+                empty.append(name)
+        for name in empty:
+            del self._values[name], counts[name]
+
+    def _mean(self, name: str, n: int) -> float | None:
+        values = self._values.get(name)
+        if values is None:
+            return None
+        count = self._counts[name]
+        return math.fsum(values if count == n else (v for v in values if v == v)) / count
 
     def signals(self) -> Signals:
         """``signals`` of the samples in the window."""
-        get = self._values.get
+        n = len(self._times)
+        mean = self._mean
         sm, occ, tensor, dram, util, temp, nv_tx, nv_rx, pcie_tx, pcie_rx = [
-            math.fsum(v) / len(v) if (v := get(name)) else None for name in _MEAN_FIELDS]
-        gr = get(_GR)
-        reasons = get(CLOCK_REASONS)
+            mean(name, n) for name in _MEAN_FIELDS]
+        gr = self._values.get(_GR)
+        counts = self._counts
+        grs = counts.get(_GR, 0)
+        reasons = counts.get(CLOCK_REASONS, 0)
+        top = 0.0
+        if gr is not None:
+            top = max(gr) if grs == n else max(v for v in gr if v == v)
         # positional: by keyword, Signals takes twice as long to build (a pod a cycle)
         return Signals(
-            math.fsum(gr) / len(gr) if gr else None, sm, occ, tensor, dram, util, temp,
-            nv_tx, nv_rx, pcie_tx, pcie_rx, self._stalled / len(gr) if gr else 0.0,
-            max(gr) if gr else 0.0, self._throttled / len(reasons) if reasons else None)
+            mean(_GR, n), sm, occ, tensor, dram, util, temp, nv_tx, nv_rx, pcie_tx, pcie_rx,
+            self._stalled / grs if grs else 0.0, top,
+            self._throttled / reasons if reasons else None)
+
+
+_NAN = math.nan
+_NO_VALUE = (math.nan,)
 
 
 def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None, *,

@@ -372,6 +372,7 @@ def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: M
             e.readings = [f"{P}{name}{{{gpu}}} ".encode() for name, *_ in DEVICE_READINGS]
         fields = d.fields
         last, lines = e.reading_values, e.reading_lines
+        read_any = False
         for i, (name, scale, add) in enumerate(read):
             x = fields.get(name)
             if x is not None:
@@ -379,7 +380,9 @@ def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: M
                     last[i] = x
                     lines[i] = e.readings[i] + _number(x * scale).encode() + b"\n"
                 add(lines[i])
-                read_gpus.add(d.gpu_uuid)
+                read_any = True
+        if read_any:
+            read_gpus.add(d.gpu_uuid)
     if len(devices) > 2 * len(v.states) + 1024:  # devices gone for good
         devices.clear()
 
