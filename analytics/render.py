@@ -102,8 +102,9 @@ def _rests_on(cols: list[str], row: tuple[Any, ...]) -> tuple[Any, ...]:
 def _numeric(name: str, table: pd.DataFrame | Table) -> list[bool]:
     """Which of the columns ``_rows`` shows hold numbers (set flush right)."""
     head = shown(name, table).head(0)
+    # evidence is a dict per row, stored as an empty column until the rows are read
     return [pd.api.types.is_numeric_dtype(head[c]) and not pd.api.types.is_bool_dtype(head[c])
-            for c in head.columns]
+            and c != "evidence" for c in head.columns]
 
 
 # ---------------------------------------------------------------------------- Markdown
