@@ -36,12 +36,14 @@ comm_bound             a link (NVLink, or PCIe both ways) >= 30 % busy while the
                        < 0.5. Undecided on an NVLink GPU (not a MIG instance) without
                        NVLink bytes when the engine is busy (GR >= 0.5) and the SMs may
                        be quiet.
-input_bound            >= 15 % of samples stalled (GR < 0.2) while others run (GR >= 0.6);
-                       or, from the means, the engine busy < 60 % of the time with kernels
-                       that fill >= half the GPU while they run (undecided without SM active)
+input_bound            >= 15 % of samples stalled (GR < 0.2) while others run (GR >= 0.6)
 small_batch            few warps per active SM (occupancy / SM active < 0.2) while tensor
-                       and DRAM are quiet; or kernels that fill < half the GPU while they run
-                       (undecided without SM active unless tensor or DRAM is busy)
+                       (< 0.2) and DRAM (< 0.5) are quiet
+input_bound            the engine busy < 60 % of the time, with kernels that fill >= half
+                       the GPU while they run (undecided without SM active)
+small_batch            the engine busy < 60 % of the time with kernels that fill less; or
+                       busy, tensor and DRAM quiet, and kernels that fill < half the GPU
+                       (undecided without SM active)
 memory_bound           DRAM active >= 0.7 and tensor pipe < 0.2
 healthy                none of the above
 insufficient_signal    no GR and GPU_UTIL >= 5 %, or a rule above undecided

@@ -292,7 +292,8 @@ class _Device:
 
     def __init__(self, labels: str) -> None:
         self.labels = labels
-        self.readings: list[bytes] = []
+        self.readings = b""
+        """``{labels} `` of the GPU's readings; empty until it has one."""
         self.reading_values: list[float | None] = [None] * len(DEVICE_READINGS)
         self.reading_lines = [b""] * len(DEVICE_READINGS)
         self.util: object = _UNSET
@@ -314,7 +315,7 @@ def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: M
     """The per-device families, in one pass over the devices: ~13 samples per GPU."""
     c = v.cluster
     devices = _DEVICES
-    read = [(field, scale, family.lines.append)
+    read = [(field, family.name.encode(), scale, family.lines.append)
             for (_, field, scale, _), family in zip(DEVICE_READINGS, readings, strict=True)]
     read_gpus: set[str] = set()
     add_util, add_used, add_total = (util.lines.append, mem_used.lines.append,
@@ -367,18 +368,17 @@ def _device_samples(v: MetricsView, util: Metric, mem_used: Metric, mem_total: M
         if d.gpu_uuid in read_gpus:  # another MIG instance of a GPU already read
             continue
         if not e.readings:
-            gpu = label_text(READING_LABELS, (c, d.node, d.pool, d.accelerator, d.gpu_index,
-                                              d.gpu_uuid))
-            e.readings = [f"{P}{name}{{{gpu}}} ".encode() for name, *_ in DEVICE_READINGS]
+            e.readings = ("{" + label_text(READING_LABELS, (
+                c, d.node, d.pool, d.accelerator, d.gpu_index, d.gpu_uuid)) + "} ").encode()
         fields = d.fields
         last, lines = e.reading_values, e.reading_lines
         read_any = False
-        for i, (name, scale, add) in enumerate(read):
+        for i, (name, family, scale, add) in enumerate(read):
             x = fields.get(name)
             if x is not None:
                 if x != last[i]:  # most readings hold from one cycle to the next
                     last[i] = x
-                    lines[i] = e.readings[i] + _number(x * scale).encode() + b"\n"
+                    lines[i] = b"%s%s%s\n" % (family, e.readings, _number(x * scale).encode())
                 add(lines[i])
                 read_any = True
         if read_any:
