@@ -17,7 +17,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -130,8 +130,8 @@ class Totals:
     """Team -> cost of its allocated GPUs this month: the warehouse's rows of the month
     from before this run, then this run's intervals (by the month each starts in)."""
     earlier_months: dict[tuple[str, str], float] = field(default_factory=dict)
-    """(month, team) -> cost the warehouse held at start, for the month the first cycle
-    falls in."""
+    """(month, team) -> cost the warehouse held at start (``seed_months``), until the
+    first cycle says which month it is."""
     queue_hist: dict[tuple[str, str, str], WaitHistogram] = field(default_factory=dict)
     """Queue waits of scheduled pods by (namespace, team, GPU model), each pod once."""
     waited: set[str] = field(default_factory=set)
@@ -178,6 +178,16 @@ class Totals:
                 self.down_seconds[(d.gpu_uuid, d.reason or "unknown")] += r.seconds
             else:
                 self.up_seconds[d.gpu_uuid] += r.seconds
+
+    def seed_months(self, earlier: Mapping[tuple[str, str], float]) -> None:
+        """Go on from the cost of each (month, team) the warehouse held before this run:
+        into this month's figure if the cycles have begun one, else kept for the first."""
+        if not self.month:
+            self.earlier_months = dict(earlier)
+            return
+        for (m, team), usd in earlier.items():
+            if m == self.month:
+                self.month_cost[team] += usd
 
     def _month_of(self, start: float) -> None:
         """Begin the month of an interval starting at ``start`` if it is a new one: from
@@ -239,7 +249,6 @@ class Exporter:
         """(GPU UUID, reason) -> (start, node, pool) of each GPU now unavailable."""
         if warehouse is not None:  # go on from where the last run stopped
             self.inventory, self.open_incidents = warehouse.load_state()
-            self.totals.earlier_months = warehouse.team_month_costs()
         self.cycles = 0
         self.viewed_cycles = 0
         """Cycles that ran on a listed Kubernetes view (nodes and pods)."""
@@ -270,6 +279,11 @@ class Exporter:
         """Why the last cycle's warehouse work failed; None when it did not."""
         self._warehouse_thread = ThreadPoolExecutor(1, thread_name_prefix="warehouse")
         """One thread for DuckDB's work: its memory stays in one allocator arena."""
+        self._month_seed: Future[dict[tuple[str, str], float]] | None = None
+        """The warehouse's spend of this month before this run: its first task, so that
+        none of this run's rows are in it (seconds at fleet scale: no cycle waits)."""
+        if warehouse is not None:
+            self._month_seed = self._warehouse_thread.submit(warehouse.team_month_costs)
 
     @property
     def ready(self) -> bool:
@@ -421,6 +435,7 @@ class Exporter:
         if self.state_time is not None and now > self.state_time:
             usage = compute.usage_rows(self.states, self.state_time, now - self.state_time)
             self.totals.add(usage)
+        self._seed_months()
         self.states, self.state_time = states, now
         self._xids(states)
         self._incidents(states, nodes, frozenset(unknown), now)
@@ -629,6 +644,20 @@ class Exporter:
             self.diagnoses[uid] = (owner, decide(w.signals(), accel, mig=mig))
         for uid in [u for u in self._windows if u not in live]:
             del self._windows[uid]
+
+    def _seed_months(self) -> None:
+        """Add the warehouse's spend of the month before this run, once it is read."""
+        seed = self._month_seed
+        if seed is None or not seed.done():
+            return
+        self._month_seed = None
+        try:
+            self.totals.seed_months(seed.result())
+        except Exception as exc:  # the month's spend then counts from this run's start
+            if self.warehouse is not None:
+                self.health.errors["warehouse", str(self.warehouse.path)] += 1
+            log.warning("month-to-date spend not read from the warehouse",
+                        extra=logs.ctx(error=f"{type(exc).__name__}: {exc}"))
 
     async def _write_warehouse(self, warehouse: Warehouse, usage: list[compute.UsageRow],
                                nodes: dict[str, NodeInfo], now: float) -> None:

@@ -281,3 +281,30 @@ async def test_each_physical_gpu_has_its_dcgm_readings_once(
     clocks = [v for _, v in fams["gke_gpu_sm_clock_hertz"]]
     assert all(1e8 < v < 3e9 for v in clocks)   # MHz read, hertz shown
     assert any(d.mig_profile for d in exporter.states)
+
+
+async def test_a_restarted_exporter_goes_on_with_the_months_spend(
+        make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
+        tmp_path: Path) -> None:
+    """What the teams spent this month before a restart stays in their month-to-date
+    figure, which the budget forecast reads."""
+    sim: SimulatorServer = await make_server(make_scenario())
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    sim.cluster.submit("train", profile="healthy", run_seconds=7200)
+
+    async def run(steps: int) -> dict[str, float]:
+        async with open_exporter(cfg) as exporter:
+            async with asyncio.timeout(10):
+                await exporter.kube.wait_synced()
+            await caught_up(sim, exporter)
+            await exporter.cycle(sim.cluster.now)
+            await step_both(sim, exporter, steps)
+            assert exporter.warehouse is not None
+            exporter.warehouse.flush(sim.cluster.now)
+            return {labels["team"]: v for labels, v in
+                    families(exporter.metrics_text)["gke_gpu_team_month_cost_usd"]}
+
+    before = await run(6)
+    after = await run(1)
+    assert before and set(after) == set(before)
+    assert all(after[team] > before[team] > 0 for team in before)

@@ -308,7 +308,8 @@ def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_mont
     wh.close()
 
     again = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
-    restarted = Totals(earlier_months=again.team_month_costs())
+    restarted = Totals()
+    restarted.seed_months(again.team_month_costs())
     one = rows(nov_30 + 60)
     restarted.add(one)
     assert restarted.month == "2026-11"
@@ -316,3 +317,8 @@ def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_mont
     restarted.add(rows(nov_30 + 120))   # 2026-12-01 00:00: a new month
     assert restarted.month == "2026-12"
     assert dict(restarted.month_cost) == {team: pytest.approx(one[0].cost_usd)}
+    # read after the cycles began: it joins the month they are in
+    late = Totals()
+    late.add(one)
+    late.seed_months(again.team_month_costs())
+    assert dict(late.month_cost) == {team: pytest.approx(cost + one[0].cost_usd)}
