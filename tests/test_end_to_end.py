@@ -4,6 +4,7 @@ the simulator's ground truth."""
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,19 @@ def test_xid_events_are_counted_once_each(day: Day) -> None:
     assert list(counted.values()) == [1]
     assert "-l4-" in next(iter(counted))[0]   # the XID 48 was on the L4 node
     assert len(day.totals.xid_events) > 10   # every GPU has its counter, at 0
+
+
+def test_the_report_opens_with_what_to_do_and_no_lever_contradicts_a_queue(day: Day) -> None:
+    """The first section is the actions; no pool is offered for removal whose GPU model
+    pods waited long for, and each such model gets a fix instead."""
+    from analytics import figures, render
+
+    sections = re.findall(r"^## (.+)$", render.markdown(day.report), re.M)
+    assert sections[0] == "What to do this week"
+    waiting = figures.long_queues(day.report.frame("queue"))
+    actions = day.report.frame("actions")
+    assert waiting, "the simulated day has a long queue"
+    for model in waiting:
+        mine = actions[actions["where"].str.contains(model, regex=False)]
+        assert "scale this pool down" not in set(mine.action), model
+        assert len(mine), model
