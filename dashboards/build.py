@@ -138,10 +138,9 @@ GPU_LINK = (f"/d/{GPU_UID}?${{__url_time_range}}&var-datasource=${{datasource}}"
 """The per-GPU dashboard for a table row's GPU."""
 
 
-def gpus(state: str | None = None) -> str:
-    """Physical GPUs (in a state) over the last interval, from the GPU-seconds counter."""
-    where = SEL if state is None else f'{SEL}, state="{state}"'
-    return f"sum(rate(gke_gpu_gpu_seconds_total{{{where}}}[{RATE}]))"
+def gpus(state: str) -> str:
+    """Physical GPUs in a state over the last interval, from the GPU-seconds counter."""
+    return f'sum(rate(gke_gpu_gpu_seconds_total{{{SEL}, state="{state}"}}[{RATE}]))'
 
 
 def power_share(sel: str) -> str:
