@@ -47,6 +47,13 @@ _REFUSED_CODES = frozenset({pycurl.E_COULDNT_CONNECT, pycurl.E_COULDNT_RESOLVE_H
 READ_BYTES = 256 * 1024
 """The most a socket read hands a receiver at once."""
 _IN = select.EPOLLIN | select.EPOLLHUP | select.EPOLLRDHUP
+DNS_CACHE_SECONDS = 0
+"""How long libcurl keeps a host's resolved address: not at all. Its cache holds one entry
+per host and port, and libcurl walks all of them at the end of every transfer to drop the
+stale ones: at 1,000 targets that walk was a third of a round's CPU in libcurl (0.11 s of
+user time a round, 0.065 s without the cache). A connection kept open is reused without
+resolving its host again, so only a new connection resolves (a pod IP, as targets
+mostly are, without any lookup)."""
 
 
 @dataclass(slots=True)
@@ -376,7 +383,7 @@ class CurlTransport:
         c.setopt(pycurl.MAXFILESIZE_LARGE, self._max_body)
         c.setopt(pycurl.BUFFERSIZE, READ_BYTES)
         c.setopt(pycurl.MAXAGE_CONN, self._keepalive)
-        c.setopt(pycurl.DNS_CACHE_TIMEOUT, 300)
+        c.setopt(pycurl.DNS_CACHE_TIMEOUT, DNS_CACHE_SECONDS)
         if self._trust.cafile:
             c.setopt(pycurl.CAINFO, self._trust.cafile)
         if self._trust.capath:

@@ -162,6 +162,24 @@ async def test_connections_to_targets_no_longer_asked_for_are_closed(
         source.close()
 
 
+async def test_a_target_named_by_its_host_name_keeps_its_connection(
+        serve: Callable[[Handler], Awaitable[str]], source: DcgmSource) -> None:
+    """No resolved address is cached: a target named by host name is resolved when it is
+    first connected to, and its connection then serves every round."""
+    transports: list[asyncio.BaseTransport] = []
+
+    async def record(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        transports.append(request.transport)
+        return web.Response(text=REAL)
+
+    url = (await serve(record)).replace("127.0.0.1", "localhost")
+    for _ in range(3):
+        (res,) = await source.fetch([url])
+        assert isinstance(res, TargetScrape), res
+    assert len(transports) == 3 and len(set(map(id, transports))) == 1
+
+
 async def test_a_failure_of_the_worker_fails_its_round_only(
         serve: Callable[[Handler], Awaitable[str]], source: DcgmSource,
         monkeypatch: pytest.MonkeyPatch) -> None:
