@@ -36,7 +36,6 @@ from exporter.prices import load_price_book
 from exporter.scheduled_report import Schedule, ScheduledReport
 from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
-from exporter.sinks.remote_write import RemoteWriter
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
 from exporter.sources.dcgm import DcgmSource
@@ -303,8 +302,12 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
     async with open_exporter(cfg, shutdown) as exporter, aiohttp.ClientSession() as session:
         report = scheduled_report(cfg, exporter.warehouse, config_file)
         exporter.report = report.stats if report is not None else None
-        writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
-                              cfg.remote_write.timeout) if cfg.remote_write.url else None
+        writer = None
+        if cfg.remote_write.url:
+            from exporter.sinks.remote_write import RemoteWriter  # protobuf: only when used
+
+            writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
+                                  cfg.remote_write.timeout)
         pushing = asyncio.create_task(writer.run()) if writer is not None else None
         exporter.remote_write = writer.stats if writer is not None else None
         gcm = cfg.cloud_monitoring
