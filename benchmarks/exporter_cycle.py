@@ -7,9 +7,11 @@ the DuckDB warehouse, render /metrics, with the default configuration (a 30-s cy
 warehouse rows of 60 s flushed every 60 s). Virtual time moves one step between cycles. Prints
 each cycle's CPU by stage (scrape: HTTP and parsing; compute; warehouse; render), the
 median and 95th percentile of each, and after each cycle the process's RSS, its open file
-descriptors and the warehouse file's size: ``--cycles 1000`` is the soak. It first prints
-the CPU time of a fixed pure-Python loop, so that figures taken on different machines can
-be set side by side.
+descriptors and the warehouse file's size: ``--cycles 1000`` is the soak. It prints the CPU
+time of a fixed pure-Python loop (``ref s``) and of a walk of scattered objects (``mem s``)
+at the start and again every ``--every`` cycles, and each cycle's CPU as a multiple of the
+latest loop: this machine's speed moves by half and more within minutes, its memory's
+more than its arithmetic, so figures are compared only beside their references.
 
     .venv/bin/python benchmarks/exporter_cycle.py [--nodes 125 1000] [--cycles 20]
 """
@@ -21,6 +23,7 @@ import asyncio
 import math
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +40,7 @@ HEAVY = ("pandas", "pyarrow", "matplotlib", "jinja2", "kubernetes_asyncio",
 here): none is loaded once the cycles have run."""
 
 
-async def bench(nodes: int, cycles: int, every: int) -> None:
+async def bench(nodes: int, cycles: int, every: int, ref: float) -> None:
     out = Path(tempfile.mkdtemp(prefix="cycle-bench-"))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "exporter", "simulate", "--scenario", "fleet", "--nodes",
@@ -65,7 +68,10 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
         print(f"{nodes} nodes x 8 GPUs: {len(exporter.kube.pods)} pods listed; "
               f"RSS {rss_mib():.0f} MiB before the first cycle")
         print(f"{'cycle':>5} {'CPU s':>6} {'wall s':>7} " + " ".join(f"{s:>9}" for s in stages)
-              + f" {'samples':>8} {'RSS MiB':>8} {'fds':>5} {'file MiB':>8}")
+              + f" {'samples':>8} {'RSS MiB':>8} {'fds':>5} {'file MiB':>8} {'ref s':>5}"
+              f" {'mem s':>5}")
+        mem = memory_reference()
+        refs, mems = [ref], [mem]
         for i in range(cycles):
             async with s.post(f"{api}/sim/advance?seconds=30") as resp:
                 now = (await resp.json())["now_unix"]
@@ -74,20 +80,28 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
             await exporter.cycle(now)
             body = exporter.metrics_parts  # what a scrape is served
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            per_cycle.append(exporter.stage_cpu | {"cycle": cpu})
             rss.append(rss_mib())
             samples = sum(len(d.fields) for d in exporter.states)
+            if (i + 1) % every == 0 or i + 1 == cycles:
+                ref, mem = machine_reference(), memory_reference()
+                refs.append(ref)
+                mems.append(mem)
+            per_cycle.append(exporter.stage_cpu | {"cycle": cpu, "relative": cpu / ref})
             if i < 10 or (i + 1) % every == 0 or i + 1 == cycles:
                 print(f"{i + 1:>5} {cpu:>6.3f} {wall:>7.3f} "
                       + " ".join(f"{exporter.stage_cpu.get(s, 0):>9.3f}" for s in stages)
                       + f" {samples:>8} {rss[-1]:>8.0f} {len(os.listdir('/proc/self/fd')):>5}"
-                      f" {file_mib(out):>8.0f}", flush=True)
+                      f" {file_mib(out):>8.0f} {ref:>5.2f} {mem:>5.2f}", flush=True)
             del body
         steady = per_cycle[1:] or per_cycle  # the first cycle warms caches up
         print("CPU s per cycle, median / p95 over cycles 2-"
               f"{cycles}: " + ", ".join(
                   f"{k} {_q(steady, k, 50):.3f} / {_q(steady, k, 95):.3f}"
                   for k in ("cycle", *stages)))
+        print(f"reference loop {min(refs):.2f}-{max(refs):.2f} s, memory walk {min(mems):.2f}-"
+              f"{max(mems):.2f} s over the run; CPU per cycle "
+              f"over the latest reference: median {_q(steady, 'relative', 50):.2f} / p95 "
+              f"{_q(steady, 'relative', 95):.2f}")
         print(f"RSS after cycle 1 {rss[0]:.0f} MiB, after cycle {cycles} {rss[-1]:.0f} MiB, "
               f"high-water mark {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
               " MiB")
@@ -95,6 +109,31 @@ async def bench(nodes: int, cycles: int, every: int) -> None:
         print(f"heavy modules loaded: {', '.join(heavy) or 'none'}")
     proc.terminate()
     await proc.wait()
+
+
+MEMORY_WALK = """
+import random, time
+rows = [{f"f{k}": float(k) for k in range(8)} for _ in range(200_000)]
+random.Random(0).shuffle(rows)
+best = 1e9
+for _ in range(3):
+    cpu, total = time.process_time(), 0.0
+    for name in ("f0", "f3", "f5", "f7", "f1"):
+        for row in rows:
+            total += row[name]
+    best = min(best, time.process_time() - cpu)
+print(best)
+"""
+
+
+def memory_reference() -> float:
+    """CPU seconds of a fixed walk of scattered objects (a million dict lookups in 200,000
+    dicts, as a cycle walks its readings), best of three, in a process of its own so that
+    its objects are no part of this one's memory: the Python loop misses a machine whose
+    memory is slow, as this one's is at times."""
+    done = subprocess.run([sys.executable, "-c", MEMORY_WALK], capture_output=True,
+                          text=True, check=True)
+    return float(done.stdout)
 
 
 def machine_reference() -> float:
@@ -130,12 +169,12 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=50,
                         help="after the first 10 cycles, print every Nth")
     args = parser.parse_args()
-    print(f"this machine: a pure-Python loop of 10 M additions takes {machine_reference():.2f}"
-          " s of CPU")
+    ref = machine_reference()
+    print(f"this machine: a pure-Python loop of 10 M additions takes {ref:.2f} s of CPU")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 8192)), hard))
     for n in args.nodes:
-        asyncio.run(bench(n, args.cycles, args.every))
+        asyncio.run(bench(n, args.cycles, args.every, ref))
 
 
 if __name__ == "__main__":

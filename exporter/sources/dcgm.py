@@ -41,6 +41,7 @@ import re
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 from exporter.catalog import FATAL_XIDS
@@ -511,13 +512,16 @@ class PagePlan:
 
     __slots__ = ("_checked", "_devices", "_longest_value", "_parts", "_rejected", "_samples",
                  "_shape", "_shape_bytes")
+    _checked: bytes
+    """Which of the page's values are read: one byte per value, 1 for those read (a
+    position each would be an int object each, some 2 MiB across a fleet's plans)."""
 
     def __init__(self, parts: list[bytes]) -> None:
         self._parts = len(parts)
         self._shape = hash(tuple(parts[0::2]))
         self._shape_bytes = sum(map(len, parts[0::2])) + 3 * (len(parts) // 2)
         """A page's bytes less its values (each value's ``} `` and newline included)."""
-        self._checked = _getter([])
+        self._checked = b""
         self._devices: list[tuple[str, str, str, str, str | None, str | None,
                                   tuple[PodOnDevice, ...], tuple[str, ...],
                                   Callable[[Sequence[Any]], tuple[Any, ...]]]] | None = None
@@ -554,7 +558,10 @@ class PagePlan:
             return plan  # folding a GPU into its instances weighs its values
         result = parser.close()
         where = {p: k for k, p in enumerate(checked)}
-        plan._checked = _getter([2 * p + 1 for p in checked])
+        mask = bytearray(n)
+        for p in checked:
+            mask[p] = 1
+        plan._checked = bytes(mask)
         plan._devices = [
             (d.uuid, d.gpu_index, d.hostname, d.model_name, d.mig_profile, d.mig_instance,
              tuple(d.pods), tuple(map(sys.intern, d.fields)),  # a name once, not per GPU
@@ -574,7 +581,7 @@ class PagePlan:
         value it checks is accepted; else None."""
         if self._devices is None:
             return None
-        raw = self._checked(parts)
+        raw = list(compress(parts[1::2], self._checked))
         try:
             values = list(map(float, raw))
         except ValueError:
