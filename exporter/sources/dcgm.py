@@ -513,8 +513,9 @@ class PagePlan:
     __slots__ = ("_checked", "_devices", "_longest_value", "_parts", "_rejected", "_samples",
                  "_shape", "_shape_bytes")
     _checked: bytes
-    """Which of the page's values are read: one byte per value, 1 for those read (a
-    position each would be an int object each, some 2 MiB across a fleet's plans)."""
+    """Which of the page's values are read: one byte per value, 1 for those read (kept as
+    positions, they were an int object per value read: some 2 MiB across a fleet's
+    plans)."""
 
     def __init__(self, parts: list[bytes]) -> None:
         self._parts = len(parts)
