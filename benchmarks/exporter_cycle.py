@@ -10,8 +10,9 @@ median and 95th percentile of each, and after each cycle the process's RSS, its 
 descriptors and the warehouse file's size: ``--cycles 1000`` is the soak. It prints the CPU
 time of a fixed pure-Python loop (``ref s``) and of a walk of scattered objects (``mem s``)
 at the start and again every ``--every`` cycles, and each cycle's CPU as a multiple of the
-latest loop: this machine's speed moves by half and more within minutes, its memory's
-more than its arithmetic, so figures are compared only beside their references.
+latest walk: this machine's speed moves by half and more within minutes, its memory's
+more than its arithmetic (the loop barely moves while a cycle and the walk slow alike), so
+figures are compared only beside their references.
 
     .venv/bin/python benchmarks/exporter_cycle.py [--nodes 125 1000] [--cycles 20]
 """
@@ -86,7 +87,7 @@ async def bench(nodes: int, cycles: int, every: int, ref: float) -> None:
                 ref, mem = machine_reference(), memory_reference()
                 refs.append(ref)
                 mems.append(mem)
-            per_cycle.append(exporter.stage_cpu | {"cycle": cpu, "relative": cpu / ref})
+            per_cycle.append(exporter.stage_cpu | {"cycle": cpu, "relative": cpu / mem})
             if i < 10 or (i + 1) % every == 0 or i + 1 == cycles:
                 print(f"{i + 1:>5} {cpu:>6.3f} {wall:>7.3f} "
                       + " ".join(f"{exporter.stage_cpu.get(s, 0):>9.3f}" for s in stages)
@@ -99,8 +100,8 @@ async def bench(nodes: int, cycles: int, every: int, ref: float) -> None:
                   f"{k} {_q(steady, k, 50):.3f} / {_q(steady, k, 95):.3f}"
                   for k in ("cycle", *stages)))
         print(f"reference loop {min(refs):.2f}-{max(refs):.2f} s, memory walk {min(mems):.2f}-"
-              f"{max(mems):.2f} s over the run; CPU per cycle "
-              f"over the latest reference: median {_q(steady, 'relative', 50):.2f} / p95 "
+              f"{max(mems):.2f} s over the run; CPU per cycle over the latest "
+              f"memory walk: median {_q(steady, 'relative', 50):.2f} / p95 "
               f"{_q(steady, 'relative', 95):.2f}")
         print(f"RSS after cycle 1 {rss[0]:.0f} MiB, after cycle {cycles} {rss[-1]:.0f} MiB, "
               f"high-water mark {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
