@@ -5,6 +5,7 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY exporter ./exporter
 COPY analytics ./analytics
+COPY simulator ./simulator
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir /dist/*.whl

@@ -22,7 +22,6 @@ from exporter.lifecycle import wait_for_shutdown
 if TYPE_CHECKING:
     from exporter.config import Config
 from exporter.logs import LEVELS, configure, ctx, set_level
-from exporter.simulator.scenario import Scenario, ScenarioError, load_scenario
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +40,6 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="override the scenario's random seed")
     p.add_argument("--nodes", type=int, metavar="N",
                    help="scale the cluster to about N nodes (load scales alike)")
-
-
-def _load(args: argparse.Namespace) -> Scenario:
-    scenario = load_scenario(args.scenario)
-    if args.seed is not None:
-        scenario = scenario.model_copy(update={"seed": args.seed})
-    if args.nodes is not None:
-        if args.nodes < 1:
-            raise ScenarioError("--nodes must be at least 1")
-        scenario = scenario.scaled(args.nodes)
-    return scenario
 
 
 _LOG_LEVEL_HELP = "least severe log level written (default: the config's log_level, else info)"
@@ -182,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "report":
         return _report(args)
+    from simulator.command import describe, load, simulate
+    from simulator.scenario import ScenarioError
+
     try:
-        scenario = _load(args)
+        scenario = load(args.scenario, args.seed, args.nodes)
     except ScenarioError as exc:
         print(f"error: invalid scenario\n{exc}", file=sys.stderr)
         return 2
@@ -195,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             print(describe(scenario))
             return 0
-        return asyncio.run(_simulate(scenario, args))
+        speed = 0.0 if args.manual else 1.0 if args.wall_clock else args.speed
+        return asyncio.run(simulate(scenario, api_port=args.api_port,
+                                    dcgm_port=args.dcgm_port, out=args.out,
+                                    warmup=args.warmup, speed=speed, until=wait_for_shutdown))
     from exporter.demo import run_demo
 
     if args.step < 1:
@@ -332,58 +326,6 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # what the host refused after the checks passed
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-
-
-def describe(scenario: Scenario) -> str:
-    nodes = sum(p.nodes for p in scenario.pools)
-    gpus = sum(p.nodes * p.gpus_per_node for p in scenario.pools)
-    lines = [f"scenario ok: cluster {scenario.cluster}, {len(scenario.pools)} pools, "
-             f"{nodes} nodes, {gpus} GPUs, {len(scenario.workloads)} workloads, "
-             f"{len(scenario.faults)} faults"]
-    for p in scenario.pools:
-        extra = " spot" if p.spot else ""
-        if p.sharing:
-            extra += f" time-shared x{p.sharing.max_shared_clients_per_gpu}"
-        if p.mig_partition_size:
-            extra += f" MIG {p.mig_partition_size}"
-        lines.append(f"  {p.name:<16} {p.nodes:>4} x {p.machine_type:<16} "
-                     f"{p.gpus_per_node} x {p.accelerator}{extra}")
-    return "\n".join(lines)
-
-
-async def _simulate(scenario: Scenario, args: argparse.Namespace) -> int:
-    from exporter.simulator.server import SimulatorServer
-
-    speed = 0.0 if args.manual else 1.0 if args.wall_clock else args.speed
-    server = SimulatorServer(scenario, api_port=args.api_port, dcgm_port=args.dcgm_port,
-                             speed=0.0)
-    try:
-        await server.start()
-    except OSError as exc:
-        print(f"error: cannot listen: {exc}", file=sys.stderr)
-        return 1
-    if args.warmup:
-        await server.advance(args.warmup)
-    outputs = server.write_outputs(args.out)
-    server.speed = speed
-    if speed > 0:
-        server.start_ticking()
-    st = server.status()
-    print(f"simulating cluster {scenario.cluster}: {st['nodes']} nodes, {st['gpus']} GPUs, "
-          f"{st['pods']} pods ({st['pending_pods']} pending) at {st['now']}")
-    print(f"  Kubernetes API   {server.api_url}")
-    print(f"  kubeconfig       {outputs.kubeconfig}   "
-          f"(kubectl --kubeconfig {outputs.kubeconfig} get nodes -o wide)")
-    print(f"  dcgm-exporters   {len(server.targets)} endpoints, listed in {outputs.targets}")
-    print(f"  dcgm Service     {server.service_url}   (each request answered by the next of "
-          f"{len(server.service_nodes())} nodes' dcgm-exporters)")
-    print(f"  control          {server.api_url}/sim/status, POST /sim/advance?seconds=N, "
-          "GET /sim/truth")
-    print("  clock            " + ("manual" if speed == 0 else f"{speed:g}x"))
-    print("Ctrl-C to stop.", flush=True)
-    await wait_for_shutdown()
-    await server.stop()
-    return 0
 
 
 if __name__ == "__main__":

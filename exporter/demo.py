@@ -27,8 +27,8 @@ from exporter.config import Config, load_config
 from exporter.emulator import PROJECT, Emulator
 from exporter.lifecycle import wait_for_shutdown
 from exporter.service import Exporter
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 
 if TYPE_CHECKING:
     from exporter.sinks.bigquery import BigQuerySink

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from exporter.simulator.scenario import Scenario, parse_scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Scenario, parse_scenario
+from simulator.server import SimulatorServer
 from tests.cloud_monitoring_fake import FakeMetricService
 
 FIXTURES = Path(__file__).parent / "fixtures"

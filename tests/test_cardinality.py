@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.service import KEEP_ENDED_PODS, Totals
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 
 STEP = 300.0
 HOUR = 3600.0

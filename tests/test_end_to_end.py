@@ -18,9 +18,9 @@ from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.prices import load_price_book
 from exporter.service import Totals
-from exporter.simulator.scenario import Scenario, parse_scenario
-from exporter.simulator.server import SimulatorServer
-from exporter.simulator.truth import GroundTruth
+from simulator.scenario import Scenario, parse_scenario
+from simulator.server import SimulatorServer
+from simulator.truth import GroundTruth
 from tests.conftest import scenario_data
 
 STEP = 60.0

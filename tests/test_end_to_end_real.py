@@ -27,10 +27,10 @@ from exporter.config import Config
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.prices import load_price_book
 from exporter.service import Exporter, Totals
-from exporter.simulator.cluster import Pod
-from exporter.simulator.scenario import Scenario, parse_scenario
-from exporter.simulator.server import SimulatorServer
-from exporter.simulator.truth import GpuSeconds, GroundTruth
+from simulator.cluster import Pod
+from simulator.scenario import Scenario, parse_scenario
+from simulator.server import SimulatorServer
+from simulator.truth import GpuSeconds, GroundTruth
 from tests.conftest import scenario_data
 
 STEP = 60.0

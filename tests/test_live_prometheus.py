@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.simulator.scenario import load_scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import load_scenario
+from simulator.server import SimulatorServer
 from tests.conftest import free_port, post_faults, start_exporter, start_prometheus
 from tests.test_dashboards_alerts import ALERTS, ALL_RULES, RECORDED, panel_exprs
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from analytics.week import week_containing
-from exporter.simulator.scenario import load_scenario
+from simulator.scenario import load_scenario
 from tests.conftest import write_kubeconfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,8 +37,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.simulator.scenario import load_scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import load_scenario
+from simulator.server import SimulatorServer
 from tests.conftest import post_faults, start_exporter, start_prometheus
 from tests.test_dashboards_alerts import ALERTS, ALL_RULES, BOARDS, panel_exprs
 from tests.test_deploy import by_kind, render

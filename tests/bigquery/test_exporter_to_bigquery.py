@@ -25,9 +25,9 @@ from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.emulator import PROJECT, Emulator
 from exporter.prices import load_price_book
-from exporter.simulator.scenario import Scenario, load_scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sinks.schema import TABLES
+from simulator.scenario import Scenario, load_scenario
+from simulator.server import SimulatorServer
 from tests.bigquery.conftest import client_for, duck_rows, rows_of
 from tests.conftest import exporter_env, start_exporter
 

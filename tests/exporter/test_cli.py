@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import free_port, write_kubeconfig
 
 SCRIPT = Path(sys.executable).with_name("gke-gpu-exporter")

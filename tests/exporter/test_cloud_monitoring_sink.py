@@ -17,10 +17,10 @@ import grpc
 
 from exporter.backoff import Backoff
 from exporter.google_monitoring import metric_client
-from exporter.simulator.exposition import render_node
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
+from simulator.exposition import render_node
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.cloud_monitoring_fake import FakeMetricService
 from tests.conftest import start_exporter
 from tests.sources.test_cloud_monitoring import gmp_series

@@ -19,8 +19,8 @@ from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
 from exporter.service import Exporter
-from exporter.simulator.server import SimulatorServer
 from exporter.sources.dcgm import DcgmSource, TargetScrape
+from simulator.server import SimulatorServer
 from tests.conftest import FIXTURES, Handler
 from tests.exporter.test_exporter import families
 

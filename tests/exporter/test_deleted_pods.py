@@ -11,8 +11,8 @@ import pytest
 
 from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 
 CASES = [
     # (case, the pod's phase when deleted, grace period of the deletion,

@@ -21,10 +21,10 @@ from exporter.config import CLOUD_MONITORING_FAMILIES
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.scheduled_report import ReportStats
 from exporter.service import Exporter
-from exporter.simulator.scenario import Fault, Scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sinks.cloud_monitoring import points
 from exporter.sinks.prometheus import Exposition
+from simulator.scenario import Fault, Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import start_exporter
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"

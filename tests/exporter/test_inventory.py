@@ -13,7 +13,7 @@ from aiohttp import web
 
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
-from exporter.simulator.server import SimulatorServer
+from simulator.server import SimulatorServer
 from tests.conftest import Handler
 
 RETIRE_AFTER = 300.0

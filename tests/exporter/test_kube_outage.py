@@ -13,7 +13,7 @@ import pytest
 from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.service import Exporter
-from exporter.simulator.scenario import Scenario
+from simulator.scenario import Scenario
 from tests.exporter.test_exporter import families
 
 BEFORE, OUTAGE, AFTER = 3, 2, 3

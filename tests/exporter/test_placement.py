@@ -13,9 +13,9 @@ from aiohttp import web
 from exporter.app import open_exporter
 from exporter.demo import demo_config
 from exporter.placement import Placement
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sources.dcgm import DeviceReading, PodOnDevice
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import FIXTURES, Handler
 from tests.exporter.test_compute import node, pod
 from tests.exporter.test_exporter import families

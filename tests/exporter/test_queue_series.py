@@ -11,9 +11,9 @@ from typing import Any
 from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.durations import parse_duration
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sinks.prometheus import QUEUE_BUCKETS
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import scenario_data
 from tests.exporter.test_exporter import families
 

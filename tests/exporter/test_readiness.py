@@ -17,8 +17,8 @@ from exporter.app import http_app, open_exporter
 from exporter.config import Config
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.service import Exporter
-from exporter.simulator.scenario import Fault, Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Fault, Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import free_port, write_kubeconfig
 from tests.exporter.test_exporter import families
 from tests.exporter.test_warehouse_faults import staging_broken

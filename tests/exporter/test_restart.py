@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 
 from exporter import duck
-from exporter.simulator.scenario import Fault, Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Fault, Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import exporter_env, start_exporter
 
 DOWN = re.compile(r'^gke_gpu_available\{[^}]*node="(?P<node>[^"]+)"[^}]*'

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Shutdown, _in_daemon_thread
-from exporter.simulator.server import SimulatorServer
+from simulator.server import SimulatorServer
 from tests.conftest import start_exporter
 
 

@@ -17,8 +17,8 @@ from exporter.app import open_exporter, serve
 from exporter.config import load_config
 from exporter.demo import demo_config
 from exporter.errors import StartupError
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import write_kubeconfig
 
 Mistake = Callable[[Path, int], dict[str, str]]

@@ -20,9 +20,9 @@ from exporter import duck
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.service import Exporter
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sinks.warehouse import Warehouse
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import exporter_env, start_exporter
 
 

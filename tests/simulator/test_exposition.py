@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
-from exporter.simulator.cluster import Cluster
-from exporter.simulator.exposition import FAMILIES, INSTANCE_FIELDS, render_node
-from exporter.simulator.scenario import Scenario
 from exporter.sources.dcgm import parse_dcgm_text
+from simulator.cluster import Cluster
+from simulator.exposition import FAMILIES, INSTANCE_FIELDS, render_node
+from simulator.scenario import Scenario
 from tests.conftest import FIXTURES, scenario_data
 from tests.simulator.dcgm_text import Sample, by_gpu, samples
 
@@ -227,7 +227,7 @@ def test_promtool_lints_every_endpoint_like_the_real_exporter(
 
 
 def test_same_seed_same_bytes_and_objects(make_scenario: Callable[..., Scenario]) -> None:
-    from exporter.simulator.scenario import load_scenario
+    from simulator.scenario import load_scenario
 
     def run(seed: int) -> tuple[list[str], str]:
         c = Cluster(load_scenario().model_copy(update={"seed": seed}))

@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.simulator.cluster import Node
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.cluster import Node
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.simulator.dcgm_text import by_gpu, samples
 
 FAULTS = [

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from exporter.simulator.server import SimulatorServer
+from simulator.server import SimulatorServer
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 
 KUBECTL = shutil.which("kubectl")
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 
 from exporter.bottleneck import classify
-from exporter.simulator.cluster import Cluster
-from exporter.simulator.exposition import render_node
-from exporter.simulator.profiles import (
+from simulator.cluster import Cluster
+from simulator.exposition import render_node
+from simulator.profiles import (
     CLOCK_HW_POWER_BRAKE,
     CLOCK_HW_THERMAL,
     CLOCK_SW_POWER_CAP,
@@ -19,7 +19,7 @@ from exporter.simulator.profiles import (
     Activity,
     activity,
 )
-from exporter.simulator.scenario import Profiling, Scenario
+from simulator.scenario import Profiling, Scenario
 from tests.simulator.dcgm_text import by_gpu
 
 THROTTLE_BITS = CLOCK_SW_THERMAL | CLOCK_HW_THERMAL | CLOCK_SW_POWER_CAP | CLOCK_HW_POWER_BRAKE

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from exporter.durations import parse_duration
-from exporter.simulator.scenario import ScenarioError, load_scenario, parse_scenario
+from simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.conftest import scenario_data
 
 

@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from exporter.simulator.cluster import Cluster, Pod
-from exporter.simulator.objects import rfc3339
-from exporter.simulator.scenario import Scenario, load_scenario, pool_selects
-from exporter.simulator.store import Event
+from simulator.cluster import Cluster, Pod
+from simulator.objects import rfc3339
+from simulator.scenario import Scenario, load_scenario, pool_selects
+from simulator.store import Event
 
 
 def check_invariants(c: Cluster) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import aiohttp
 
-from exporter.simulator.scenario import Fault, Scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.scenario import Fault, Scenario
+from simulator.server import SimulatorServer
 from tests.simulator.dcgm_text import samples
 from tests.simulator.test_faults import get
 

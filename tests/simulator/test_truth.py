@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.simulator.cluster import Cluster
-from exporter.simulator.scenario import Scenario, load_scenario
-from exporter.simulator.server import SimulatorServer
+from simulator.cluster import Cluster
+from simulator.scenario import Scenario, load_scenario
+from simulator.server import SimulatorServer
 
 
 def report(c: Cluster, utilization: bool = True) -> Any:

@@ -21,11 +21,11 @@ from exporter.app import open_exporter
 from exporter.demo import demo_config
 from exporter.errors import SourceDataError, SourceUnavailable
 from exporter.google_monitoring import metric_client
-from exporter.simulator.exposition import render_node
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
 from exporter.sources.dcgm import PodOnDevice, TargetScrape
+from simulator.exposition import render_node
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.cloud_monitoring_fake import FakeMetricService, series_from_json
 from tests.conftest import FIXTURES
 from tests.simulator.dcgm_text import samples

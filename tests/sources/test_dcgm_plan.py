@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from exporter.service import DCGM_FIELDS_READ
-from exporter.simulator.cluster import Cluster
-from exporter.simulator.exposition import render_node
-from exporter.simulator.scenario import Scenario
 from exporter.sources.dcgm import PagePlan, ParseResult, parse_dcgm_text, parse_page, split_page
+from simulator.cluster import Cluster
+from simulator.exposition import render_node
+from simulator.scenario import Scenario
 from tests.conftest import FIXTURES
 from tests.sources.test_dcgm_parser import BASE, BLANKS, CASES, HEAD, OTHER, line
 

@@ -14,9 +14,6 @@ import pytest
 
 from exporter.backoff import Backoff
 from exporter.errors import SourceDataError
-from exporter.simulator.kubeapi import status_error
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sources.kube import (
     DELETED,
     KubeSource,
@@ -28,6 +25,9 @@ from exporter.sources.kube import (
     watch_event,
 )
 from exporter.sources.kube_client import load_kubeconfig
+from simulator.kubeapi import status_error
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 
 KINDS = ("namespaces", "nodes", "pods")
 
@@ -144,7 +144,7 @@ async def test_recovers_from_api_faults(fault: str, sim: SimulatorServer,
 
 
 def test_pod_info_from_api_objects(make_scenario: Callable[..., Scenario]) -> None:
-    from exporter.simulator.cluster import Cluster
+    from simulator.cluster import Cluster
 
     c = Cluster(make_scenario(workloads=[
         *make_scenario().model_dump()["workloads"],

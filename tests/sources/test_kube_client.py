@@ -27,7 +27,6 @@ from exporter.app import _kube_client
 from exporter.backoff import Backoff
 from exporter.config import load_config
 from exporter.errors import StartupError
-from exporter.simulator.server import SimulatorServer, free_port
 from exporter.sources import kube_client
 from exporter.sources.kube import KubeSource
 from exporter.sources.kube_client import (
@@ -37,6 +36,7 @@ from exporter.sources.kube_client import (
     load_incluster,
     load_kubeconfig,
 )
+from simulator.server import SimulatorServer, free_port
 
 
 class Api:

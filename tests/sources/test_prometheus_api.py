@@ -12,10 +12,10 @@ import aiohttp
 
 from exporter.app import open_exporter
 from exporter.demo import demo_config
-from exporter.simulator.scenario import Scenario
-from exporter.simulator.server import SimulatorServer
 from exporter.sources.dcgm import PodOnDevice
 from exporter.sources.prometheus_api import readings
+from simulator.scenario import Scenario
+from simulator.server import SimulatorServer
 from tests.conftest import start_prometheus
 
 U = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from exporter.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
-from exporter.simulator import objects
-from exporter.simulator.profiles import PROFILES, Activity
-from exporter.simulator.rng import key, mix, uuid_str
-from exporter.simulator.scenario import Fault, Pool, Scenario, Workload, pool_selects
-from exporter.simulator.store import ApiStore
-from exporter.simulator.truth import DeviceInfo, PodRef, TruthLog
+from simulator import objects
+from simulator.profiles import PROFILES, Activity
+from simulator.rng import key, mix, uuid_str
+from simulator.scenario import Fault, Pool, Scenario, Workload, pool_selects
+from simulator.store import ApiStore
+from simulator.truth import DeviceInfo, PodRef, TruthLog
 
 MIG_INSTANCE_IDS = {1: (7, 8, 9, 10, 11, 12, 13), 2: (3, 4, 5), 3: (1, 2), 7: (0,)}
 """GPU instance ids NVIDIA's MIG placement gives each profile size on a 7-slice GPU."""

@@ -22,11 +22,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from exporter.simulator.cluster import Device
-from exporter.simulator.profiles import Activity
+from simulator.cluster import Device
+from simulator.profiles import Activity
 
 if TYPE_CHECKING:
-    from exporter.simulator.cluster import Cluster, Gpu, Node
+    from simulator.cluster import Cluster, Gpu, Node
 
 DRIVER_VERSION = "580.105.08"
 

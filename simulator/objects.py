@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from exporter.simulator.rng import hex_id, key, uuid_str
-from exporter.simulator.scenario import Namespace, Scenario
+from simulator.rng import hex_id, key, uuid_str
+from simulator.scenario import Namespace, Scenario
 
 if TYPE_CHECKING:
-    from exporter.simulator.cluster import Node, Pod
+    from simulator.cluster import Node, Pod
 
 Obj = dict[str, Any]
 

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from exporter.catalog import GPU_MODELS
-from exporter.simulator.profiles import UNALLOCATED, Activity, activity, combine
-from exporter.simulator.rng import key, mix
-from exporter.simulator.scenario import Pool, Scenario
+from simulator.profiles import UNALLOCATED, Activity, activity, combine
+from simulator.rng import key, mix
+from simulator.scenario import Pool, Scenario
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,8 @@ from typing import Any
 from aiohttp import web
 
 from exporter.selectors import SelectorError, field_selector, label_selector
-from exporter.simulator import tables
-from exporter.simulator.store import ApiStore, Event, Expired
+from simulator import tables
+from simulator.store import ApiStore, Event, Expired
 
 Obj = dict[str, Any]
 

@@ -34,11 +34,11 @@ import yaml
 from aiohttp import web
 from pydantic import ValidationError
 
-from exporter.simulator.cluster import Cluster, Node, Pod
-from exporter.simulator.exposition import render_node
-from exporter.simulator.kubeapi import KubeApi
-from exporter.simulator.scenario import Fault, Scenario
-from exporter.simulator.store import ApiStore
+from simulator.cluster import Cluster, Node, Pod
+from simulator.exposition import render_node
+from simulator.kubeapi import KubeApi
+from simulator.scenario import Fault, Scenario
+from simulator.store import ApiStore
 
 log = logging.getLogger(__name__)
 

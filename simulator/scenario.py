@@ -425,7 +425,7 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     """Load a scenario file, or an embedded one by name (``default`` when ``path`` is None)."""
     name = "default" if path is None else str(path)
     if name in EMBEDDED:
-        text = resources.files("exporter.simulator").joinpath(f"scenarios/{name}.yaml").read_text()
+        text = resources.files("simulator").joinpath(f"scenarios/{name}.yaml").read_text()
         source = f"{name}.yaml"
     else:
         try:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from exporter.simulator.rng import mix
+from simulator.rng import mix
 
 PROFILES = ("healthy", "input_bound", "small_batch", "comm_bound", "memory_bound", "idle",
             "throttled")
