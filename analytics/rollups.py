@@ -2,8 +2,8 @@
 cost per hour or day, by any of the warehouse's dimensions.
 
 ``effective_cost_usd_per_utilized_hour`` is cost / utilised GPU-hours: the price of a
-useful GPU-hour (``exporter.compute.effective_cost`` summed over rows); it is null where
-nothing was utilised.
+useful GPU-hour (``exporter.compute.effective_cost_per_utilized_hour`` of the rows' sums);
+it is null where nothing was utilised.
 """
 
 from __future__ import annotations

@@ -333,12 +333,11 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
                     await _cycle(exporter, time.time(), stop, shutdown)
                     if report is not None:
                         report.maybe_run(time.time())
-                    if writer is not None or gcm_writer is not None:
-                        text = exporter.metrics_text.decode()
+                    if (view := exporter.view) is not None:
                         if writer is not None:
-                            writer.add_cycle(text, exporter.last_cycle_time)
+                            writer.add_cycle(view, exporter.last_cycle_time)
                         if gcm_writer is not None:
-                            gcm_writer.add_cycle(text, exporter.last_cycle_time)
+                            gcm_writer.add_cycle(view, exporter.last_cycle_time)
                 except Exception:  # a bug in one cycle must not end the service
                     log.exception("cycle failed")
                 wait = max(0.0, cfg.interval - (time.monotonic() - began))

@@ -45,8 +45,16 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import FATAL_XIDS
-from exporter.sources.dcgm import DeviceReading, PodOnDevice
-from exporter.sources.kube import NodeInfo, PodInfo
+from exporter.records import (
+    DeviceReading,
+    NodeInfo,
+    PodInfo,
+    PodOnDevice,
+    Provisioning,
+    Reason,
+    State,
+    UtilizationSource,
+)
 
 GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -86,18 +94,18 @@ class DeviceState:
     node: str
     pool: str
     accelerator: str
-    provisioning: str
+    provisioning: Provisioning
     zone: str
     gpu_uuid: str
     device_id: str
     gpu_index: str
     mig_profile: str | None
     fraction: float
-    state: str  # allocated | unallocated | unavailable
-    reason: str | None  # node_not_ready | gpu_missing | xid
+    state: State
+    reason: Reason | None
     owners: tuple[Owner, ...]
     utilization: float | None
-    utilization_source: str | None  # gr_engine_active | gpu_util | duty_cycle
+    utilization_source: UtilizationSource | None
     price_usd_per_hour: float | None
     """List price x (1 - discount) x fraction; None when the book has no price."""
     memory_used_bytes: float | None
@@ -132,7 +140,8 @@ class UsageRow:
 # ---------------------------------------------------------------------------- definitions
 
 
-def utilization(fields: Mapping[str, float]) -> tuple[float | None, str | None]:
+def utilization(fields: Mapping[str, float]
+                ) -> tuple[float | None, UtilizationSource | None]:
     """A device's utilisation (0-1) and which field it came from; (None, None) if unknown."""
     # each clamped to [0, 1] as min(1, max(0, x)) would, NaN to 0, in a third of the time
     gr = fields.get(GR_ENGINE)
@@ -181,7 +190,7 @@ def queue_wait_seconds(pod: PodInfo, now: float) -> float:
     return max(0.0, end - pod.created)
 
 
-def effective_cost(cost_usd: float, utilized_gpu_seconds: float) -> float | None:
+def effective_cost_per_utilized_hour(cost_usd: float, utilized_gpu_seconds: float) -> float | None:
     """Cost of one utilised GPU-hour; None where nothing was utilised."""
     if utilized_gpu_seconds <= 0:
         return None
@@ -310,7 +319,7 @@ def device_states(
         unit_price = None if list_price is None else \
             list_price * (1.0 - discounts.get(node.pool, default_discount))
 
-        def make(ident: DeviceIdentity, state: str, reason: str | None,
+        def make(ident: DeviceIdentity, state: State, reason: Reason | None,
                  devs_owners: tuple[Owner, ...], fields: Mapping[str, float],
                  node: NodeInfo = node, unit_price: float | None = unit_price) -> DeviceState:
             profile = ident.mig_profile

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from exporter.durations import Duration
 from exporter.errors import ConfigError
+from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORING_KINDS
 from exporter.logs import LogLevel
 
 ENV_PREFIX = "GKE_GPU_EXPORTER_"
@@ -224,15 +225,6 @@ class RemoteWrite(_Section):
     timeout: Duration = 30.0
 
 
-CLOUD_MONITORING_FAMILIES = (
-    "cost_usd", "gpu_seconds", "utilized_gpu_seconds", "effective_cost_usd_per_utilized_hour",
-    "cluster_available_gpus", "pending_pods", "pending_gpus", "oldest_pending_seconds",
-    "node_allocatable_gpus", "node_allocated_gpus", "up_seconds", "down_seconds",
-    "spot_interruptions")
-"""Written by default: per-owner cost and time, capacity, queue and availability; not the
-per-GPU series (8 per GPU: costly at fleet scale, and Prometheus already has them)."""
-
-
 class CloudMonitoring(_Section):
     """Also write the exporter's figures to Cloud Monitoring as custom metrics
     (``custom.googleapis.com/gke_gpu/<name>`` on the ``k8s_cluster`` resource)."""
@@ -241,8 +233,11 @@ class CloudMonitoring(_Section):
     project: str | None = Field(default=None, pattern=PROJECT_ID)
     location: str | None = Field(default=None, pattern=r"^[a-z0-9-]{2,40}$")
     """The cluster's region or zone (a label of the k8s_cluster resource)."""
-    families: list[str] = Field(default_factory=lambda: list(CLOUD_MONITORING_FAMILIES))
-    """Which ``gke_gpu_`` families to write (names without the prefix and ``_total``)."""
+    families: list[str] = Field(default_factory=lambda: list(CLOUD_MONITORING_DEFAULT))
+    """Which ``gke_gpu_`` families to write (names without the prefix and ``_total``;
+    gauges and counters). Default: per-owner cost and time, capacity, queue and
+    availability; not the per-GPU series (8 per GPU: costly at fleet scale, and
+    Prometheus already has them)."""
     interval: Duration = 60.0
     """How often a point is written per series (Cloud Monitoring refuses points of one
     series closer than its sampling period; 10 s is the least allowed here)."""
@@ -264,6 +259,12 @@ class CloudMonitoring(_Section):
                              "cloud_monitoring is enabled")
         if self.interval < 10:
             raise ValueError("cloud_monitoring.interval must be at least 10 s")
+        unknown = [f for f in self.families if f not in BY_NAME
+                   or BY_NAME[f].kind not in CLOUD_MONITORING_KINDS]
+        if unknown:
+            raise ValueError(f"cloud_monitoring.families: no gauge or counter named "
+                             f"{', '.join(map(repr, unknown))} (names without gke_gpu_ and "
+                             "_total; docs/metrics.md lists them)")
         return self
 
 

@@ -206,7 +206,7 @@ def summary_table(exporter: Exporter) -> str:
              f"{'wait p50':>9} {'wait p90':>9}"]
     for team in sorted(hours, key=lambda k: -cost[k]):
         util = used[team] / (hours[team] * 3600) if hours[team] else 0.0
-        eff = compute.effective_cost(cost[team], used[team])
+        eff = compute.effective_cost_per_utilized_hour(cost[team], used[team])
         p50, p90 = waits.get(team, (0.0, 0.0))
         lines.append(f"{team:<12} {hours[team]:>10.1f} {util:>6.1%} {cost[team]:>10.2f} "
                      f"{eff if eff is not None else 0:>9.2f} {p50 / 60:>8.1f}m "

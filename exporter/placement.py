@@ -19,8 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from exporter.sources.dcgm import DeviceReading
-from exporter.sources.kube import NodeInfo, PodInfo
+from exporter.records import DeviceReading, NodeInfo, PodInfo
 
 
 class Placement:

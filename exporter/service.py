@@ -11,36 +11,31 @@ the wall clock or on the simulator's virtual clock.
 from __future__ import annotations
 
 import asyncio
-import collections
 import gc
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from exporter import compute, logs, memory
 from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, Window, decide
 from exporter.config import Config
 from exporter.errors import SourceError
+from exporter.families import DEVICE_READINGS, MetricsView
 from exporter.placement import Placement
 from exporter.prices import PriceBook
+from exporter.records import DeviceReading, NodeInfo, PodInfo, gpu_model
 from exporter.selectors import label_selector
-from exporter.sinks.prometheus import (
-    DEVICE_READINGS,
-    QUEUE_BUCKETS,
-    Exposition,
-    MetricsView,
-    render_parts,
-)
+from exporter.sinks.prometheus import Exposition, render_parts
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
-from exporter.sources.dcgm import DcgmSource, DeviceReading, TargetScrape
-from exporter.sources.kube import KubeSource, NodeInfo, PodInfo, deleted_pod, gpu_model
+from exporter.sources.dcgm import DcgmSource, TargetScrape
+from exporter.sources.kube import KubeSource, deleted_pod
 from exporter.sources.prometheus_api import PrometheusApiSource
+from exporter.totals import SourceHealth, Totals
 
 if TYPE_CHECKING:
     from exporter.scheduled_report import ReportStats
@@ -67,13 +62,6 @@ GC_THRESHOLDS = (100_000, 50, 50)
 reference counts: at Python's thresholds the collector ran about 50 times a cycle and cost
 0.05-0.2 s CPU of each; at these, under 0.01 s on average."""
 
-KEEP_ENDED_PODS = 10_000
-"""Pods gone from the cluster whose per-pod sums ``Totals`` keeps."""
-
-GroupKey = tuple[str, str, str, str, str, str]
-"""(state, namespace, team, pool, accelerator, provisioning)"""
-
-
 def _mean_fields(samples: Sequence[Mapping[str, float]]) -> Mapping[str, float]:
     """One sample of a pod's GPUs: the mean of each signal field over them (of the
     clock-event reasons, every GPU's bits)."""
@@ -91,131 +79,6 @@ def _mean_fields(samples: Sequence[Mapping[str, float]]) -> Mapping[str, float]:
             else:
                 out[name] = sum(values) / len(values)
     return out
-
-
-@dataclass(slots=True)
-class WaitHistogram:
-    buckets: list[float] = field(default_factory=lambda: [0.0] * len(QUEUE_BUCKETS))
-    count: float = 0.0
-    total: float = 0.0
-
-    def observe(self, seconds: float) -> None:
-        for i, bound in enumerate(QUEUE_BUCKETS):
-            if seconds <= bound:
-                self.buckets[i] += 1
-        self.count += 1
-        self.total += seconds
-
-
-@dataclass(slots=True)
-class Totals:
-    """Running sums since start: the counters behind /metrics and the e2e checks."""
-
-    gpu_seconds: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
-    utilized_seconds: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
-    cost_usd: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
-    pod_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    pod_utilized: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    pod_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    up_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    down_seconds: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
-    interruptions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    xid_events: dict[tuple[str, str], int] = field(default_factory=dict)
-    """(node, GPU UUID) -> times the GPU's last XID changed to a new code; 0 for every GPU
-    seen, so a first event is an increase."""
-    last_xid: dict[tuple[str, str], int] = field(default_factory=dict)
-    month: str = ""
-    """The UTC calendar month (``"2026-11"``) ``month_cost`` is of."""
-    month_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    """Team -> cost of its allocated GPUs this month: the warehouse's rows of the month
-    from before this run, then this run's intervals (by the month each starts in)."""
-    earlier_months: dict[tuple[str, str], float] = field(default_factory=dict)
-    """(month, team) -> cost the warehouse held at start (``seed_months``), until the
-    first cycle says which month it is."""
-    queue_hist: dict[tuple[str, str, str], WaitHistogram] = field(default_factory=dict)
-    """Queue waits of scheduled pods by (namespace, team, GPU model), each pod once."""
-    waited: set[str] = field(default_factory=set)
-    ended: collections.deque[str] = field(default_factory=collections.deque)
-    """Pods gone from the cluster, oldest first: the per-pod sums of the last
-    ``KEEP_ENDED_PODS`` are kept, the older ones dropped."""
-
-    def pod_ended(self, uid: str) -> None:
-        self.ended.append(uid)
-        while len(self.ended) > KEEP_ENDED_PODS:
-            old = self.ended.popleft()
-            for table in (self.pod_seconds, self.pod_utilized, self.pod_cost):
-                table.pop(old, None)
-
-    def observe_wait(self, uid: str, key: tuple[str, str, str], seconds: float) -> None:
-        if uid in self.waited:
-            return
-        self.waited.add(uid)
-        self.queue_hist.setdefault(key, WaitHistogram()).observe(seconds)
-
-    def add(self, rows: Sequence[compute.UsageRow]) -> None:
-        if rows:
-            self._month_of(rows[0].start)
-        month = self.month_cost
-        for r in rows:
-            d, o = r.device, r.owner
-            if d.state == "allocated" and r.cost_usd is not None and o is not None:
-                month[o.team] += r.cost_usd
-            key = (d.state, o.namespace if o else "", o.team if o else "", d.pool,
-                   d.accelerator, d.provisioning)
-            self.gpu_seconds[key] += r.seconds
-            if r.utilized_seconds is not None:
-                self.utilized_seconds[key] += r.utilized_seconds
-            if r.cost_usd is not None:
-                self.cost_usd[key] += r.cost_usd
-            if o is not None and o.uid:
-                self.pod_seconds[o.uid] += r.seconds
-                if r.utilized_seconds is not None:
-                    self.pod_utilized[o.uid] += r.utilized_seconds
-                if r.cost_usd is not None:
-                    self.pod_cost[o.uid] += r.cost_usd
-            # availability per physical GPU: MIG instances add up to their GPU
-            if d.state == "unavailable":
-                self.down_seconds[(d.gpu_uuid, d.reason or "unknown")] += r.seconds
-            else:
-                self.up_seconds[d.gpu_uuid] += r.seconds
-
-    def seed_months(self, earlier: Mapping[tuple[str, str], float]) -> None:
-        """Go on from the cost of each (month, team) the warehouse held before this run:
-        into this month's figure if the cycles have begun one, else kept for the first."""
-        if not self.month:
-            self.earlier_months = dict(earlier)
-            return
-        for (m, team), usd in earlier.items():
-            if m == self.month:
-                self.month_cost[team] += usd
-
-    def _month_of(self, start: float) -> None:
-        """Begin the month of an interval starting at ``start`` if it is a new one: from
-        the warehouse's figures for it at the first cycle, from 0 on a change of month."""
-        month = time.strftime("%Y-%m", time.gmtime(start))
-        if month == self.month:
-            return
-        first = not self.month
-        self.month = month
-        self.month_cost = defaultdict(float)
-        if first:
-            for (m, team), usd in self.earlier_months.items():
-                if m == month:
-                    self.month_cost[team] += usd
-        self.earlier_months = {}
-
-
-@dataclass(slots=True)
-class SourceHealth:
-    up: dict[tuple[str, str], bool] = field(default_factory=dict)
-    duration: dict[tuple[str, str], float] = field(default_factory=dict)
-    errors: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
-    error_reasons: dict[tuple[str, str, str], int] = field(
-        default_factory=lambda: defaultdict(int))
-    """(source, target, ``SourceError.label``) -> errors; the rest of ``errors`` has none."""
-    rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    last_success: dict[tuple[str, str], float] = field(default_factory=dict)
-    """(source, target) -> the cycle time of its last answer."""
 
 
 class Exporter:
@@ -462,6 +325,11 @@ class Exporter:
         self._warehouse_thread.shutdown(wait=False)
 
     @property
+    def view(self) -> MetricsView | None:
+        """What the last cycle shows; None before the first."""
+        return self._view_now
+
+    @property
     def metrics_parts(self) -> Exposition:
         """The exposition of the last cycle, rendered at most once per cycle. It is kept as
         the pieces it is made of (lines that live from cycle to cycle anyway), never joined:
@@ -604,13 +472,14 @@ class Exporter:
         for key, d in down.items():
             self.open_incidents.setdefault(key, (now, d.node, d.pool))
         reported = {d.node for d in states}
-        for key in [k for k in self.open_incidents if k not in down]:
-            start, node, pool = self.open_incidents[key]
+        for ended in [k for k in self.open_incidents if k not in down]:
+            start, node, pool = self.open_incidents[ended]
             if node in unknown or (node in nodes and node not in reported):
                 continue  # cannot tell yet: no answer covered its node this cycle
-            del self.open_incidents[key]
+            del self.open_incidents[ended]
             if self.warehouse is not None:
-                self.warehouse.add_event(node, pool, key[0], key[1], start, now)
+                gpu_uuid, reason = ended
+                self.warehouse.add_event(node, pool, gpu_uuid, reason, start, now)
 
     def _queue(self, now: float) -> None:
         waited = self.totals.waited

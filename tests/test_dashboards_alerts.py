@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.families import FAMILIES, exposed_names
+
 ROOT = Path(__file__).parents[1]
 ALERTS, DASHBOARDS = ROOT / "alerts", ROOT / "dashboards"
 RULES: dict[str, Any] = yaml.safe_load((ALERTS / "rules.yaml").read_text())
@@ -53,19 +55,8 @@ def panel_exprs(**chosen: str) -> list[tuple[str, str, str]]:
 
 
 def exported_metrics() -> set[str]:
-    """Every series name the exporter can expose (its catalogue, from the source)."""
-    source = (ROOT / "exporter" / "sinks" / "prometheus.py").read_text()
-    names = set()
-    for kind, name in re.findall(r'(Counter|Gauge|Histogram|counter|gauge)(?:MetricFamily)?'
-                                 r'\(P \+ "(\w+)"', source):
-        kind = kind.capitalize()
-        base = "gke_gpu_" + name
-        names |= {f"{base}_total"} if kind == "Counter" else \
-            {f"{base}_bucket", f"{base}_sum", f"{base}_count"} if kind == "Histogram" else {base}
-    from exporter.sinks.prometheus import DEVICE_READINGS
-
-    names |= {"gke_gpu_" + name for name, *_ in DEVICE_READINGS}
-    return names
+    """Every series name the exporter can expose (its catalogue)."""
+    return {name for family in FAMILIES for name in exposed_names(family)}
 
 
 def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

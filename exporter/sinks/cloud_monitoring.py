@@ -1,10 +1,10 @@
 """Write the exporter's figures to Cloud Monitoring as custom metrics.
 
-Each written family of ``/metrics`` becomes ``custom.googleapis.com/gke_gpu/<family>`` (the
-``gke_gpu_`` prefix and a counter's ``_total`` dropped) on the cluster's ``k8s_cluster``
-resource; the series' other labels become metric labels (empty ones omitted, as
-Prometheus omits them). Gauges are GAUGE points; counters are CUMULATIVE from the exporter's
-start, when they were zero. Histograms are not written.
+Each written family of the catalogue (``exporter.families``) becomes
+``custom.googleapis.com/gke_gpu/<family>`` on the cluster's ``k8s_cluster`` resource; the
+samples' other labels become metric labels (empty ones omitted, as Prometheus omits them).
+Gauges are GAUGE points; counters are CUMULATIVE from the exporter's start, when they were
+zero. Histograms are not written.
 
 At most one snapshot is written per ``interval`` (Cloud Monitoring takes one point per
 series every 5 s), in CreateTimeSeries requests of at most 200 series, paced to stay under
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.backoff import Backoff
+from exporter.families import BY_NAME, Family, Kind, MetricsView, samples
 from exporter.logs import ctx
-from exporter.sinks.prometheus import series_labels
 
 if TYPE_CHECKING:
     from google.cloud.monitoring_v3 import MetricServiceAsyncClient
@@ -61,37 +61,20 @@ class Point:
     """One sample of a written family, before it becomes a TimeSeries."""
 
     family: str
-    kind: str  # gauge | counter
+    kind: Kind
     labels: tuple[tuple[str, str], ...]
     value: float
 
 
-def points(exposition: str, families: Sequence[str]) -> Iterator[Point]:
-    """The samples of the chosen families (names without prefix and ``_total``)."""
-    wanted = set(families)
-    kinds: dict[str, tuple[str, str]] = {}  # sample name -> (family, kind)
-    for line in exposition.split("\n"):
-        if not line:
-            continue
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ", 3)
-            family = name.removeprefix(PREFIX)
-            if kind == "counter":
-                family = family.removesuffix("_total")
-            if family in wanted and kind in ("gauge", "counter"):
-                kinds[name] = (family, kind)
-                if kind == "counter":  # TYPE may name the family with or without _total
-                    kinds[name.removesuffix("_total") + "_total"] = (family, kind)
-            continue
-        if line[0] == "#":
-            continue
-        key, _, value = line.rpartition(" ")
-        if key.partition("{")[0] not in kinds:
-            continue
-        name, labels = series_labels(key)
-        labels.pop("cluster", None)  # the resource's
-        family, kind = kinds[name]
-        yield Point(family, kind, tuple(sorted(labels.items())), float(value))
+def points(view: MetricsView, families: Sequence[Family]) -> Iterator[Point]:
+    """The samples of the chosen families (gauges and counters) this cycle; the cluster
+    label is the resource's, empty labels are left out."""
+    for family in families:
+        names = family.labels
+        for values, value in samples(view, family):
+            labels = tuple(sorted((k, v) for k, v in zip(names, values, strict=True)
+                                  if v and k != "cluster"))
+            yield Point(family.name, family.kind, labels, float(value))
 
 
 class CloudMonitoringWriter:
@@ -104,7 +87,7 @@ class CloudMonitoringWriter:
         self._name = f"projects/{project}"
         self._resource = {"type": "k8s_cluster", "labels": {
             "project_id": project, "location": location, "cluster_name": cluster}}
-        self._families = list(families)
+        self._families = [BY_NAME[name] for name in families]
         self._started = started
         self._interval = interval
         self._batch = min(batch_size, MAX_SERIES_PER_REQUEST)
@@ -118,14 +101,14 @@ class CloudMonitoringWriter:
         self.stats = CloudMonitoringStats(project=self._name)
         self._logged: set[str] = set()
 
-    def add_cycle(self, exposition: str, now: float) -> None:
+    def add_cycle(self, view: MetricsView, now: float) -> None:
         """Offer one cycle's figures at ``now``; taken at most once per interval."""
         if self._last_taken is not None and now - self._last_taken < self._interval:
             return
         self._last_taken = now
         if self._pending is not None:
             self.stats.points_dropped += len(self._pending[1])
-        self._pending = (now, list(points(exposition, self._families)))
+        self._pending = (now, list(points(view, self._families)))
         self._wake.set()
 
     async def run(self) -> None:

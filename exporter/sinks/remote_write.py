@@ -1,11 +1,12 @@
 """Push the exporter's series to a Prometheus remote-write 1.0 receiver.
 
-Each cycle's ``/metrics`` becomes one WriteRequest (protobuf, snappy block format) with the
-cycle's timestamp; a series that disappears gets a staleness marker, so a receiver stops
-showing it at once. Requests wait in a bounded queue (the oldest dropped and counted when
-it is full); 5xx and 429 answers are retried with capped backoff, other 4xx never (the
-request is dropped and counted: the receiver will not take it however often it is sent).
-Timestamps are strictly increasing per series.
+Each cycle's series (``families.series``: those ``/metrics`` shows) become one
+WriteRequest (protobuf, snappy block format) with the cycle's timestamp; a series that
+disappears gets a staleness marker, so a receiver stops showing it at once. Requests wait
+in a bounded queue (the oldest dropped and counted when it is full); 5xx and 429 answers
+are retried with capped backoff, other 4xx never (the request is dropped and counted: the
+receiver will not take it however often it is sent). Timestamps are strictly increasing
+per series.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from exporter.backoff import Backoff
+from exporter.families import MetricsView, series
 from exporter.logs import ctx
-from exporter.sinks.prometheus import series_labels
 
 log = logging.getLogger(__name__)
 
@@ -61,24 +62,15 @@ def _messages() -> tuple[Any, ...]:
 WriteRequest, TimeSeries, Label, Sample = _messages()
 
 
-def samples(exposition: str) -> dict[str, float]:
-    """Series line (name and labels, as printed) -> value, for every sample line."""
-    out = {}
-    for line in exposition.split("\n"):
-        if line and line[0] != "#":
-            key, _, value = line.rpartition(" ")
-            try:
-                out[key] = float(value)
-            except ValueError:
-                continue
-    return out
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+"""A series' name and labels (name-value pairs, empty labels left out)."""
 
 
-def _series(key: str, value: float, ts_ms: int) -> Any:
-    name, labels = series_labels(key)
+def _series(key: SeriesKey, value: float, ts_ms: int) -> Any:
+    name, labels = key
     ts = TimeSeries()
     ts.labels.add(name="__name__", value=name)
-    for k, v in sorted(labels.items()):
+    for k, v in sorted(labels):
         ts.labels.add(name=k, value=v)
     ts.samples.add(value=value, timestamp=ts_ms)
     return ts
@@ -102,16 +94,16 @@ class RemoteWriter:
         self._queue: collections.deque[bytes] = collections.deque()
         self._queue_size = queue_size
         self._backoff = backoff or Backoff(base=0.5, cap=30.0)
-        self._last: dict[str, float] = {}
+        self._last: dict[SeriesKey, float] = {}
         self._last_ts = 0
         self._wake = asyncio.Event()
         self.stats = RemoteWriteStats()
 
-    def add_cycle(self, exposition: str, now: float) -> None:
+    def add_cycle(self, view: MetricsView, now: float) -> None:
         """Queue one cycle's series at ``now`` (seconds), with staleness markers for the
         series the previous cycle had and this one has not."""
         ts = max(int(now * 1000), self._last_ts + 1)  # strictly increasing
-        current = samples(exposition)
+        current = {(s.name, s.labels): s.value for s in series(view)}
         req = WriteRequest()
         for key, value in current.items():
             req.timeseries.append(_series(key, value, ts))

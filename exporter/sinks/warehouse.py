@@ -59,6 +59,7 @@ import duckdb
 from exporter import duck
 from exporter.bottleneck import CLOCK_REASONS
 from exporter.compute import XID, DeviceIdentity, UsageRow
+from exporter.records import DELETED, PodInfo
 from exporter.sinks import outbox
 from exporter.sinks.batch_files import Encoded, at, literal, read_csv, write_csv, write_parquet
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
@@ -72,7 +73,6 @@ from exporter.sinks.schema import (
     Column,
     Table,
 )
-from exporter.sources.kube import DELETED, PodInfo
 
 _STAGE_TYPES = {
     "win": "DOUBLE", **dict.fromkeys((

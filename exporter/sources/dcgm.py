@@ -46,16 +46,13 @@ from typing import Any
 
 from exporter.catalog import FATAL_XIDS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
+from exporter.records import DeviceReading, PodOnDevice
 from exporter.sources import curl_transport as http
 
 BLANK_THRESHOLD = 9.2e18
 """DCGM's blank values (DCGM_INT64_BLANK and friends) start just above this."""
 MAX_LINE_BYTES = 64 * 1024
 MAX_DEVICES_PER_TARGET = 1024
-REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "duplicate",
-                            "too_long", "too_many_series", "unknown_node",
-                            "too_many_devices"})
-"""Why a sample is dropped."""
 IDENTITY_CACHE_SIZE = 16384
 """Label sets whose parse is remembered across scrapes: one per GPU of the fleet (8,000 at
 1,000 nodes), twice over for the pods that replace those running; about 600 bytes each."""
@@ -65,31 +62,6 @@ MAX_CACHED_LABELS = 1024
 _POD_KEYS = (("exported_pod", "exported_namespace", "exported_container"),
              ("pod", "namespace", "container"),
              ("pod_name", "pod_namespace", "container_name"))
-
-
-@dataclass(frozen=True, slots=True)
-class PodOnDevice:
-    namespace: str
-    pod: str
-    container: str
-
-
-@dataclass(slots=True)
-class DeviceReading:
-    """One DCGM entity in one scrape: identity, the pods on it, and its field values."""
-
-    uuid: str
-    gpu_index: str
-    hostname: str
-    model_name: str
-    mig_profile: str | None
-    mig_instance: str | None
-    pods: list[PodOnDevice] = field(default_factory=list)
-    fields: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def device_id(self) -> str:
-        return self.uuid if self.mig_instance is None else f"{self.uuid}/{self.mig_instance}"
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -33,15 +33,13 @@ import aiohttp
 from exporter.backoff import Backoff
 from exporter.errors import SourceDataError, SourceError, SourceTimeout, SourceUnavailable
 from exporter.logs import Episodes, ctx
+from exporter.records import DELETED, NodeInfo, PodInfo
 from exporter.sources.kube_client import CredentialError, KubeClient
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
-KUBE_ERROR_REASONS = frozenset({"http_403", "http_429", "http_503", "refused", "timeout",
-                                "bad_answer"})
-"""The errors a watch most often meets, exported from zero (others as they happen)."""
 PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces"}
 """Each kind's collection, at the cluster scope."""
 
@@ -50,51 +48,6 @@ def _ts(value: str | None) -> float | None:
     if not value:
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    name: str
-    pool: str
-    accelerator: str | None
-    provisioning: str  # "spot" or "on-demand"
-    zone: str
-    instance_type: str
-    ready: bool
-    capacity_gpus: int
-    allocatable_gpus: int
-    clients_per_gpu: int
-    """``max-shared-clients-per-gpu`` on time-shared nodes, else 1."""
-    mig_profile: str | None
-    address: str
-
-
-@dataclass(frozen=True, slots=True)
-class PodInfo:
-    uid: str
-    namespace: str
-    name: str
-    node: str | None
-    phase: str
-    gpus: int
-    created: float
-    scheduled: float | None
-    finished: float | None
-    labels: dict[str, str]
-    workload: str
-    owner_kind: str
-    priority: int
-    priority_class: str
-    queue: str | None
-    accelerator: str | None
-    reason: str | None
-    """Why it ended: container termination reason, or the pod's (e.g. ``Terminated`` for a
-    spot preemption, ``NodeLost``)."""
-    container_ports: dict[str, int] = field(default_factory=dict)
-    ip: str | None = None
-    deleted: float | None = None
-    """``metadata.deletionTimestamp``: when a graceful deletion will have ended it; absent
-    on a pod removed at once (forced, or never scheduled)."""
 
 
 def node_info(obj: Obj) -> NodeInfo:
@@ -172,19 +125,6 @@ def pod_info(obj: Obj) -> PodInfo:
     )
 
 
-def gpu_model(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> str:
-    """The GPU model of a pod: the one its ``cloud.google.com/gke-accelerator`` nodeSelector
-    names, else that of the node it was scheduled on; "" for a pod that names none and is
-    not (or no longer) on a known node, e.g. a pending one."""
-    if pod.accelerator:
-        return pod.accelerator
-    node = nodes.get(pod.node) if pod.node else None
-    return (node.accelerator or "") if node is not None else ""
-
-
-DELETED = "Deleted"
-"""The phase a pod deleted before it ended keeps for good (Kubernetes has no word for it:
-its last phase was Pending, Running or Unknown)."""
 _ENDED = frozenset({"Succeeded", "Failed", DELETED})
 
 

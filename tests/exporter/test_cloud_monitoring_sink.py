@@ -16,6 +16,7 @@ import aiohttp
 import grpc
 
 from exporter.backoff import Backoff
+from exporter.families import MetricsView
 from exporter.google_monitoring import metric_client
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from simulator.exposition import render_node
@@ -23,30 +24,20 @@ from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.cloud_monitoring_fake import FakeMetricService
 from tests.conftest import start_exporter
+from tests.exporter.views import gpus_up, view_of
 from tests.sources.test_cloud_monitoring import gmp_series
 
 T0 = 1_800_000_000.0
 STARTED = T0 - 3600
 
 
-def exposition(pending: int, cost: float = 1.0) -> str:
-    """A /metrics text with ``pending`` gauge series, one counter and a histogram."""
-    lines = ["# HELP gke_gpu_pending_pods GPU pods waiting to be scheduled.",
-             "# TYPE gke_gpu_pending_pods gauge"]
-    lines += [f'gke_gpu_pending_pods{{cluster="prod",namespace="ns-{i}",team="t",model=""}} {i}'
-              for i in range(pending)]
-    lines += ["# HELP gke_gpu_cost_usd GPU cost.", "# TYPE gke_gpu_cost_usd counter",
-              f'gke_gpu_cost_usd_total{{cluster="prod",namespace="ml",state="allocated"}} {cost}',
-              "# HELP gke_gpu_queue_wait_seconds Queue wait.",
-              "# TYPE gke_gpu_queue_wait_seconds histogram",
-              'gke_gpu_queue_wait_seconds_bucket{cluster="prod",le="+Inf"} 3',
-              'gke_gpu_queue_wait_seconds_sum{cluster="prod"} 30',
-              'gke_gpu_queue_wait_seconds_count{cluster="prod"} 3']
-    return "\n".join(lines) + "\n"
+def snapshot(gpus: int, cost: float = 1.0) -> MetricsView:
+    """A cycle with ``gpus`` up-time series (a counter each) and one owner's cost."""
+    return view_of(gpus_up(gpus, cost))
 
 
 def writer(address: str, **kw: Any) -> CloudMonitoringWriter:
-    args: dict[str, Any] = {"families": ["pending_pods", "cost_usd", "queue_wait_seconds"],
+    args: dict[str, Any] = {"families": ["up_seconds", "cost_usd"],
                             "started": STARTED, "interval": 60.0, "requests_per_second": 1000.0,
                             "backoff": Backoff(base=0.01, cap=0.05)}
     args.update(kw)
@@ -70,18 +61,20 @@ async def test_a_snapshot_is_written_in_batches_of_at_most_200(
         metric_service: tuple[FakeMetricService, str]) -> None:
     service, address = metric_service
     w = writer(address)
-    w.add_cycle(exposition(450), T0)
+    w.add_cycle(snapshot(450), T0)
     await drain(w, lambda: w.stats.points_written == 451)
-    assert [n for _, n in service.creates] == [200, 200, 51]   # the histogram is not written
+    assert [n for _, n in service.creates] == [200, 200, 51]
     key = next(k for k in service.written if k[0] == "custom.googleapis.com/gke_gpu/cost_usd")
     (point,) = service.written[key]
     assert point.interval.start_time.seconds == STARTED and point.interval.end_time.seconds == T0
     assert dict(key[3]) == {"project_id": "gpu-prod-1", "location": "us-central1",
                             "cluster_name": "prod"} and key[2] == "k8s_cluster"
-    assert dict(key[1]) == {"namespace": "ml", "state": "allocated"}
+    assert dict(key[1]) == {"state": "allocated", "namespace": "ml", "team": "ml",
+                            "pool": "a100", "model": "nvidia-tesla-a100",
+                            "provisioning": "on-demand"}
     # the next interval's snapshot; one offered before the interval is over is not taken
-    w.add_cycle(exposition(450, cost=2.0), T0 + 30)
-    w.add_cycle(exposition(450, cost=3.0), T0 + 60)
+    w.add_cycle(snapshot(450, cost=2.0), T0 + 30)
+    w.add_cycle(snapshot(450, cost=3.0), T0 + 60)
     await drain(w, lambda: w.stats.points_written == 902)
     assert [p.value.double_value for p in service.written[key]] == [1.0, 3.0]
     assert w.stats.points_refused == 0 and w.stats.points_dropped == 0
@@ -90,7 +83,7 @@ async def test_a_snapshot_is_written_in_batches_of_at_most_200(
 async def test_requests_are_paced(metric_service: tuple[FakeMetricService, str]) -> None:
     service, address = metric_service
     w = writer(address, batch_size=10, requests_per_second=50.0)
-    w.add_cycle(exposition(49), T0)
+    w.add_cycle(snapshot(49), T0)
     await drain(w, lambda: w.stats.points_written == 50)
     times = [t for t, _ in service.creates]
     assert len(times) == 5 and min(b - a for a, b in itertools.pairwise(times)) >= 0.015
@@ -101,7 +94,7 @@ async def test_failures_that_may_pass_are_retried(
     service, address = metric_service
     service.create_errors = [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED]
     w = writer(address)
-    w.add_cycle(exposition(3), T0)
+    w.add_cycle(snapshot(3), T0)
     await drain(w, lambda: w.stats.points_written == 4)
     assert w.stats.retries == 2 and w.stats.up and len(service.written) == 4
 
@@ -111,7 +104,7 @@ async def test_refused_series_are_counted_and_never_retried(
     service, address = metric_service
     service.refuse = {"custom.googleapis.com/gke_gpu/cost_usd"}
     w = writer(address)
-    w.add_cycle(exposition(3), T0)
+    w.add_cycle(snapshot(3), T0)
     await drain(w, lambda: w.stats.points_written + w.stats.points_refused == 4)
     await asyncio.sleep(0.1)
     assert (w.stats.points_written, w.stats.points_refused, w.stats.retries) == (3, 1, 0)
@@ -133,10 +126,10 @@ async def test_a_newer_snapshot_supersedes_one_that_cannot_be_written(
     w = writer(address)
     task = asyncio.create_task(w.run())
     try:
-        w.add_cycle(exposition(3), T0)
+        w.add_cycle(snapshot(3), T0)
         await asyncio.sleep(0.3)
         assert not w.stats.up and w.stats.retries > 0
-        w.add_cycle(exposition(3, cost=9.0), T0 + 60)
+        w.add_cycle(snapshot(3, cost=9.0), T0 + 60)
         await _until(lambda: w.stats.points_dropped >= 4)  # the old one gives way
         service.create_errors.clear()
         await _until(lambda: w.stats.points_written >= 4)

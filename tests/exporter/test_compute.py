@@ -65,8 +65,9 @@ def test_team(pod_labels: dict[str, str], ns_labels: dict[str, str], team: str) 
     (10.0, 1800.0, 20.0),       # half used: a useful GPU-hour costs twice as much
     (10.0, 0.0, None),          # never used: no effective cost, not infinity
 ])
-def test_effective_cost(cost: float, utilized: float, expected: float | None) -> None:
-    assert compute.effective_cost(cost, utilized) == expected
+def test_effective_cost_per_utilized_hour(cost: float, utilized: float,
+                                          expected: float | None) -> None:
+    assert compute.effective_cost_per_utilized_hour(cost, utilized) == expected
 
 
 def node(name: str = "n1", **kw: Any) -> NodeInfo:
@@ -244,7 +245,8 @@ def test_zero_utilisation_costs_but_has_no_effective_cost() -> None:
         pods=("a",), DCGM_FI_PROF_GR_ENGINE_ACTIVE=0.0)]}), 0.0, 3600.0)
     (r,) = rows
     assert r.cost_usd == pytest.approx(0.7) and r.utilized_seconds == 0.0
-    assert compute.effective_cost(r.cost_usd or 0, r.utilized_seconds or 0) is None
+    assert compute.effective_cost_per_utilized_hour(r.cost_usd or 0,
+                                                    r.utilized_seconds or 0) is None
 
 
 def test_pod_deleted_mid_interval_keeps_its_share() -> None:

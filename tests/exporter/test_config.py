@@ -49,6 +49,10 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
     ("cloud_monitoring: {enabled: true, project: my-proj-1}",
      "cloud_monitoring.project and .location are required"),
     ("cloud_monitoring: {interval: 5s}", "cloud_monitoring.interval must be at least 10 s"),
+    ("cloud_monitoring: {families: [cost_usd, cost_usdd]}",
+     "cloud_monitoring.families: no gauge or counter named 'cost_usdd'"),
+    ("cloud_monitoring: {families: [queue_wait_seconds]}",   # a histogram: not written
+     "cloud_monitoring.families: no gauge or counter named 'queue_wait_seconds'"),
     ("log_level: loud", "log_level: Input should be 'debug', 'info', 'warning' or 'error'"),
     ("kubernetes: {watchdog: 5m, max_staleness: 5m}",
      "kubernetes.max_staleness must be longer than kubernetes.watchdog plus "

@@ -17,8 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import http_app, open_exporter
-from exporter.config import CLOUD_MONITORING_FAMILIES
 from exporter.demo import caught_up, demo_config, step_both
+from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, READING_LABELS, series
 from exporter.scheduled_report import ReportStats
 from exporter.service import Exporter
 from exporter.sinks.cloud_monitoring import points
@@ -143,14 +143,28 @@ async def test_cloud_monitoring_writes_catalogue_families(
     ``_total``; cluster goes to the resource and empty labels are no labels."""
     _, exporter = running
     text = exporter.metrics_text.decode()
-    for f in CLOUD_MONITORING_FAMILIES:
+    for f in CLOUD_MONITORING_DEFAULT:
         assert f"# TYPE gke_gpu_{f} gauge" in text or f"# TYPE gke_gpu_{f}_total counter" in text
-    got = list(points(text, CLOUD_MONITORING_FAMILIES))
+    assert exporter.view is not None
+    got = list(points(exporter.view, [BY_NAME[f] for f in CLOUD_MONITORING_DEFAULT]))
     assert {"cost_usd", "gpu_seconds", "up_seconds", "cluster_available_gpus"} <= \
         {p.family for p in got}
     assert {p.kind for p in got if p.family == "cost_usd"} == {"counter"}
     assert {p.kind for p in got if p.family == "pending_gpus"} <= {"gauge"}
     assert all("cluster" not in dict(p.labels) and all(v for _, v in p.labels) for p in got)
+
+
+async def test_the_structured_series_are_those_of_the_text(
+        running: tuple[SimulatorServer, Exporter]) -> None:
+    """What remote write sends (``families.series``) is what /metrics shows, series for
+    series, empty labels left out as Prometheus leaves them out."""
+    _, exporter = running
+    assert exporter.view is not None
+    shown = {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if v)), s.value)
+             for fam in text_string_to_metric_families(exporter.metrics_text.decode())
+             for s in fam.samples}
+    structured = {(s.name, tuple(sorted(s.labels)), s.value) for s in series(exporter.view)}
+    assert structured == shown and len(shown) > 400
 
 
 async def test_failing_target_is_absent_not_zero_and_comes_back(
@@ -268,8 +282,6 @@ async def test_each_physical_gpu_has_its_dcgm_readings_once(
         running: tuple[SimulatorServer, Exporter]) -> None:
     """Temperature, power and SM clock as DCGM reads them, one series per GPU (a MIG
     GPU's instances share it), labelled as the per-GPU dashboard chooses."""
-    from exporter.sinks.prometheus import READING_LABELS
-
     _, exporter = running
     fams = families(exporter.metrics_text)
     gpus = {d.gpu_uuid for d in exporter.states}

@@ -11,7 +11,7 @@ from typing import Any
 from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.durations import parse_duration
-from exporter.sinks.prometheus import QUEUE_BUCKETS
+from exporter.totals import QUEUE_BUCKETS
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import scenario_data

@@ -13,11 +13,14 @@ import pytest
 from aiohttp import web
 
 from exporter.backoff import Backoff
-from exporter.sinks.remote_write import RemoteWriter, samples
+from exporter.sinks.remote_write import RemoteWriter
 from tests.conftest import start_prometheus
+from tests.exporter.views import gpus_up, view_of
 
-TWO = 'gke_gpu_test_ratio{cluster="c",uuid="a"} 1\ngke_gpu_test_ratio{cluster="c",uuid="b"} 2\n'
-ONE = '# HELP gke_gpu_test_ratio A test.\ngke_gpu_test_ratio{cluster="c",uuid="a"} 3\n'
+TWO = view_of(gpus_up(2, start=1))
+"""GPUs gpu-1 and gpu-2, up 1 and 2 seconds."""
+ONE = view_of(gpus_up(1, start=3))
+"""GPU gpu-3 only, up 3 seconds."""
 
 
 @pytest.fixture
@@ -44,10 +47,6 @@ async def query(url: str, expr: str, at: float) -> dict[str, float]:
     return {x["metric"]["uuid"]: float(x["value"][1]) for x in result}
 
 
-def test_exposition_lines_become_samples() -> None:
-    assert samples(ONE + "bad line\n") == {'gke_gpu_test_ratio{cluster="c",uuid="a"}': 3.0}
-
-
 async def test_values_arrive_and_a_vanished_series_goes_stale(prometheus: str) -> None:
     now = time.time()
     async with aiohttp.ClientSession() as s:
@@ -56,9 +55,10 @@ async def test_values_arrive_and_a_vanished_series_goes_stale(prometheus: str) -
         writer.add_cycle(ONE, now - 30)
         await drain(writer)
         assert (writer.stats.requests_sent, writer.stats.requests_dropped) == (2, 0)
-        assert await query(prometheus, "gke_gpu_test_ratio", now - 45) == {"a": 1, "b": 2}
-        # b got a staleness marker: gone at once, not for the 5-minute lookback
-        assert await query(prometheus, "gke_gpu_test_ratio", now - 20) == {"a": 3}
+        up = "gke_gpu_up_seconds_total"
+        assert await query(prometheus, up, now - 45) == {"gpu-1": 1, "gpu-2": 2}
+        # gpu-1 and gpu-2 got a staleness marker: gone at once, not for the 5-minute lookback
+        assert await query(prometheus, up, now - 20) == {"gpu-3": 3}
         # a sample older than what the receiver has is refused (400): dropped, not retried
         late = RemoteWriter(s, f"{prometheus}/api/v1/write")
         late.add_cycle(ONE, now - 50)

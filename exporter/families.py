@@ -1,0 +1,699 @@
+"""The ``/metrics`` catalogue: every family the exporter exposes, declared once.
+
+``FAMILIES`` is a table, in exposition order: each family's name, type, unit, help, labels
+and the function that yields its samples from one cycle's ``MetricsView``. Everything that
+shows the exporter's series reads it: the text exposition (``sinks.prometheus``), remote
+write and Cloud Monitoring (through ``series`` and ``samples``, never the rendered text),
+the metric reference in ``docs/metrics.md``, the configuration's check of
+``cloud_monitoring.families`` and the dashboard and alert tests.
+
+Every family is built afresh from the cycle's view, so series of deleted pods and nodes
+vanish by themselves; unknown values are absent, never zero. Base units, ratios 0-1,
+counters end in ``_total``.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Literal
+
+from exporter import __version__, compute
+from exporter.records import KUBE_ERROR_REASONS, REJECT_REASONS, NodeInfo, PodInfo, gpu_model
+from exporter.totals import QUEUE_BUCKETS, GroupKey, SourceHealth, Totals
+
+if TYPE_CHECKING:
+    from exporter.bottleneck import Diagnosis
+    from exporter.scheduled_report import ReportStats
+    from exporter.sinks.bigquery import BigQueryStats
+    from exporter.sinks.cloud_monitoring import CloudMonitoringStats
+    from exporter.sinks.remote_write import RemoteWriteStats
+    from exporter.sources.kube import KubeSource
+
+PREFIX = "gke_gpu_"
+Kind = Literal["gauge", "counter", "histogram"]
+Labels = tuple[str, ...]
+"""A sample's label values, in the order of its family's ``labels``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Buckets:
+    """A histogram sample: cumulative counts per upper bound (``+Inf`` last), and the sum
+    of the observations."""
+
+    counts: tuple[tuple[str, float], ...]
+    sum: float
+
+    @property
+    def count(self) -> float:
+        return self.counts[-1][1]
+
+
+Sample = tuple[Labels, float]
+HistogramSample = tuple[Labels, Buckets]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsView:
+    """What one cycle shows: its device states, the Kubernetes objects and the running
+    totals, frozen at the cycle's end."""
+
+    cluster: str
+    now: float
+    states: Sequence[compute.DeviceState]
+    nodes: Mapping[str, NodeInfo]
+    pods: Sequence[PodInfo]
+    totals: Totals
+    health: SourceHealth
+    kube: KubeSource
+    diagnoses: Mapping[str, tuple[compute.Owner, Diagnosis]]
+    available_gpus: float | None
+    """None before the first list of nodes: unknown, not zero."""
+    cycle_seconds: float
+    owner: Callable[[PodInfo], compute.Owner]
+    rows_written: Mapping[str, int]
+    bigquery: BigQueryStats | None = None
+    bigquery_dataset: str = ""
+    budgets: Mapping[str, float] = field(default_factory=dict)
+    sla_target: float = 0.995
+    remote_write: RemoteWriteStats | None = None
+    cloud_monitoring: CloudMonitoringStats | None = None
+    rows_removed: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    report: ReportStats | None = None
+    kube_max_staleness: float = math.inf
+    """A Kubernetes kind whose last answer is older than this is down (a hung watch)."""
+
+
+def _always(_: MetricsView) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family: what it is called and means, and where its samples come from."""
+
+    name: str
+    """Without ``PREFIX``; a counter's without ``_total`` (``exposed`` has both)."""
+    kind: Kind
+    unit: str
+    """The samples' unit: seconds, bytes, usd, ratio, gpus, ... ("" for a count of
+    things the name says, or an info family's 1)."""
+    help: str
+    labels: Labels
+    samples: Callable[[MetricsView], Iterable[tuple[Labels, Any]]]
+    """The cycle's samples: (label values, value), the value a float, a histogram's
+    ``Buckets``."""
+    present: Callable[[MetricsView], bool] = _always
+    """Whether the family is exposed at all this cycle (a sink's own series while the
+    sink is configured); a present family with no sample still says what it is."""
+    cloud_monitoring: bool = False
+    """Written to Cloud Monitoring unless ``cloud_monitoring.families`` says otherwise."""
+
+    @property
+    def exposed(self) -> str:
+        """The name as exposed: prefixed, a counter's with ``_total``."""
+        return PREFIX + self.name + ("_total" if self.kind == "counter" else "")
+
+
+# ---------------------------------------------------------------------------- label sets
+
+DEVICE_LABELS = ("cluster", "node", "pool", "zone", "model", "provisioning", "gpu", "uuid",
+                 "mig_profile", "mig_instance")
+READING_LABELS = ("cluster", "node", "pool", "model", "gpu", "uuid")
+"""A reading is of the physical GPU (once, however many MIG instances it has), with the
+labels the drill-down chooses by: at 8,000 GPUs each label costs ~0.5 MB a scrape."""
+NODE_LABELS = ("cluster", "node", "pool", "model", "provisioning")
+QUEUE_LABELS = ("cluster", "namespace", "team", "model")
+GROUP_LABELS = ("cluster", "state", "namespace", "team", "pool", "model", "provisioning")
+COST_GROUP = ("cluster", "namespace", "team", "pool", "model", "provisioning")
+SOURCE_LABELS = ("cluster", "source", "target")
+BUILD_INFO = {"version": __version__, "python_version": platform.python_version(),
+              "duckdb_version": metadata.version("duckdb")}
+"""What is running: the exporter, the Python and the DuckDB (the warehouse file's format)."""
+
+DEVICE_READINGS = (
+    ("temperature_celsius", "DCGM_FI_DEV_GPU_TEMP", 1.0, "GPU temperature (DCGM)."),
+    ("power_watts", "DCGM_FI_DEV_POWER_USAGE", 1.0, "GPU power draw (DCGM)."),
+    ("sm_clock_hertz", "DCGM_FI_DEV_SM_CLOCK", 1e6, "GPU SM clock (DCGM, MHz x 1e6)."),
+)
+"""DCGM readings shown per GPU as they are, for the drill-down: (family, field, scale,
+help). Absent where dcgm-exporter does not collect the field."""
+
+
+def _per_view[T](build: Callable[[MetricsView], T]) -> Callable[[MetricsView], T]:
+    """``build`` once per view: the families it feeds share one pass over the view."""
+    last: list[tuple[MetricsView, T]] = []
+    lock = threading.Lock()
+
+    def get(v: MetricsView) -> T:
+        with lock:
+            if not last or last[0][0] is not v:
+                last[:] = [(v, build(v))]
+            return last[0][1]
+    return get
+
+
+# ---------------------------------------------------------------------------- devices
+
+
+@dataclass(slots=True)
+class _DeviceSamples:
+    utilization: list[Sample] = field(default_factory=list)
+    memory_used: list[Sample] = field(default_factory=list)
+    memory_total: list[Sample] = field(default_factory=list)
+    available: list[Sample] = field(default_factory=list)
+    state: list[Sample] = field(default_factory=list)
+    price: list[Sample] = field(default_factory=list)
+    allocation: list[Sample] = field(default_factory=list)
+    readings: tuple[list[Sample], ...] = field(
+        default_factory=lambda: tuple([] for _ in DEVICE_READINGS))
+
+
+@_per_view
+def _devices(v: MetricsView) -> _DeviceSamples:
+    """The per-device families, in one pass over the devices: ~13 samples per GPU."""
+    c = v.cluster
+    out = _DeviceSamples()
+    read = [(name, scale, add) for (_, name, scale, _), add
+            in zip(DEVICE_READINGS, (r.append for r in out.readings), strict=True)]
+    read_gpus: set[str] = set()
+    for d in v.states:
+        instance = d.device_id.rsplit("/", 1)[1] if "/" in d.device_id else ""
+        labels = (c, d.node, d.pool, d.zone, d.accelerator, d.provisioning, d.gpu_index,
+                  d.gpu_uuid, d.mig_profile or "", instance)
+        if d.utilization is not None:
+            out.utilization.append(((*labels, d.utilization_source or ""), d.utilization))
+        if d.memory_used_bytes is not None:
+            out.memory_used.append((labels, d.memory_used_bytes))
+        if d.memory_total_bytes is not None:
+            out.memory_total.append((labels, d.memory_total_bytes))
+        out.available.append((labels, 0.0 if d.state == "unavailable" else 1.0))
+        out.state.append(((*labels, d.state, d.reason or ""), 1.0))
+        if d.price_usd_per_hour is not None:
+            out.price.append((labels, d.price_usd_per_hour))
+        for o in d.owners:
+            out.allocation.append(((*labels, o.namespace, o.name, o.team, o.workload), 1.0))
+        if d.gpu_uuid in read_gpus:  # another MIG instance of a GPU already read
+            continue
+        fields = d.fields
+        reading = (c, d.node, d.pool, d.accelerator, d.gpu_index, d.gpu_uuid)
+        read_any = False
+        for name, scale, add in read:
+            x = fields.get(name)
+            if x is not None:
+                add((reading, x * scale))
+                read_any = True
+        if read_any:
+            read_gpus.add(d.gpu_uuid)
+    return out
+
+
+def _reading(i: int) -> Callable[[MetricsView], list[Sample]]:
+    return lambda v: _devices(v).readings[i]
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+@_per_view
+def _gpu_nodes(v: MetricsView) -> list[tuple[Labels, NodeInfo]]:
+    return [((v.cluster, n.name, n.pool, n.accelerator, n.provisioning), n)
+            for n in v.nodes.values() if n.accelerator]
+
+
+def _allocated(v: MetricsView) -> Iterator[Sample]:
+    requested: dict[str, int] = defaultdict(int)
+    for p in v.pods:
+        if p.node and p.phase in ("Running", "Pending") and p.scheduled is not None:
+            requested[p.node] += p.gpus
+    return ((labels, requested.get(n.name, 0)) for labels, n in _gpu_nodes(v))
+
+
+def _available_gpus(v: MetricsView) -> list[Sample]:
+    return [] if v.available_gpus is None else [((v.cluster,), v.available_gpus)]
+
+
+# ---------------------------------------------------------------------------- queue
+
+
+@dataclass(slots=True)
+class _Pending:
+    pods: dict[Labels, int] = field(default_factory=lambda: defaultdict(int))
+    gpus: dict[Labels, int] = field(default_factory=lambda: defaultdict(int))
+    oldest: dict[Labels, float] = field(default_factory=dict)
+
+
+@_per_view
+def _pending(v: MetricsView) -> _Pending:
+    out = _Pending()
+    for p in v.pods:
+        if p.gpus <= 0 or p.phase != "Pending" or p.scheduled is not None:
+            continue
+        key = (v.cluster, p.namespace, v.owner(p).team, gpu_model(p, v.nodes))
+        out.pods[key] += 1
+        out.gpus[key] += p.gpus
+        out.oldest[key] = max(out.oldest.get(key, 0.0), compute.queue_wait_seconds(p, v.now))
+    return out
+
+
+def _pending_of(table: Callable[[_Pending], Mapping[Labels, float]]
+                ) -> Callable[[MetricsView], list[Sample]]:
+    def samples(v: MetricsView) -> list[Sample]:
+        values = table(_pending(v))
+        return [(key, values[key]) for key in sorted(values)]
+    return samples
+
+
+def _queue_waits(v: MetricsView) -> Iterator[HistogramSample]:
+    hists = v.totals.queue_hist
+    for key in sorted(hists):
+        h = hists[key]
+        counts = [(str(b), h.buckets[i]) for i, b in enumerate(QUEUE_BUCKETS)]
+        counts.append(("+Inf", h.count))
+        yield (v.cluster, *key), Buckets(tuple(counts), h.total)
+
+
+# ---------------------------------------------------------------------------- cost
+
+
+def _by_group(table: Callable[[Totals], Mapping[GroupKey, float]]
+              ) -> Callable[[MetricsView], Iterator[Sample]]:
+    """A sample per owner group of ``table`` (the cost, GPU time or utilised time), in
+    the order of the groups' GPU time."""
+    def samples(v: MetricsView) -> Iterator[Sample]:
+        values = table(v.totals)
+        return (((v.cluster, *key), values[key]) for key in sorted(v.totals.gpu_seconds)
+                if key in values)
+    return samples
+
+
+def _effective_cost(v: MetricsView) -> Iterator[Sample]:
+    """Per owner group, allocated time only: ``compute.effective_cost_per_utilized_hour``
+    of the cost and utilised seconds summed since start."""
+    cost: dict[Labels, float] = defaultdict(float)
+    used: dict[Labels, float] = defaultdict(float)
+    t = v.totals
+    g: Labels
+    for key in sorted(t.gpu_seconds):
+        if key.state == "allocated":
+            g = (v.cluster, key.namespace, key.team, key.pool, key.accelerator,
+                 key.provisioning)
+            cost[g] += t.cost_usd.get(key, 0.0)
+            used[g] += t.utilized_seconds.get(key, 0.0)
+    for g in sorted(cost):
+        value = compute.effective_cost_per_utilized_hour(cost[g], used[g])
+        if value is not None:
+            yield g, value
+
+
+# ---------------------------------------------------------------------------- totals
+
+
+class _KeyOrder:
+    """A table's keys sorted, sorted again only when its keys change (8,000 GPUs' keys,
+    nearly always the same from one cycle to the next)."""
+
+    __slots__ = ("keys", "order")
+
+    def __init__(self) -> None:
+        self.keys: list[Any] = []
+        self.order: list[Any] = []
+
+    def __call__(self, table: Mapping[Any, float]) -> list[Any]:
+        keys = list(table)
+        if keys != self.keys:
+            self.keys, self.order = keys, sorted(keys)
+        return self.order
+
+
+def _sorted_by_key(table: Callable[[Totals], Mapping[Any, float]], nonzero: bool = False
+                   ) -> Callable[[MetricsView], Iterator[Sample]]:
+    """A sample per item of a table of the totals, sorted by key (a tuple key: its parts
+    as labels after the cluster); but zeros when ``nonzero``."""
+    order = _KeyOrder()
+
+    def samples(v: MetricsView) -> Iterator[Sample]:
+        items, c = table(v.totals), v.cluster
+        for key in order(items):
+            value = items[key]
+            if nonzero and not value:
+                continue
+            yield ((c, *key) if key.__class__ is tuple else (c, key)), value
+    return samples
+
+
+def _month_cost(v: MetricsView) -> Iterator[Sample]:
+    return (((v.cluster, team), usd) for team, usd in sorted(v.totals.month_cost.items()))
+
+
+def _budgets(v: MetricsView) -> Iterator[Sample]:
+    return (((v.cluster, team), usd) for team, usd in sorted(v.budgets.items()))
+
+
+def _bottlenecks(v: MetricsView) -> Iterator[Sample]:
+    return (((v.cluster, o.namespace, o.name, o.team, o.workload, diag.bottleneck), 1.0)
+            for o, diag in v.diagnoses.values())
+
+
+# ---------------------------------------------------------------------------- health
+
+
+def _source_up(v: MetricsView) -> Iterator[Sample]:
+    c, h = v.cluster, v.health
+    for (source, target), ok in sorted(h.up.items()):
+        yield (c, source, target), 1.0 if ok else 0.0
+    for kind, ok in sorted(v.kube.up.items()):
+        age = v.kube.age(kind)
+        fresh = age is None or age <= v.kube_max_staleness
+        yield (c, "kubernetes", kind), 1.0 if ok and fresh else 0.0
+    if v.bigquery is not None:
+        yield (c, "bigquery", v.bigquery_dataset), 1.0 if v.bigquery.up else 0.0
+    if v.cloud_monitoring is not None:
+        yield (c, "cloud_monitoring", v.cloud_monitoring.project), \
+            1.0 if v.cloud_monitoring.up else 0.0
+
+
+def _last_success(v: MetricsView) -> Iterator[Sample]:
+    c = v.cluster
+    for (source, target), t in sorted(v.health.last_success.items()):
+        yield (c, source, target), t
+    for kind, t in sorted(v.kube.last_success.items()):
+        yield (c, "kubernetes", kind), t
+    if v.bigquery is not None and v.bigquery.last_success is not None:
+        yield (c, "bigquery", v.bigquery_dataset), v.bigquery.last_success
+    cm = v.cloud_monitoring
+    if cm is not None and cm.last_success is not None:
+        yield (c, "cloud_monitoring", cm.project), cm.last_success
+
+
+def _scrape_duration(v: MetricsView) -> Iterator[Sample]:
+    h = v.health
+    return (((v.cluster, *key), h.duration[key]) for key, _ in sorted(h.up.items())
+            if key in h.duration)
+
+
+def _errors(v: MetricsView) -> Iterator[Sample]:
+    c, h = v.cluster, v.health
+    by_reason: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for (source, target, reason), n in h.error_reasons.items():
+        by_reason[(source, target)][reason] = n
+    for (source, target), n in sorted(h.errors.items()):
+        known = by_reason.get((source, target), {})
+        for reason, count in sorted(known.items()):
+            yield (c, source, target, reason), count
+        if n > sum(known.values()) or not known:
+            yield (c, source, target, "error"), n - sum(known.values())
+    for kind, st in sorted(v.kube.stats.items()):
+        for reason in sorted(KUBE_ERROR_REASONS | st.reasons.keys()):
+            yield (c, "kubernetes", kind, reason), st.reasons.get(reason, 0)
+    if v.bigquery is not None:
+        yield (c, "bigquery", v.bigquery_dataset, "error"), v.bigquery.errors
+
+
+def _relists(v: MetricsView) -> Iterator[Sample]:
+    for kind, st in sorted(v.kube.stats.items()):
+        yield (v.cluster, kind, "expired"), st.expired
+        yield (v.cluster, kind, "watchdog"), st.watchdog_relists
+
+
+def _rejected(v: MetricsView) -> Iterator[Sample]:
+    h = v.health
+    return (((v.cluster, reason), h.rejected.get(reason, 0))
+            for reason in sorted(REJECT_REASONS | h.rejected.keys()))
+
+
+def _rows_written(v: MetricsView) -> Iterator[Sample]:
+    for table, n in sorted(v.rows_written.items()):
+        yield (v.cluster, "duckdb", table), n
+    if v.bigquery is not None:
+        for table, n in sorted(dict(v.bigquery.rows_written).items()):
+            yield (v.cluster, "bigquery", table), n
+
+
+def _bigquery_on(v: MetricsView) -> bool:
+    return v.bigquery is not None
+
+
+def _bigquery_table(table: Callable[[BigQueryStats], Mapping[str, int]]
+                    ) -> Callable[[MetricsView], Iterator[Sample]]:
+    def samples(v: MetricsView) -> Iterator[Sample]:
+        assert v.bigquery is not None
+        return (((v.cluster, "bigquery", t), n)
+                for t, n in sorted(dict(table(v.bigquery)).items()))
+    return samples
+
+
+def _bigquery_value(value: Callable[[BigQueryStats], float]
+                    ) -> Callable[[MetricsView], list[Sample]]:
+    def samples(v: MetricsView) -> list[Sample]:
+        assert v.bigquery is not None
+        return [((v.cluster, "bigquery"), value(v.bigquery))]
+    return samples
+
+
+def _rows_removed(v: MetricsView) -> Iterator[Sample]:
+    return (((v.cluster, *key), n) for key, n in sorted(v.rows_removed.items()))
+
+
+def _report_runs(v: MetricsView) -> Iterator[Sample]:
+    assert v.report is not None
+    return (((v.cluster, outcome), n) for outcome, n in sorted(v.report.runs.items()))
+
+
+def _report_last_success(v: MetricsView) -> list[Sample]:
+    assert v.report is not None and v.report.last_success is not None
+    return [((v.cluster,), v.report.last_success)]
+
+
+def _remote_write_requests(v: MetricsView) -> list[Sample]:
+    rw = v.remote_write
+    assert rw is not None
+    return [((v.cluster, outcome), n) for outcome, n in (
+        ("sent", rw.requests_sent), ("dropped", rw.requests_dropped), ("retried", rw.retries))]
+
+
+def _remote_write_queue(v: MetricsView) -> list[Sample]:
+    assert v.remote_write is not None
+    return [((v.cluster,), v.remote_write.queued)]
+
+
+def _cloud_monitoring_points(v: MetricsView) -> list[Sample]:
+    cm = v.cloud_monitoring
+    assert cm is not None
+    return [((v.cluster, outcome), n) for outcome, n in (
+        ("written", cm.points_written), ("refused", cm.points_refused),
+        ("dropped", cm.points_dropped))]
+
+
+def _unpriced(v: MetricsView) -> Iterator[Sample]:
+    missing: dict[tuple[str, str], float] = defaultdict(float)
+    for d in v.states:
+        if d.price_usd_per_hour is None:
+            missing[(d.accelerator, d.provisioning)] += d.fraction
+    return (((v.cluster, *key), missing[key]) for key in sorted(missing))
+
+
+def _one(value: Callable[[MetricsView], float]) -> Callable[[MetricsView], list[Sample]]:
+    return lambda v: [((v.cluster,), value(v))]
+
+
+# ---------------------------------------------------------------------------- the table
+
+F = Family
+FAMILIES: tuple[Family, ...] = (
+    F("utilization_ratio", "gauge", "ratio", "GPU utilisation: DCGM GR engine active, else "
+      "GPU_UTIL/100 (source label says which).", (*DEVICE_LABELS, "source"),
+      lambda v: _devices(v).utilization),
+    F("memory_used_bytes", "gauge", "bytes", "GPU framebuffer memory in use.", DEVICE_LABELS,
+      lambda v: _devices(v).memory_used),
+    F("memory_total_bytes", "gauge", "bytes", "GPU framebuffer memory size.", DEVICE_LABELS,
+      lambda v: _devices(v).memory_total),
+    F("available", "gauge", "", "1 if the GPU is usable, 0 if it is unavailable (node not "
+      "Ready, GPU missing, fatal XID).", DEVICE_LABELS, lambda v: _devices(v).available),
+    F("state", "gauge", "", "1 for the GPU's allocation state: allocated, unallocated or "
+      "unavailable (with reason).", (*DEVICE_LABELS, "state", "reason"),
+      lambda v: _devices(v).state),
+    F("price_usd_per_hour", "gauge", "usd_per_hour", "Hourly price of the GPU (or MIG slice) "
+      "after discount.", DEVICE_LABELS, lambda v: _devices(v).price),
+    F("allocation_info", "gauge", "", "Which pod holds which GPU; one series per pod on a "
+      "time-shared GPU.", (*DEVICE_LABELS, "namespace", "pod", "team", "workload"),
+      lambda v: _devices(v).allocation),
+    *(F(name, "gauge", name.rsplit("_", 1)[1], doc, READING_LABELS, _reading(i))
+      for i, (name, _, _, doc) in enumerate(DEVICE_READINGS)),
+    F("node_capacity_gpus", "gauge", "gpus", "nvidia.com/gpu capacity of the node.",
+      NODE_LABELS, lambda v: ((labels, n.capacity_gpus) for labels, n in _gpu_nodes(v))),
+    F("node_allocatable_gpus", "gauge", "gpus", "nvidia.com/gpu the node offers to pods.",
+      NODE_LABELS, lambda v: ((labels, n.allocatable_gpus) for labels, n in _gpu_nodes(v)),
+      cloud_monitoring=True),
+    F("node_allocated_gpus", "gauge", "gpus", "nvidia.com/gpu requested by pods running on "
+      "the node.", NODE_LABELS, _allocated, cloud_monitoring=True),
+    F("node_ready", "gauge", "", "1 if the node is Ready.", NODE_LABELS,
+      lambda v: ((labels, 1.0 if n.ready else 0.0) for labels, n in _gpu_nodes(v))),
+    F("cluster_available_gpus", "gauge", "gpus", "Allocatable GPUs of Ready nodes minus "
+      "system-reserved, in physical GPUs.", ("cluster",), _available_gpus,
+      cloud_monitoring=True),
+    F("pending_pods", "gauge", "pods", "GPU pods waiting to be scheduled.", QUEUE_LABELS,
+      _pending_of(lambda p: p.pods), cloud_monitoring=True),
+    F("pending_gpus", "gauge", "gpus", "GPUs requested by pending pods.", QUEUE_LABELS,
+      _pending_of(lambda p: p.gpus), cloud_monitoring=True),
+    F("oldest_pending_seconds", "gauge", "seconds", "Age of the oldest pending GPU pod.",
+      QUEUE_LABELS, _pending_of(lambda p: p.oldest), cloud_monitoring=True),
+    F("queue_wait_seconds", "histogram", "seconds", "Time from pod creation to "
+      "PodScheduled=True, GPU pods scheduled since start.", QUEUE_LABELS, _queue_waits),
+    F("cost_usd", "counter", "usd", "GPU cost by allocation state and owner; unallocated "
+      "and unavailable time goes to the pool.", GROUP_LABELS, _by_group(lambda t: t.cost_usd),
+      cloud_monitoring=True),
+    F("gpu_seconds", "counter", "seconds", "GPU time by allocation state and owner (MIG "
+      "slices as their fraction, shared GPUs split).", GROUP_LABELS,
+      _by_group(lambda t: t.gpu_seconds), cloud_monitoring=True),
+    F("utilized_gpu_seconds", "counter", "seconds", "GPU time weighted by utilisation.",
+      GROUP_LABELS, _by_group(lambda t: t.utilized_seconds), cloud_monitoring=True),
+    F("effective_cost_usd_per_utilized_hour", "gauge", "usd_per_hour", "Cost of one utilised "
+      "GPU-hour since start: price x (1 - discount) / utilisation.", COST_GROUP,
+      _effective_cost, cloud_monitoring=True),
+    F("up_seconds", "counter", "seconds", "Seconds the GPU was available.",
+      ("cluster", "uuid"), _sorted_by_key(lambda t: t.up_seconds), cloud_monitoring=True),
+    F("down_seconds", "counter", "seconds", "Seconds the GPU was unavailable, by reason: "
+      "node_not_ready, gpu_missing, xid.", ("cluster", "uuid", "reason"),
+      _sorted_by_key(lambda t: t.down_seconds), cloud_monitoring=True),
+    F("spot_interruptions", "counter", "", "Pods terminated by spot preemption, by node "
+      "pool.", ("cluster", "pool"), _sorted_by_key(lambda t: t.interruptions),
+      cloud_monitoring=True),
+    F("xid_events", "counter", "", "XID errors seen: each time a GPU's last XID "
+      "(DCGM_FI_DEV_XID_ERRORS) changes to a new code.", ("cluster", "node", "uuid"),
+      _sorted_by_key(lambda t: t.xid_events)),
+    F("last_xid", "gauge", "", "The GPU's last XID error code (absent: none).",
+      ("cluster", "node", "uuid"), _sorted_by_key(lambda t: t.last_xid, nonzero=True)),
+    F("sla_target_ratio", "gauge", "ratio", "Availability objective (config: sla.target), "
+      "for the SLO alerts.", ("cluster",), _one(lambda v: v.sla_target)),
+    F("team_budget_usd", "gauge", "usd", "Monthly GPU budget of the team (config: budgets).",
+      ("cluster", "team"), _budgets, present=lambda v: bool(v.budgets)),
+    F("team_month_cost_usd", "gauge", "usd", "Cost of the team's allocated GPUs this UTC "
+      "calendar month so far, the warehouse's rows of the month from before a restart "
+      "included.", ("cluster", "team"), _month_cost),
+    F("pod_bottleneck", "gauge", "", "1 for the pod's bottleneck class over the sliding "
+      "window.", ("cluster", "namespace", "pod", "team", "workload", "class"), _bottlenecks),
+    # the exporter's own series
+    F("exporter_source_up", "gauge", "", "1 if the source answered in the last cycle (a "
+      "Kubernetes kind: its last list, event or bookmark is within "
+      "kubernetes.max_staleness).", SOURCE_LABELS, _source_up),
+    F("exporter_source_last_success_timestamp_seconds", "gauge", "seconds", "When the source "
+      "last answered (Unix time): a dcgm target's last scrape, a Kubernetes list, watch "
+      "event or bookmark, a BigQuery or Cloud Monitoring write. Absent before the first.",
+      SOURCE_LABELS, _last_success),
+    F("exporter_scrape_duration_seconds", "gauge", "seconds", "Duration of the last "
+      "successful scrape of a target.", SOURCE_LABELS, _scrape_duration),
+    F("exporter_errors", "counter", "", "Failed scrapes, watches and writes, by reason: "
+      "http_<status>, refused, unavailable, timeout, bad_answer, error.",
+      (*SOURCE_LABELS, "reason"), _errors),
+    F("exporter_kubernetes_relists", "counter", "", "Relists by cause: expired (410), "
+      "watchdog (silent watch).", ("cluster", "resource", "cause"), _relists),
+    F("exporter_rejected_samples", "counter", "", "DCGM samples dropped, by reason.",
+      ("cluster", "reason"), _rejected),
+    F("exporter_rows_written", "counter", "", "Rows written to the warehouse, by sink "
+      "(duckdb, bigquery) and table.", ("cluster", "sink", "table"), _rows_written),
+    F("exporter_rows_rejected", "counter", "", "Rows the sink refused (bad values), by "
+      "table; the rest of their batch was written.", ("cluster", "sink", "table"),
+      _bigquery_table(lambda bq: bq.rows_rejected), present=_bigquery_on),
+    F("exporter_spool_dropped_rows", "counter", "", "Unsent rows dropped, oldest first, "
+      "because the spool was full.", ("cluster", "sink", "table"),
+      _bigquery_table(lambda bq: bq.spool_dropped), present=_bigquery_on),
+    F("exporter_spool_rows", "gauge", "", "Rows waiting to be sent.", ("cluster", "sink"),
+      _bigquery_value(lambda bq: bq.spool_rows), present=_bigquery_on),
+    F("exporter_spool_bytes", "gauge", "bytes", "Size of the rows waiting to be sent.",
+      ("cluster", "sink"), _bigquery_value(lambda bq: bq.spool_bytes), present=_bigquery_on),
+    F("exporter_warehouse_rows_removed", "counter", "", "Warehouse rows taken out by the "
+      "retention: rolled_up (into hourly rows), expired; or given up unstaged while the "
+      "warehouse failed.", ("cluster", "table", "reason"), _rows_removed,
+      present=lambda v: bool(v.rows_removed)),
+    F("exporter_reports", "counter", "", "Scheduled weekly reports by outcome: ok, failed.",
+      ("cluster", "outcome"), _report_runs, present=lambda v: v.report is not None),
+    F("exporter_report_last_success_timestamp_seconds", "gauge", "seconds", "When the last "
+      "scheduled weekly report was made.", ("cluster",), _report_last_success,
+      present=lambda v: v.report is not None and v.report.last_success is not None),
+    F("exporter_remote_write_requests", "counter", "", "Remote-write requests by outcome: "
+      "sent, dropped (refused, or the queue was full), retried.", ("cluster", "outcome"),
+      _remote_write_requests, present=lambda v: v.remote_write is not None),
+    F("exporter_remote_write_queue", "gauge", "", "Requests waiting to be sent.",
+      ("cluster",), _remote_write_queue, present=lambda v: v.remote_write is not None),
+    F("exporter_cloud_monitoring_points", "counter", "", "Points written to Cloud "
+      "Monitoring by outcome: written, refused, dropped (superseded by a newer snapshot "
+      "while the API failed).", ("cluster", "outcome"), _cloud_monitoring_points,
+      present=lambda v: v.cloud_monitoring is not None),
+    F("exporter_unpriced_gpus", "gauge", "gpus", "GPUs whose model the price book does not "
+      "price: their cost is unknown, not zero.", ("cluster", "model", "provisioning"),
+      _unpriced),
+    F("exporter_cycle_duration_seconds", "gauge", "seconds", "Wall time of the last cycle.",
+      ("cluster",), _one(lambda v: v.cycle_seconds)),
+    F("exporter_last_cycle_timestamp_seconds", "gauge", "seconds", "When the last cycle ran "
+      "(Unix time of its snapshot).", ("cluster",), _one(lambda v: v.now)),
+    F("exporter_build_info", "gauge", "", "Always 1; the labels say which exporter, Python "
+      "and DuckDB versions are running.", ("cluster", *BUILD_INFO),
+      lambda v: [((v.cluster, *BUILD_INFO.values()), 1.0)]),
+)
+
+BY_NAME: Mapping[str, Family] = {f.name: f for f in FAMILIES}
+CLOUD_MONITORING_DEFAULT = tuple(f.name for f in FAMILIES if f.cloud_monitoring)
+"""Written to Cloud Monitoring by default: per-owner cost and time, capacity, queue and
+availability; not the per-GPU series (8 per GPU: costly at fleet scale, and Prometheus
+already has them)."""
+CLOUD_MONITORING_KINDS = ("gauge", "counter")
+"""Cloud Monitoring takes these as GAUGE and CUMULATIVE points; histograms are not written."""
+
+
+def exposed_names(family: Family) -> tuple[str, ...]:
+    """The names of the family's series as exposed (a histogram's three)."""
+    if family.kind == "histogram":
+        base = PREFIX + family.name
+        return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
+    return (family.exposed,)
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One exposed series of one cycle: its name and labels (empty ones left out, as
+    Prometheus stores them), and its value."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+def series(view: MetricsView, families: Iterable[Family] = FAMILIES) -> Iterator[Series]:
+    """Every series of the cycle, as ``/metrics`` exposes them (a histogram's buckets, sum
+    and count each a series), in exposition order."""
+    for family in families:
+        if not family.present(view):
+            continue
+        names = family.labels
+        if family.kind == "histogram":
+            base = PREFIX + family.name
+            for values, b in family.samples(view):
+                assert isinstance(b, Buckets)
+                labels = _pairs(names, values)
+                for le, count in b.counts:
+                    yield Series(f"{base}_bucket", (*labels, ("le", le)), count)
+                yield Series(f"{base}_sum", labels, b.sum)
+                yield Series(f"{base}_count", labels, b.count)
+            continue
+        name = family.exposed
+        for values, value in family.samples(view):
+            assert not isinstance(value, Buckets)
+            yield Series(name, _pairs(names, values), float(value))
+
+
+def samples(view: MetricsView, family: Family) -> Iterator[Sample]:
+    """A gauge's or counter's samples this cycle (none when it is not present)."""
+    if family.kind == "histogram":
+        raise ValueError(f"{family.name} is a histogram")
+    if family.present(view):
+        yield from family.samples(view)
+
+
+def _pairs(names: Labels, values: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v) for k, v in zip(names, values, strict=True) if v)

@@ -1,0 +1,115 @@
+"""The records that flow from the sources to compute and the sinks, and the words they
+are written in.
+
+Sources parse what they read into these records (``sources.kube``: ``NodeInfo`` and
+``PodInfo``; ``sources.dcgm``, ``sources.prometheus_api`` and ``sources.cloud_monitoring``:
+``DeviceReading``); ``compute`` and the sinks read them and never the sources' wire formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+State = Literal["allocated", "unallocated", "unavailable"]
+"""A device's allocation state at one snapshot (``compute``'s definitions)."""
+Reason = Literal["node_not_ready", "gpu_missing", "xid"]
+"""Why a device is ``unavailable``."""
+Provisioning = Literal["spot", "on-demand"]
+"""How a node's VM is bought: spot (preemptible) or on demand."""
+UtilizationSource = Literal["gr_engine_active", "gpu_util", "duty_cycle"]
+"""Which reading a device's utilisation comes from (DCGM's GR engine activity, DCGM's
+GPU_UTIL, GKE's duty cycle)."""
+STATES: tuple[State, ...] = ("allocated", "unallocated", "unavailable")
+REASONS: tuple[Reason, ...] = ("node_not_ready", "gpu_missing", "xid")
+REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "duplicate",
+                            "too_long", "too_many_series", "unknown_node",
+                            "too_many_devices"})
+"""Why a DCGM sample is dropped."""
+KUBE_ERROR_REASONS = frozenset({"http_403", "http_429", "http_503", "refused", "timeout",
+                                "bad_answer"})
+"""The errors a Kubernetes watch most often meets, exported from zero (others as they happen)."""
+DELETED = "Deleted"
+"""The phase a pod deleted before it ended keeps for good (Kubernetes has no word for it:
+its last phase was Pending, Running or Unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    pool: str
+    accelerator: str | None
+    provisioning: Provisioning
+    zone: str
+    instance_type: str
+    ready: bool
+    capacity_gpus: int
+    allocatable_gpus: int
+    clients_per_gpu: int
+    """``max-shared-clients-per-gpu`` on time-shared nodes, else 1."""
+    mig_profile: str | None
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node: str | None
+    phase: str
+    gpus: int
+    created: float
+    scheduled: float | None
+    finished: float | None
+    labels: dict[str, str]
+    workload: str
+    owner_kind: str
+    priority: int
+    priority_class: str
+    queue: str | None
+    accelerator: str | None
+    reason: str | None
+    """Why it ended: container termination reason, or the pod's (e.g. ``Terminated`` for a
+    spot preemption, ``NodeLost``)."""
+    container_ports: dict[str, int] = field(default_factory=dict)
+    ip: str | None = None
+    deleted: float | None = None
+    """``metadata.deletionTimestamp``: when a graceful deletion will have ended it; absent
+    on a pod removed at once (forced, or never scheduled)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodOnDevice:
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(slots=True)
+class DeviceReading:
+    """One DCGM entity in one scrape: identity, the pods on it, and its field values."""
+
+    uuid: str
+    gpu_index: str
+    hostname: str
+    model_name: str
+    mig_profile: str | None
+    mig_instance: str | None
+    pods: list[PodOnDevice] = field(default_factory=list)
+    fields: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def device_id(self) -> str:
+        return self.uuid if self.mig_instance is None else f"{self.uuid}/{self.mig_instance}"
+
+
+def gpu_model(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> str:
+    """The GPU model of a pod: the one its ``cloud.google.com/gke-accelerator`` nodeSelector
+    names, else that of the node it was scheduled on; "" for a pod that names none and is
+    not (or no longer) on a known node, e.g. a pending one."""
+    if pod.accelerator:
+        return pod.accelerator
+    node = nodes.get(pod.node) if pod.node else None
+    return (node.accelerator or "") if node is not None else ""
