@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
-from exporter.service import KEEP_ENDED_PODS, Totals
+from exporter.totals import KEEP_ENDED_PODS, Totals
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 

@@ -17,7 +17,7 @@ from analytics.week import parse_week
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.prices import load_price_book
-from exporter.service import Totals
+from exporter.totals import Totals
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
 from simulator.truth import GroundTruth

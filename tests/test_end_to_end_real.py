@@ -26,7 +26,8 @@ from exporter.app import open_exporter
 from exporter.config import Config
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.prices import load_price_book
-from exporter.service import Exporter, Totals
+from exporter.service import Exporter
+from exporter.totals import Totals
 from simulator.cluster import Pod
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer

@@ -15,9 +15,9 @@ from exporter.app import open_exporter
 from exporter.compute import DeviceIdentity
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.prices import load_price_book
-from exporter.service import Totals
 from exporter.sources.dcgm import DeviceReading, parse_dcgm_text
 from exporter.sources.kube import NodeInfo
+from exporter.totals import Totals
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.sources.mig_samples import A100, A100_RC, H100_0, H100_TEXT, with_gpu_xid

@@ -296,7 +296,7 @@ def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_mont
         tmp_path: Path) -> None:
     """The budget forecast's spend so far: the warehouse's rows of the month the first
     cycle falls in, then each interval's cost, from 0 again when a month begins."""
-    from exporter.service import Totals
+    from exporter.totals import Totals
 
     nov_30 = 1796083080.0   # 2026-11-30 23:58 UTC
     wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
