@@ -39,7 +39,7 @@ P = "gke_gpu_"
 QUEUE_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0,
                  28800.0, 43200.0, 86400.0, 172800.0, 345600.0, 604800.0)
 """``le`` of ``queue_wait_seconds``: 5 s to 7 days (a notebook waits seconds, a multi-node
-training job may wait days); the README's metric table lists them."""
+training job may wait days); the metric table of docs/metrics.md lists them."""
 DEVICE_LABELS = ["cluster", "node", "pool", "zone", "model", "provisioning", "gpu", "uuid",
                  "mig_profile", "mig_instance"]
 GROUP_LABELS = ["cluster", "state", "namespace", "team", "pool", "model", "provisioning"]
