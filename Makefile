@@ -3,7 +3,7 @@ VENV   ?= .venv
 PYTHON ?= $(shell command -v python3.13 2>/dev/null || echo python3)
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint tools simulate bench clean alerts dashboards
+.PHONY: demo test lint tools simulate bench clean alerts dashboards docs
 
 $(BIN)/gke-gpu-exporter: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ alerts: $(BIN)/gke-gpu-exporter
 
 dashboards: $(BIN)/gke-gpu-exporter
 	$(BIN)/python dashboards/build.py
+
+docs: $(BIN)/gke-gpu-exporter
+	$(BIN)/python docs/build.py
 
 clean:
 	rm -rf $(VENV) demo-out sim-out .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,5 @@
 """The benchmarks run, at a small scale, so that they keep working: what they print is
-what the README quotes at fleet scale."""
+what docs/benchmarks.md and docs/warehouse.md quote at fleet scale."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ UUID = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 BODY_BYTES = 30 * 1000 * 1000
 """Just under the default per-target cap (``dcgm.max_body_bytes``, 32 MiB)."""
 PER_BODY_MIB, SHARED_MIB = 10, 24
-"""What the README promises (section "Memory"): a scrape round grows the process by at
+"""What docs/deploying.md promises (section "Memory"): a scrape round grows the process by at
 most about 10 MiB per body in flight beside 24 MiB of caches, whatever the bodies' size."""
 
 

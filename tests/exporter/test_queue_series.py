@@ -17,7 +17,7 @@ from simulator.server import SimulatorServer
 from tests.conftest import scenario_data
 from tests.exporter.test_exporter import families
 
-README = Path(__file__).parents[2] / "README.md"
+METRICS_DOC = Path(__file__).parents[2] / "docs" / "metrics.md"
 QUEUE_FAMILIES = ("gke_gpu_queue_wait_seconds_count", "gke_gpu_pending_pods")
 
 
@@ -56,8 +56,8 @@ async def test_model_comes_from_the_selector_else_the_node(
     }
 
 
-def test_readme_lists_the_queue_wait_buckets() -> None:
-    row = next(ln for ln in README.read_text().splitlines()
+def test_metrics_page_lists_the_queue_wait_buckets() -> None:
+    row = next(ln for ln in METRICS_DOC.read_text().splitlines()
                if ln.startswith("| `queue_wait_seconds` (histogram)"))
     listed = re.search(r"buckets \(`le`\): ([^|]+)", row)
     assert listed is not None, row
