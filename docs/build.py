@@ -29,7 +29,9 @@ from pydantic.fields import FieldInfo
 
 from exporter.config import ENV_PREFIX, Config
 from exporter.durations import parse_duration
+from exporter.families import DEVICE_LABELS, FAMILIES, Family
 from exporter.sinks.schema import TABLES, Table
+from exporter.totals import QUEUE_BUCKETS
 
 HERE = Path(__file__).parent
 
@@ -220,6 +222,32 @@ def schema() -> str:
     return "\n".join(_table(t) for t in TABLES).removesuffix("\n")
 
 
+# Metrics: every family of ``exporter.families``.
+
+def _labels(f: Family) -> str:
+    """A family's labels, the device labels as one word."""
+    labels = list(f.labels)
+    if labels[:len(DEVICE_LABELS)] == list(DEVICE_LABELS):
+        return ", ".join(["device", *(f"`{x}`" for x in labels[len(DEVICE_LABELS):])])
+    return ", ".join(f"`{x}`" for x in labels)
+
+
+def _meaning(f: Family) -> str:
+    extra = ""
+    if f.name == "queue_wait_seconds":
+        extra = f"; buckets (`le`): {', '.join(duration(b) for b in QUEUE_BUCKETS)}"
+    if f.cloud_monitoring:
+        extra += "; written to Cloud Monitoring by default"
+    return cell(f.help).removesuffix(".") + extra
+
+
+def metrics() -> str:
+    """One row per family, in the order ``/metrics`` shows them."""
+    rows = [(f"`{f.exposed.removeprefix('gke_gpu_')}`", f.kind, f.unit or "—",
+             _labels(f), _meaning(f)) for f in FAMILIES]
+    return table(("metric", "type", "unit", "labels", "meaning"), rows).rstrip("\n")
+
+
 class Section(NamedTuple):
     page: str
     """The page under ``docs/`` that holds the section."""
@@ -229,6 +257,7 @@ class Section(NamedTuple):
 
 SECTIONS: dict[str, Section] = {
     "configuration": Section("configuration.md", configuration),
+    "metrics": Section("metrics.md", metrics),
     "schema": Section("warehouse.md", schema),
 }
 """Every section this script generates, by name (the name in its marker lines)."""

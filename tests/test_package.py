@@ -27,7 +27,7 @@ from simulator.scenario import load_scenario
 from tests.conftest import write_kubeconfig
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("exporter", "analytics")
+PACKAGES = ("exporter", "analytics", "simulator")
 # What `report weekly` and `demo` need and the exporter service must not load.
 REPORT_STACK = ("pandas", "pyarrow", "matplotlib", "jinja2", "sqlglot", "google.cloud.bigquery",
                 "kubernetes_asyncio")
