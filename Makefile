@@ -25,6 +25,7 @@ tools:
 lint: $(BIN)/gke-gpu-exporter
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 simulate: $(BIN)/gke-gpu-exporter
 	$(BIN)/gke-gpu-exporter simulate

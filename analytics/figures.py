@@ -9,7 +9,9 @@ Definitions (each next to its test in ``tests/analytics/test_figures.py``):
   pods held (``allocated``); pools, models and provisioning include idle capacity.
 - utilisation: utilised / measured GPU-seconds (rows without a reading do not count).
 - idle cost: allocated but unused — cost x (1 - utilisation) of each row.
-- effective cost per utilised GPU-hour: all spend / utilised GPU-hours.
+- fleet cost per utilised GPU-hour: all spend (idle and unavailable capacity included) /
+  utilised GPU-hours; not the effective cost of ``/metrics``, which is allocated cost /
+  allocated utilised GPU-hours.
 - queue wait: creation to scheduling, of the pods scheduled in the week; pending GPU-hours
   are the GPUs requested x the time pods waited within the week, until they were scheduled
   or ended unscheduled (deleted while pending: phase ``Deleted``, ``finished`` set).
@@ -131,7 +133,7 @@ def headline(usage: pd.DataFrame, covered: tuple[float, float] = (1.0, 1.0)
         "gpu_hours": float(now.gpu_seconds.sum()) / HOUR,
         "allocated_gpu_hours": float(allocated.gpu_seconds.sum()) / HOUR,
         "utilization": _ratio(utilized, float(allocated.measured_seconds.sum())),
-        "effective_cost_usd_per_utilized_hour": _ratio(cost, utilized / HOUR),
+        "fleet_cost_usd_per_utilized_hour": _ratio(cost, utilized / HOUR),
         "idle_cost_usd": float(allocated.idle_cost_usd.sum()),
         "idle_share": _ratio(float(allocated.idle_cost_usd.sum()), cost),
         "unallocated_cost_usd": float(now[now.state == "unallocated"].cost_usd.sum()),

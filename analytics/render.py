@@ -54,8 +54,8 @@ def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
         ("GPU-hours", f"{h['gpu_hours'] or 0:,.0f} capacity, "
                       f"{h['allocated_gpu_hours'] or 0:,.0f} allocated"),
         ("Utilisation of allocated GPUs", fmt.percent(h["utilization"])),
-        ("Effective cost per utilised GPU-hour",
-         fmt.money(h["effective_cost_usd_per_utilized_hour"])),
+        ("Fleet cost per utilised GPU-hour",
+         fmt.money(h["fleet_cost_usd_per_utilized_hour"])),
         ("Idle (allocated, unused)", f"{fmt.money(h['idle_cost_usd'])} "
                                      f"({fmt.percent(h['idle_share'])} of cost)"),
         ("Unallocated capacity", f"{fmt.money(h['unallocated_cost_usd'])} "

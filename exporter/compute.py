@@ -46,6 +46,9 @@ from dataclasses import dataclass, field
 
 from exporter.catalog import FATAL_XIDS
 from exporter.records import (
+    ACCELERATOR_MEMORY_TOTAL,
+    ACCELERATOR_MEMORY_USED,
+    DUTY_CYCLE,
     DeviceReading,
     NodeInfo,
     PodInfo,
@@ -61,10 +64,6 @@ GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 XID = "DCGM_FI_DEV_XID_ERRORS"
 FB_USED, FB_FREE, FB_RESERVED = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
                                  "DCGM_FI_DEV_FB_RESERVED")
-DUTY_CYCLE = "kubernetes.io/container/accelerator/duty_cycle"
-ACCELERATOR_MEMORY_USED = "kubernetes.io/container/accelerator/memory_used"
-ACCELERATOR_MEMORY_TOTAL = "kubernetes.io/container/accelerator/memory_total"
-"""GKE system metrics (percent, bytes, bytes): the readings where no DCGM is collected."""
 MIB = 1024 * 1024
 MIG_SLICES = 7
 """Compute slices of a GPU: the most MIG instances one GPU can have."""

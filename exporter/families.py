@@ -24,16 +24,19 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any, Literal
 
 from exporter import __version__, compute
+from exporter.health import (
+    BigQueryStats,
+    CloudMonitoringStats,
+    KubeHealth,
+    RemoteWriteStats,
+    ReportStats,
+    SourceHealth,
+)
 from exporter.records import KUBE_ERROR_REASONS, REJECT_REASONS, NodeInfo, PodInfo, gpu_model
-from exporter.totals import QUEUE_BUCKETS, GroupKey, SourceHealth, Totals
+from exporter.totals import QUEUE_BUCKETS, GroupKey, Totals
 
 if TYPE_CHECKING:
     from exporter.bottleneck import Diagnosis
-    from exporter.scheduled_report import ReportStats
-    from exporter.sinks.bigquery import BigQueryStats
-    from exporter.sinks.cloud_monitoring import CloudMonitoringStats
-    from exporter.sinks.remote_write import RemoteWriteStats
-    from exporter.sources.kube import KubeSource
 
 PREFIX = "gke_gpu_"
 Kind = Literal["gauge", "counter", "histogram"]
@@ -70,7 +73,7 @@ class MetricsView:
     pods: Sequence[PodInfo]
     totals: Totals
     health: SourceHealth
-    kube: KubeSource
+    kube: KubeHealth
     diagnoses: Mapping[str, tuple[compute.Owner, Diagnosis]]
     available_gpus: float | None
     """None before the first list of nodes: unknown, not zero."""

@@ -21,6 +21,10 @@ Provisioning = Literal["spot", "on-demand"]
 UtilizationSource = Literal["gr_engine_active", "gpu_util", "duty_cycle"]
 """Which reading a device's utilisation comes from (DCGM's GR engine activity, DCGM's
 GPU_UTIL, GKE's duty cycle)."""
+DUTY_CYCLE = "kubernetes.io/container/accelerator/duty_cycle"
+ACCELERATOR_MEMORY_USED = "kubernetes.io/container/accelerator/memory_used"
+ACCELERATOR_MEMORY_TOTAL = "kubernetes.io/container/accelerator/memory_total"
+"""GKE system metrics (percent, bytes, bytes): the readings where no DCGM is collected."""
 STATES: tuple[State, ...] = ("allocated", "unallocated", "unavailable")
 REASONS: tuple[Reason, ...] = ("node_not_ready", "gpu_missing", "xid")
 REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "duplicate",

@@ -21,12 +21,13 @@ import logging
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from analytics.week import Week, last_complete_week, reads
+from exporter.health import ReportStats
 from exporter.logs import ctx
 from exporter.sinks.warehouse import Warehouse
 
@@ -70,15 +71,6 @@ class Schedule:
         scheduled moment has come."""
         week = last_complete_week(now)
         return week if now >= self.first_at_or_after(week.end) else None
-
-
-@dataclass(slots=True)
-class ReportStats:
-    """For the exporter's own metrics."""
-
-    runs: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0})
-    last_success: float | None = None
-    """When the last report was made (Unix time)."""
 
 
 class ScheduledReport:

@@ -24,6 +24,7 @@ from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, Window,
 from exporter.config import Config
 from exporter.errors import SourceError
 from exporter.families import DEVICE_READINGS, MetricsView
+from exporter.health import CloudMonitoringStats, RemoteWriteStats, ReportStats, SourceHealth
 from exporter.placement import Placement
 from exporter.prices import PriceBook
 from exporter.records import DeviceReading, NodeInfo, PodInfo, gpu_model
@@ -35,13 +36,10 @@ from exporter.sources.cloud_monitoring import CloudMonitoringSource
 from exporter.sources.dcgm import DcgmSource, TargetScrape
 from exporter.sources.kube import KubeSource, deleted_pod
 from exporter.sources.prometheus_api import PrometheusApiSource
-from exporter.totals import SourceHealth, Totals
+from exporter.totals import Totals
 
 if TYPE_CHECKING:
-    from exporter.scheduled_report import ReportStats
     from exporter.sinks.bigquery import BigQuerySink
-    from exporter.sinks.cloud_monitoring import CloudMonitoringStats
-    from exporter.sinks.remote_write import RemoteWriteStats
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Running sums since start, the counters of ``/metrics``: GPU time, utilised time and
 cost by owner group, per pod and per GPU (up and down), XID events, spot interruptions,
-queue waits, the month's spend per team; and the health of every source."""
+queue waits, the month's spend per team."""
 
 from __future__ import annotations
 
@@ -145,18 +145,3 @@ class Totals:
                 if m == month:
                     self.month_cost[team] += usd
         self.earlier_months = {}
-
-
-@dataclass(slots=True)
-class SourceHealth:
-    up: dict[tuple[str, str], bool] = field(default_factory=dict)
-    duration: dict[tuple[str, str], float] = field(default_factory=dict)
-    errors: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
-    error_reasons: dict[tuple[str, str, str], int] = field(
-        default_factory=lambda: defaultdict(int))
-    """(source, target, ``SourceError.label``) -> errors; the rest of ``errors`` has none."""
-    rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    last_success: dict[tuple[str, str], float] = field(default_factory=dict)
-    """(source, target) -> the cycle time of its last answer."""
-
-

@@ -19,9 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from google.api_core import retry as api_retry
@@ -30,6 +28,7 @@ from google.cloud import bigquery
 
 from exporter.backoff import Backoff
 from exporter.config import BigQuery as BigQueryConfig
+from exporter.health import BigQueryStats
 from exporter.logs import ctx
 from exporter.sinks.outbox import Batch, Outbox
 from exporter.sinks.schema import BY_NAME, TABLES, Table
@@ -38,23 +37,6 @@ log = logging.getLogger(__name__)
 
 MAX_LOGGED_ROWS = 5
 """Refused rows named in the log line of one batch (all of them are counted)."""
-
-
-@dataclass(slots=True)
-class BigQueryStats:
-    """What the sender did since start, for /metrics (written by the sender thread)."""
-
-    rows_written: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    rows_rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    rows_already_present: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    spool_dropped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    errors: int = 0
-    up: bool = False
-    last_success: float | None = None
-    """When the last send emptied the spool or got every batch in (Unix time)."""
-    spool_rows: int = 0
-    spool_bytes: int = 0
-    last_error: str | None = None
 
 
 def make_client(cfg: BigQueryConfig) -> bigquery.Client:

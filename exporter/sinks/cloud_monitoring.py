@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.backoff import Backoff
 from exporter.families import BY_NAME, Family, Kind, MetricsView, samples
+from exporter.health import CloudMonitoringStats
 from exporter.logs import ctx
 
 if TYPE_CHECKING:
@@ -40,20 +41,6 @@ MAX_SERIES_PER_REQUEST = 200
 RETRYABLE = ("ServiceUnavailable", "DeadlineExceeded", "InternalServerError",
              "TooManyRequests", "ResourceExhausted")
 """google.api_core exceptions of failures that may pass."""
-
-
-@dataclass(slots=True)
-class CloudMonitoringStats:
-    points_written: int = 0
-    points_refused: int = 0
-    points_dropped: int = 0
-    """Superseded by a newer snapshot before they could be written."""
-    retries: int = 0
-    up: bool = True
-    """The last request was answered (written or refused), not failed."""
-    last_success: float | None = None
-    """When a request was last answered (Unix time)."""
-    project: str = ""
 
 
 @dataclass(frozen=True, slots=True)

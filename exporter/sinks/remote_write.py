@@ -15,7 +15,6 @@ import asyncio
 import collections
 import logging
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -24,6 +23,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from exporter.backoff import Backoff
 from exporter.families import MetricsView, series
+from exporter.health import RemoteWriteStats
 from exporter.logs import ctx
 
 log = logging.getLogger(__name__)
@@ -74,15 +74,6 @@ def _series(key: SeriesKey, value: float, ts_ms: int) -> Any:
         ts.labels.add(name=k, value=v)
     ts.samples.add(value=value, timestamp=ts_ms)
     return ts
-
-
-@dataclass(slots=True)
-class RemoteWriteStats:
-    requests_sent: int = 0
-    requests_dropped: int = 0
-    """Refused (4xx) or pushed out of a full queue."""
-    retries: int = 0
-    queued: int = 0
 
 
 class RemoteWriter:

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from exporter.compute import ACCELERATOR_MEMORY_TOTAL, ACCELERATOR_MEMORY_USED, DUTY_CYCLE
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
+from exporter.records import ACCELERATOR_MEMORY_TOTAL, ACCELERATOR_MEMORY_USED, DUTY_CYCLE
 from exporter.sources.dcgm import ParseResult, TargetScrape, collect
 
 if TYPE_CHECKING:

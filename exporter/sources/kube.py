@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ import aiohttp
 
 from exporter.backoff import Backoff
 from exporter.errors import SourceDataError, SourceError, SourceTimeout, SourceUnavailable
+from exporter.health import WatchStats
 from exporter.logs import Episodes, ctx
 from exporter.records import DELETED, NodeInfo, PodInfo
 from exporter.sources.kube_client import CredentialError, KubeClient
@@ -139,18 +140,6 @@ def deleted_pod(pod: PodInfo, noticed: float) -> PodInfo:
     if pod.phase in _ENDED:
         return pod if pod.finished is not None else replace(pod, finished=when)
     return replace(pod, phase=DELETED, finished=when)
-
-
-@dataclass(slots=True)
-class WatchStats:
-    lists: int = 0
-    watch_restarts: int = 0
-    expired: int = 0
-    watchdog_relists: int = 0
-    errors: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-    """Errors by label (``SourceError.label``)."""
-    last_error: str | None = None
 
 
 class KubeSource:

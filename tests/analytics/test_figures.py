@@ -54,7 +54,7 @@ def test_headline() -> None:
     assert h["cost_change"] == pytest.approx(2.1)
     assert h["gpu_hours"] == 4.0 and h["allocated_gpu_hours"] == 3.0
     assert h["utilization"] == pytest.approx(0.75)     # team b's GPU had no reading
-    assert h["effective_cost_usd_per_utilized_hour"] == pytest.approx(31.0 / 1.5)
+    assert h["fleet_cost_usd_per_utilized_hour"] == pytest.approx(31.0 / 1.5)
     assert h["idle_cost_usd"] == 5.0 and h["idle_share"] == pytest.approx(5 / 31)
     assert h["unallocated_share"] == pytest.approx(10 / 31)
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from exporter.compute import Owner
 from exporter.families import MetricsView
+from exporter.health import SourceHealth
 from exporter.records import PodInfo
 from exporter.sources.kube import KubeSource
-from exporter.totals import GroupKey, SourceHealth, Totals
+from exporter.totals import GroupKey, Totals
 
 
 def _owner(p: PodInfo) -> Owner:
