@@ -37,8 +37,9 @@ from exporter.scheduled_report import Schedule, ScheduledReport
 from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.warehouse import Warehouse
+from exporter.sources import ReadingSource
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
-from exporter.sources.dcgm import DcgmSource
+from exporter.sources.dcgm import DcgmSource, Discovery
 from exporter.sources.kube import KubeSource
 from exporter.sources.kube_client import (
     KubeClient,
@@ -190,9 +191,10 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
     kube = KubeSource(api, watch_timeout=cfg.kubernetes.watch_timeout,
                       watchdog=cfg.kubernetes.watchdog,
                       request_timeout=cfg.kubernetes.request_timeout)
-    dcgm: DcgmSource | PrometheusApiSource | CloudMonitoringSource = DcgmSource(
+    dcgm: ReadingSource = DcgmSource(
         cfg.dcgm.timeout, cfg.dcgm.max_body_bytes, cfg.dcgm.max_devices_per_target,
-        read=DCGM_FIELDS_READ, keepalive_seconds=cfg.interval * 2 + 5)
+        read=DCGM_FIELDS_READ, keepalive_seconds=cfg.interval * 2 + 5,
+        static_targets=cfg.dcgm.targets, discovery=Discovery(**cfg.dcgm.discovery.model_dump()))
     if cfg.dcgm.prometheus.url:
         dcgm = PrometheusApiSource(session, cfg.dcgm.prometheus.url, DCGM_FIELDS_READ,
                                    cfg.dcgm.prometheus.selector, cfg.dcgm.timeout,
@@ -229,8 +231,7 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
             else:
                 bigquery.stop(0)
         exporter.close()
-        if isinstance(dcgm, DcgmSource):
-            dcgm.close()
+        dcgm.close()
         gc.set_threshold(*thresholds)
         gc.unfreeze()
         if warehouse is not None and flushed:

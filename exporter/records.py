@@ -117,3 +117,28 @@ def gpu_model(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> str:
         return pod.accelerator
     node = nodes.get(pod.node) if pod.node else None
     return (node.accelerator or "") if node is not None else ""
+
+
+@dataclass(slots=True)
+class ParseResult:
+    """The devices of one answer, the samples kept and why the others were dropped."""
+
+    devices: list[DeviceReading]
+    samples: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    """Counts of dropped lines by reason (``REJECT_REASONS``)."""
+
+    def reject(self, reason: str, n: int = 1) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + n
+
+
+@dataclass(slots=True)
+class TargetScrape:
+    """What one target gave this cycle."""
+
+    target: str
+    result: ParseResult
+    duration_seconds: float
+    bytes_read: int
+    complete: bool = True
+    """Whether the devices are every GPU of their nodes (per-container sources: not)."""

@@ -27,15 +27,12 @@ from exporter.families import DEVICE_READINGS, MetricsView
 from exporter.health import CloudMonitoringStats, RemoteWriteStats, ReportStats, SourceHealth
 from exporter.placement import Placement
 from exporter.prices import PriceBook
-from exporter.records import DeviceReading, NodeInfo, PodInfo, gpu_model
-from exporter.selectors import label_selector
+from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, gpu_model
 from exporter.sinks.prometheus import Exposition, render_parts
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
-from exporter.sources.cloud_monitoring import CloudMonitoringSource
-from exporter.sources.dcgm import DcgmSource, TargetScrape
+from exporter.sources import ReadingSource
 from exporter.sources.kube import KubeSource, deleted_pod
-from exporter.sources.prometheus_api import PrometheusApiSource
 from exporter.totals import Totals
 
 if TYPE_CHECKING:
@@ -83,7 +80,7 @@ class Exporter:
     """The exporter's state between cycles; ``cycle`` is the only thing that changes it."""
 
     def __init__(self, config: Config, prices: PriceBook, kube: KubeSource,
-                 dcgm: DcgmSource | PrometheusApiSource | CloudMonitoringSource,
+                 dcgm: ReadingSource,
                  warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None
                  ) -> None:
         self.config = config
@@ -188,24 +185,7 @@ class Exporter:
 
     def targets(self) -> dict[str, str | None]:
         """Target URL -> the node it belongs to (None while unknown)."""
-        cfg = self.config.dcgm
-        if isinstance(self.dcgm, CloudMonitoringSource):
-            return {self.dcgm.target: None}  # every node, through one API
-        if cfg.prometheus.url:
-            return {cfg.prometheus.url.rstrip("/"): None}  # every node, through one API
-        if cfg.targets:
-            return dict.fromkeys(cfg.targets)  # each answer says its nodes
-        d = cfg.discovery
-        match = label_selector(d.label_selector)
-        out: dict[str, str | None] = {}
-        for pod in self.kube.pods.values():
-            if pod.namespace != d.namespace or pod.phase != "Running" or not pod.ip:
-                continue
-            if not match({"metadata": {"labels": pod.labels}}):
-                continue
-            port = d.port or pod.container_ports.get("metrics", 9400)
-            out[f"http://{pod.ip}:{port}{d.path}"] = pod.node
-        return out
+        return self.dcgm.targets(self.kube.pods.values())
 
     # ------------------------------------------------------------------ the cycle
 

@@ -23,12 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.records import ACCELERATOR_MEMORY_TOTAL, ACCELERATOR_MEMORY_USED, DUTY_CYCLE
-from exporter.sources.dcgm import ParseResult, TargetScrape, collect
+from exporter.records import (
+    ACCELERATOR_MEMORY_TOTAL,
+    ACCELERATOR_MEMORY_USED,
+    DUTY_CYCLE,
+    ParseResult,
+    PodInfo,
+    TargetScrape,
+)
+from exporter.sources.dcgm import collect
 
 if TYPE_CHECKING:
     from google.cloud.monitoring_v3 import MetricServiceAsyncClient
@@ -116,6 +123,13 @@ class CloudMonitoringSource:
         if self._location:
             where.append(f'resource.labels.location = "{self._location}"')
         return " AND ".join(where)
+
+    def targets(self, pods: Iterable[PodInfo]) -> dict[str, str | None]:
+        """The one target, for every node."""
+        return {self.target: None}
+
+    def close(self) -> None:
+        """Nothing to let go of: the client is the caller's."""
 
     async def fetch(self, targets: Sequence[str]) -> list[TargetScrape | _Failure]:
         return [await self._one(t) for t in targets]

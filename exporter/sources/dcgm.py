@@ -40,13 +40,14 @@ import operator
 import re
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress
 from typing import Any
 
 from exporter.catalog import FATAL_XIDS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.records import DeviceReading, PodOnDevice
+from exporter.records import DeviceReading, ParseResult, PodInfo, PodOnDevice, TargetScrape
+from exporter.selectors import label_selector
 from exporter.sources import curl_transport as http
 
 BLANK_THRESHOLD = 9.2e18
@@ -62,17 +63,6 @@ MAX_CACHED_LABELS = 1024
 _POD_KEYS = (("exported_pod", "exported_namespace", "exported_container"),
              ("pod", "namespace", "container"),
              ("pod_name", "pod_namespace", "container_name"))
-
-
-@dataclass(slots=True)
-class ParseResult:
-    devices: list[DeviceReading]
-    samples: int = 0
-    rejected: dict[str, int] = field(default_factory=dict)
-    """Counts of dropped lines by reason (``REJECT_REASONS``)."""
-
-    def reject(self, reason: str, n: int = 1) -> None:
-        self.rejected[reason] = self.rejected.get(reason, 0) + n
 
 
 def parse_labels(text: str) -> dict[str, str] | None:
@@ -608,18 +598,6 @@ def _is_comment(head: bytes) -> bool:
     return head[head.rfind(b"\n") + 1:].lstrip(b" \t").startswith(b"#")
 
 
-@dataclass(slots=True)
-class TargetScrape:
-    """What one target gave this cycle."""
-
-    target: str
-    result: ParseResult
-    duration_seconds: float
-    bytes_read: int
-    complete: bool = True
-    """Whether the devices are every GPU of their nodes (per-container sources: not)."""
-
-
 class _Scrape:
     """One target's answer, parsed as it arrives (in the transport's thread). A body of
     less than a piece is held as it came and, once whole, read by the target's
@@ -666,6 +644,17 @@ class _Scrape:
         self._chunks = None
 
 
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """Which pods are dcgm-exporters (``dcgm.discovery`` of the configuration)."""
+
+    namespace: str
+    label_selector: str
+    port: int | None
+    """Default: the pod's container port named ``metrics``, else 9400."""
+    path: str
+
+
 class DcgmSource:
     """Scrapes dcgm-exporter endpoints concurrently within one timeout and a body cap each.
 
@@ -675,7 +664,10 @@ class DcgmSource:
     where it took 0.54-0.72 s (``curl_transport`` says how this was measured). Bodies are
     parsed in that thread as they arrive, at most ``concurrency`` of them in flight at
     once; the time spent parsing moves the round's end, as it is no target's. ``close``
-    ends the worker."""
+    ends the worker.
+
+    The targets are the URLs given, else the running pods ``discovery`` selects (each
+    with the node it runs on)."""
 
     name = "dcgm"
     whole_cluster = False
@@ -683,7 +675,12 @@ class DcgmSource:
 
     def __init__(self, timeout_seconds: float, max_body_bytes: int,
                  max_devices: int = MAX_DEVICES_PER_TARGET, concurrency: int = 256,
-                 read: Collection[str] | None = None, keepalive_seconds: float = 118.0) -> None:
+                 read: Collection[str] | None = None, keepalive_seconds: float = 118.0,
+                 static_targets: Sequence[str] = (),
+                 discovery: Discovery | None = None) -> None:
+        self._static = list(static_targets)
+        self._discovery = discovery
+        self._selects = label_selector(discovery.label_selector if discovery else "")
         self._read = read
         self._timeout = timeout_seconds
         self._max_body = max_body_bytes
@@ -696,6 +693,22 @@ class DcgmSource:
             keepalive_seconds=keepalive_seconds, name="dcgm-scrapes")
         """The timeout runs from the start of the round, waiting for a free transfer
         included, so a round never outlasts it however many targets hang."""
+
+    def targets(self, pods: Iterable[PodInfo]) -> dict[str, str | None]:
+        """Target URL -> the node of the dcgm-exporter pod it reaches (None for a URL
+        given: each answer says its nodes)."""
+        d = self._discovery
+        if self._static or d is None:
+            return dict.fromkeys(self._static)
+        out: dict[str, str | None] = {}
+        for pod in pods:
+            if pod.namespace != d.namespace or pod.phase != "Running" or not pod.ip:
+                continue
+            if not self._selects({"metadata": {"labels": pod.labels}}):
+                continue
+            port = d.port or pod.container_ports.get("metrics", 9400)
+            out[f"http://{pod.ip}:{port}{d.path}"] = pod.node
+        return out
 
     async def fetch(self, targets: Sequence[str]
                     ) -> list[TargetScrape | SourceUnavailable | SourceTimeout | SourceDataError]:

@@ -14,13 +14,14 @@ comes from one target, so when it fails every node is unknown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import aiohttp
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.sources.dcgm import ParseResult, TargetScrape, collect
+from exporter.records import ParseResult, PodInfo, TargetScrape
+from exporter.sources.dcgm import collect
 
 _Failure = SourceUnavailable | SourceTimeout | SourceDataError
 MAX_DEVICES = 1_000_000
@@ -67,6 +68,13 @@ class PrometheusApiSource:
         self.query = f'{{__name__=~"{names}"{extra}}}'
         self._timeout = timeout_seconds
         self._max_devices = max_devices
+
+    def targets(self, pods: Iterable[PodInfo]) -> dict[str, str | None]:
+        """The one target, for every node."""
+        return {self.url: None}
+
+    def close(self) -> None:
+        """Nothing to let go of: the client is the caller's."""
 
     async def fetch(self, targets: Sequence[str]) -> list[TargetScrape | _Failure]:
         return [await self._one(t) for t in targets]
