@@ -31,6 +31,7 @@ from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, gpu
 from exporter.sinks.prometheus import Exposition, render_parts
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
+from exporter.snapshot import Placed, Snapshot, place_answers
 from exporter.sources import ReadingSource
 from exporter.sources.kube import KubeSource, deleted_pod
 from exporter.totals import Totals
@@ -195,57 +196,11 @@ class Exporter:
         targets = self.targets()
         results = await self.dcgm.fetch(list(targets))
         stages = {"scrape": time.process_time() - cpu}
-        readings: dict[str, list[DeviceReading]] = defaultdict(list)
-        unknown: set[str] = set()
-        complete = True
-        place = Placement(self.kube.nodes, self.kube.pods.values())
+        placed = place_answers(targets, results,
+                               Placement(self.kube.nodes, self.kube.pods.values()),
+                               self.dcgm.whole_cluster, self._target_nodes)
         for url, res in zip(targets, results, strict=True):
-            key = ("dcgm", url)
-            if isinstance(res, TargetScrape):
-                self.health.up[key] = True
-                self.health.last_success[key] = now
-                self.health.duration[key] = res.duration_seconds
-                self._episodes.recovered((url, "scrape"), now, "dcgm scrape recovered",
-                                         target=url)
-                rejects = dict(res.result.rejected)
-                for reason, n in rejects.items():
-                    self.health.rejected[reason] += n
-                stray: DeviceReading | None = None
-                complete &= res.complete
-                exporter_node = None if self.dcgm.whole_cluster else \
-                    targets[url] or place.by_address(url)
-                if exporter_node:  # it answered: a GPU of its node it lacks is missing
-                    readings.setdefault(exporter_node, [])
-                covered: set[str] = set()
-                for dev in res.result.devices:
-                    node = place(dev, exporter_node)
-                    if node is None:
-                        self.health.rejected["unknown_node"] += len(dev.fields)
-                        rejects["unknown_node"] = rejects.get("unknown_node", 0) + \
-                            len(dev.fields)
-                        stray = stray or dev
-                        continue
-                    readings[node].append(dev)
-                    covered.add(node)
-                if not self.dcgm.whole_cluster:
-                    self._target_nodes[url] = covered
-                self._log_rejects(url, rejects, stray, now)
-            else:
-                assert isinstance(res, SourceError)
-                self.health.up[key] = False
-                self.health.errors[key] += 1
-                self.health.error_reasons[(*key, res.label)] += 1
-                for reason, n in res.rejected.items():  # an answer with no sample we keep
-                    self.health.rejected[reason] += n
-                self._episodes.failed((url, "scrape"), now, "dcgm scrape failed", target=url,
-                                      reason=res.label, error=res.reason,
-                                      **({"rejected": res.rejected} if res.rejected else {}))
-                if self.dcgm.whole_cluster:
-                    unknown |= set(self.kube.nodes)
-                else:  # the nodes it answered for last time, and its own
-                    unknown |= self._target_nodes.get(url, set())
-                    if exporter_node := targets[url] or place.by_address(url):
-                        unknown.add(exporter_node)
+            self._answered(url, res, placed, now)
         for gone in [k for k in self.health.up if k[0] == "dcgm" and k[1] not in targets]:
             for table in (self.health.up, self.health.duration, self.health.errors,
                           self.health.last_success):
@@ -255,18 +210,10 @@ class Exporter:
             self._target_nodes.pop(gone[1], None)
             self._episodes.forget(gone[1])
         nodes = dict(self.kube.nodes)
-        self._admit(readings, nodes, now)
-        owners = self._owners()
-        self._pool_of.update((n.name, n.pool) for n in nodes.values())
-        for pod in self.kube.take_deleted_pods():
-            owners.setdefault((pod.namespace, pod.name), self._owner(pod))
-            self._pod_gone(pod, now)
-        states = compute.device_states(
-            nodes, readings, frozenset(unknown), self.inventory, owners, self._price,
-            self.config.prices.discounts, self.config.prices.default_discount, complete,
-            self.last_seen)
-        self.inventory = compute.remember(self.inventory, readings, nodes)
-        self._retire(readings, nodes, now)
+        self._admit(placed.readings, nodes, now)
+        snap = Snapshot(now, nodes, dict(self.kube.pods), tuple(self.kube.take_deleted_pods()),
+                        placed.readings, frozenset(placed.unknown_nodes), placed.complete)
+        states = self._compute(snap)
         for d in states:
             if d.price_usd_per_hour is None:
                 self._log_once(d.node, f"unpriced:{d.accelerator}", "gpu model not priced",
@@ -279,7 +226,7 @@ class Exporter:
         self._seed_months()
         self.states, self.state_time = states, now
         self._xids(states)
-        self._incidents(states, nodes, frozenset(unknown), now)
+        self._incidents(states, nodes, snap.unknown_nodes, now)
         self._queue(now)
         self._bottlenecks(now, states)
         self._forget_gone(states, nodes)
@@ -335,6 +282,52 @@ class Exporter:
         return self._gzipped[1]
 
     # ------------------------------------------------------------------ pieces
+
+    def _answered(self, url: str, res: TargetScrape | Exception, placed: Placed,
+                  now: float) -> None:
+        """The health of one target after its answer: up or its error, the samples it
+        lost, logged once per episode."""
+        key = ("dcgm", url)
+        if isinstance(res, TargetScrape):
+            self.health.up[key] = True
+            self.health.last_success[key] = now
+            self.health.duration[key] = res.duration_seconds
+            self._episodes.recovered((url, "scrape"), now, "dcgm scrape recovered", target=url)
+            rejects = dict(res.result.rejected)
+            lost, stray = placed.unplaced.get(url, (0, None))
+            if lost:
+                rejects["unknown_node"] = rejects.get("unknown_node", 0) + lost
+            for reason, n in rejects.items():
+                self.health.rejected[reason] += n
+            if not self.dcgm.whole_cluster:
+                self._target_nodes[url] = placed.covered[url]
+            self._log_rejects(url, rejects, stray, now)
+            return
+        assert isinstance(res, SourceError)
+        self.health.up[key] = False
+        self.health.errors[key] += 1
+        self.health.error_reasons[(*key, res.label)] += 1
+        for reason, n in res.rejected.items():  # an answer with no sample we keep
+            self.health.rejected[reason] += n
+        self._episodes.failed((url, "scrape"), now, "dcgm scrape failed", target=url,
+                              reason=res.label, error=res.reason,
+                              **({"rejected": res.rejected} if res.rejected else {}))
+
+    def _compute(self, snap: Snapshot) -> list[compute.DeviceState]:
+        """The devices' states of a snapshot; the inventory goes on from it."""
+        owners = self._owners()
+        self._pool_of.update((n.name, n.pool) for n in snap.nodes.values())
+        for pod in snap.ended_pods:
+            owners.setdefault((pod.namespace, pod.name), self._owner(pod))
+            self._pod_gone(pod, snap.now)
+        states = compute.device_states(
+            snap.nodes, snap.readings, snap.unknown_nodes, self.inventory, owners,
+            self._price, self.config.prices.discounts, self.config.prices.default_discount,
+            snap.complete, self.last_seen)
+        self.inventory = compute.remember(self.inventory, snap.readings, snap.nodes)
+        self._retire(snap.readings, snap.nodes, snap.now)
+        return states
+
 
     def _owner(self, pod: PodInfo) -> compute.Owner:
         team = compute.team_of(pod.labels, pod.namespace, self.kube.namespace_labels,
