@@ -32,10 +32,13 @@ class DcgmDiscovery(_Section):
     """Find dcgm-exporter pods through the Kubernetes API (GKE's managed one by default)."""
 
     namespace: str = "gke-managed-system"
+    """The namespace of the dcgm-exporter pods."""
     label_selector: str = "app.kubernetes.io/name=gke-managed-dcgm-exporter"
+    """The label selector of the dcgm-exporter pods."""
     port: int | None = Field(default=None, ge=1, le=65535)
     """Port to scrape; default: the pod's container port named ``metrics``, else 9400."""
     path: str = "/metrics"
+    """The path of their metrics."""
 
 
 class DcgmPrometheus(_Section):
@@ -82,8 +85,11 @@ class Dcgm(_Section):
     prometheus: DcgmPrometheus = DcgmPrometheus()
     cloud_monitoring: DcgmCloudMonitoring = DcgmCloudMonitoring()
     timeout: Duration = 10.0
+    """How long a scrape round may take, every target at once; shorter than ``interval``."""
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    """The most one answer may hold; a longer one is refused, counted and logged."""
     max_devices_per_target: int = Field(default=1024, ge=1)
+    """The most devices one answer may report."""
     retire_after: Duration = Field(default=3600.0, gt=0)
     """A device DCGM has not reported for this long, beyond what Kubernetes counts on its
     node, is forgotten: its series go, its open incident ends."""
@@ -110,6 +116,7 @@ class Kubernetes(_Section):
     watchdog: Duration = 120.0
     """A watch silent (no event, no bookmark) for this long is dropped and relisted."""
     request_timeout: Duration = 30.0
+    """Timeout of one list or the start of one watch."""
     max_staleness: Duration = 300.0
     """``/readyz`` answers 503 while the Kubernetes view has not been confirmed by the API
     (a list, a watch event or bookmark) for this long."""
@@ -127,9 +134,11 @@ class Prices(_Section):
     book: Path | None = None
     """A price book YAML; default: the one shipped with the exporter."""
     region: str = "us-central1"
+    """The cluster's region, whose prices apply."""
     discounts: dict[str, float] = Field(default_factory=dict)
     """Per node pool: committed-use or negotiated discount, a fraction (0.3 = 30 % off)."""
     default_discount: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """The discount of a node pool ``discounts`` does not name (0.3 = 30 % off)."""
 
     @model_validator(mode="after")
     def _fractions(self) -> Self:
@@ -141,7 +150,9 @@ class Prices(_Section):
 
 class Sla(_Section):
     target: float = Field(default=0.995, gt=0.0, lt=1.0)
+    """The availability objective: the share of GPU-seconds up."""
     window: Duration = 30 * 86400.0
+    """The window the objective holds over."""
 
 
 DATASET_ID = r"^[A-Za-z0-9_]{1,1024}$"
@@ -153,9 +164,13 @@ class BigQuery(_Section):
     restarts, SIGKILL and BigQuery outages, and are sent in order once BigQuery answers."""
 
     enabled: bool = False
+    """Write the warehouse's tables to BigQuery too."""
     project: str | None = Field(default=None, pattern=PROJECT_ID)
+    """The project of the dataset."""
     dataset: str = Field(default="gke_gpu", pattern=DATASET_ID)
+    """The dataset of the tables (created if missing)."""
     location: str = Field(default="US", pattern=r"^[A-Za-z0-9-]{2,40}$")
+    """Where the dataset is created."""
     endpoint: str | None = None
     """API endpoint override (the local emulator); default: Google's."""
     anonymous: bool = False
@@ -164,6 +179,7 @@ class BigQuery(_Section):
     batch_size: int = Field(default=500, ge=1, le=10_000)
     """Rows per insertAll request."""
     flush_interval: Duration = 60.0
+    """How often waiting rows are sent."""
     request_timeout: Duration = 30.0
     """Timeout of one HTTP request."""
     deadline: Duration = 120.0
@@ -199,7 +215,9 @@ class Retention(_Section):
 
 class Warehouse(_Section):
     enabled: bool = True
+    """Keep the local DuckDB warehouse."""
     path: Path = Path("gke-gpu-exporter.duckdb")
+    """The warehouse file (on a persistent volume in the cluster)."""
     interval: Duration = 60.0
     """Length of one ``gpu_usage`` row's interval."""
     flush_interval: Duration = 60.0
@@ -223,6 +241,7 @@ class RemoteWrite(_Section):
     queue_size: int = Field(default=60, ge=1)
     """Cycles kept while the receiver is unreachable; past it the oldest are dropped."""
     timeout: Duration = 30.0
+    """Timeout of one request."""
 
 
 class CloudMonitoring(_Section):
@@ -230,7 +249,9 @@ class CloudMonitoring(_Section):
     (``custom.googleapis.com/gke_gpu/<name>`` on the ``k8s_cluster`` resource)."""
 
     enabled: bool = False
+    """Write the figures to Cloud Monitoring."""
     project: str | None = Field(default=None, pattern=PROJECT_ID)
+    """The project the custom metrics go to."""
     location: str | None = Field(default=None, pattern=r"^[a-z0-9-]{2,40}$")
     """The cluster's region or zone (a label of the k8s_cluster resource)."""
     families: list[str] = Field(default_factory=lambda: list(CLOUD_MONITORING_DEFAULT))
@@ -273,9 +294,13 @@ _NO_CRLF = r"^[^\r\n]*$"
 
 class Smtp(_Section):
     host: str = "localhost"
+    """The mail server."""
     port: int = Field(default=587, ge=1, le=65535)
+    """Its port."""
     security: Literal["starttls", "ssl", "none"] = "starttls"
+    """STARTTLS on the plain port, TLS from the start (``ssl``), or none."""
     username: str | None = Field(default=None, pattern=_NO_CRLF)
+    """The login, if the server wants one (the password: ``password``)."""
     password: SecretStr | None = None
     """Better from the environment (GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD) or a file."""
     password_file: Path | None = None
@@ -283,6 +308,7 @@ class Smtp(_Section):
     ca_file: Path | None = None
     """CA bundle for the server's certificate; default: the system's."""
     timeout: Duration = 30.0
+    """Timeout of one SMTP exchange."""
 
 
 SCHEDULE = r"(?i)^(mon|tue|wed|thu|fri|sat|sun)[a-z]*\s+([01]?\d|2[0-3]):[0-5]\d$"
@@ -293,6 +319,7 @@ class Report(_Section):
     """The weekly report and who gets it."""
 
     sender: str = Field(default="gke-gpu-exporter@localhost", pattern=_NO_CRLF)
+    """The report's From address."""
     subject: str = Field(default="GPU cost and bottleneck report {week} — {scope}: {cost}",
                          pattern=_NO_CRLF)
     """Placeholders: ``{week}`` (2026-W47), ``{scope}`` (the cluster, or the team),
@@ -346,16 +373,24 @@ class Config(BaseSettings):
                                       extra="forbid", frozen=True)
 
     listen_address: str = "0.0.0.0"
+    """Where ``/metrics``, ``/healthz`` and ``/readyz`` are served."""
     port: int = Field(default=9808, ge=0, le=65535)
+    """Their port (0: a free one)."""
     interval: Duration = 30.0
+    """One cycle: scrape, compute, write, render."""
     cluster: str = "default"
+    """The ``cluster`` label of every series and the warehouse's ``cluster`` column."""
     team_label: str = "team"
     """Pod label, then namespace label, naming the team; else the namespace."""
     system_reserved_gpus: int = Field(default=0, ge=0)
+    """GPUs subtracted from ``gke_gpu_cluster_available_gpus``."""
     bottleneck_window: Duration = 600.0
+    """The sliding window of each pod's bottleneck class."""
     budgets: dict[str, float] = Field(default_factory=dict)
     """Monthly GPU budget per team, USD (exported as gke_gpu_team_budget_usd, for alerts)."""
     shutdown_timeout: Duration = 20.0
+    """After SIGTERM, the time the cycle in flight, the final flush and BigQuery's last send have;
+    then the process exits anyway."""
     log_level: LogLevel = "info"
     """The least severe log level written; ``--log-level`` on the command line wins."""
     dcgm: Dcgm = Dcgm()
