@@ -35,6 +35,7 @@ from exporter.preflight import listen_error
 from exporter.prices import load_price_book
 from exporter.scheduled_report import Schedule, ScheduledReport
 from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
+from exporter.sinks import Push
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources import ReadingSource
@@ -303,23 +304,24 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
     async with open_exporter(cfg, shutdown) as exporter, aiohttp.ClientSession() as session:
         report = scheduled_report(cfg, exporter.warehouse, config_file)
         exporter.report = report.stats if report is not None else None
-        writer = None
+        pushes: list[Push] = []
         if cfg.remote_write.url:
             from exporter.sinks.remote_write import RemoteWriter  # protobuf: only when used
 
             writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
                                   cfg.remote_write.timeout)
-        pushing = asyncio.create_task(writer.run()) if writer is not None else None
-        exporter.remote_write = writer.stats if writer is not None else None
+            exporter.remote_write = writer.stats
+            pushes.append(writer)
         gcm = cfg.cloud_monitoring
         gcm_client = metric_client(gcm.endpoint, gcm.anonymous) if gcm.enabled else None
-        gcm_writer = CloudMonitoringWriter(
-            gcm_client, gcm.project or "", gcm.location or "", cfg.cluster, gcm.families,
-            started=time.time(), interval=gcm.interval, batch_size=gcm.batch_size,
-            requests_per_second=gcm.requests_per_second, timeout=gcm.timeout) \
-            if gcm_client is not None else None
-        writing = asyncio.create_task(gcm_writer.run()) if gcm_writer is not None else None
-        exporter.cloud_monitoring = gcm_writer.stats if gcm_writer is not None else None
+        if gcm_client is not None:
+            gcm_writer = CloudMonitoringWriter(
+                gcm_client, gcm.project or "", gcm.location or "", cfg.cluster, gcm.families,
+                started=time.time(), interval=gcm.interval, batch_size=gcm.batch_size,
+                requests_per_second=gcm.requests_per_second, timeout=gcm.timeout)
+            exporter.cloud_monitoring = gcm_writer.stats
+            pushes.append(gcm_writer)
+        sending = [asyncio.create_task(p.run()) for p in pushes]
         runner, port = await serve(exporter, cfg.listen_address, cfg.port)
         log.info("serving", extra=ctx(address=cfg.listen_address, port=port,
                                       interval_seconds=cfg.interval))
@@ -335,10 +337,8 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
                     if report is not None:
                         report.maybe_run(time.time())
                     if (view := exporter.view) is not None:
-                        if writer is not None:
-                            writer.add_cycle(view, exporter.last_cycle_time)
-                        if gcm_writer is not None:
-                            gcm_writer.add_cycle(view, exporter.last_cycle_time)
+                        for push in pushes:
+                            push.add_cycle(view, exporter.last_cycle_time)
                 except Exception:  # a bug in one cycle must not end the service
                     log.exception("cycle failed")
                 wait = max(0.0, cfg.interval - (time.monotonic() - began))
@@ -348,9 +348,8 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
             stop.cancel()
             if report is not None:
                 await report.stop()
-            for task in (pushing, writing):
-                if task is not None:
-                    task.cancel()
+            for task in sending:
+                task.cancel()
             if gcm_client is not None:
                 await gcm_client.transport.close()  # type: ignore[no-untyped-call]
             await runner.cleanup()

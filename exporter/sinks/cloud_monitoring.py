@@ -74,7 +74,7 @@ class CloudMonitoringWriter:
         self._name = f"projects/{project}"
         self._resource = {"type": "k8s_cluster", "labels": {
             "project_id": project, "location": location, "cluster_name": cluster}}
-        self._families = [BY_NAME[name] for name in families]
+        self._written = [BY_NAME[name] for name in families]
         self._started = started
         self._interval = interval
         self._batch = min(batch_size, MAX_SERIES_PER_REQUEST)
@@ -95,7 +95,7 @@ class CloudMonitoringWriter:
         self._last_taken = now
         if self._pending is not None:
             self.stats.points_dropped += len(self._pending[1])
-        self._pending = (now, list(points(view, self._families)))
+        self._pending = (now, list(points(view, self._written)))
         self._wake.set()
 
     async def run(self) -> None:
