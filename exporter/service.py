@@ -1,11 +1,13 @@
 """One exporter cycle: sources → snapshot → compute → sinks.
 
-``Exporter.cycle(now)`` scrapes every dcgm-exporter target concurrently, reads the
-Kubernetes state the watches keep current, computes each device's state, integrates the
-previous snapshot's states over the time since it (GPU-seconds, utilised seconds, cost,
-up/down time), and hands the result to the sinks: the Prometheus text is rendered here,
-once per cycle, and rows go to the warehouse. Time is an argument, so the same code runs on
-the wall clock or on the simulator's virtual clock.
+``Exporter.cycle(now)`` asks the reading source (``sources.ReadingSource``) for every
+target's answer, places the answers on their nodes and freezes them with the Kubernetes
+state the watches keep current (``snapshot.Snapshot``), computes each device's state,
+integrates the previous snapshot's states over the time since it (GPU-seconds, utilised
+seconds, cost, up/down time), and hands the result to the sinks: rows to the warehouse,
+and a frozen view (``families.MetricsView``) that ``/metrics`` renders at most once and
+the push sinks take. Time is an argument, so the same code runs on the wall clock or on
+the simulator's virtual clock.
 """
 
 from __future__ import annotations
