@@ -334,19 +334,35 @@ class _KeyOrder:
         return self.order
 
 
-def _sorted_by_key(table: Callable[[Totals], Mapping[Any, float]], nonzero: bool = False
-                   ) -> Callable[[MetricsView], Iterator[Sample]]:
-    """A sample per item of a table of the totals, sorted by key (a tuple key: its parts
-    as labels after the cluster); but zeros when ``nonzero``."""
-    order = _KeyOrder()
+class SortedTable:
+    """The samples of a table of the totals, sorted by key (a tuple key: its parts as
+    labels after the cluster), zeros left out when ``nonzero``. Iterated, it gives the
+    samples; ``table`` lets the text writer see that a table is what it was last cycle
+    (most GPUs' XID counts are) and write the lines it wrote then."""
 
-    def samples(v: MetricsView) -> Iterator[Sample]:
-        items, c = table(v.totals), v.cluster
-        for key in order(items):
+    __slots__ = ("cluster", "nonzero", "order", "table")
+
+    def __init__(self, cluster: str, table: Mapping[Any, float], order: list[Any],
+                 nonzero: bool) -> None:
+        self.cluster, self.table, self.order, self.nonzero = cluster, table, order, nonzero
+
+    def __iter__(self) -> Iterator[Sample]:
+        items, c, nonzero = self.table, self.cluster, self.nonzero
+        for key in self.order:
             value = items[key]
             if nonzero and not value:
                 continue
             yield ((c, *key) if key.__class__ is tuple else (c, key)), value
+
+
+def _sorted_by_key(table: Callable[[Totals], Mapping[Any, float]], nonzero: bool = False
+                   ) -> Callable[[MetricsView], SortedTable]:
+    """The family's samples: those of a table of the totals (``SortedTable``)."""
+    order = _KeyOrder()
+
+    def samples(v: MetricsView) -> SortedTable:
+        items = table(v.totals)
+        return SortedTable(v.cluster, items, order(items), nonzero)
     return samples
 
 

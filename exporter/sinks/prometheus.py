@@ -32,6 +32,7 @@ from exporter.families import (
     Family,
     Labels,
     MetricsView,
+    SortedTable,
 )
 
 
@@ -77,13 +78,17 @@ class _Kept:
     took 21 ms); a family's text is not kept as well, which would hold the exposition
     twice (17 MB at 8,000 GPUs)."""
 
-    __slots__ = ("head", "series")
+    __slots__ = ("cluster", "head", "lines", "series", "table")
 
     def __init__(self, family: Family) -> None:
         name = family.exposed
         help_text = family.help.replace("\\", "\\\\").replace("\n", "\\n")
         self.head = f"# HELP {name} {help_text}\n# TYPE {name} {family.kind}\n".encode()
         self.series: dict[object, list[Any]] = {}
+        # a SortedTable's: a copy of the table, its cluster and the lines it gave
+        self.table: dict[Any, float] | None = None
+        self.cluster = ""
+        self.lines: list[bytes] = []
 
 
 _KEPT = {family: _Kept(family) for family in FAMILIES}
@@ -113,7 +118,13 @@ def _lines(family: Family, view: MetricsView, kept: _Kept) -> list[bytes]:
                 append(s[0])
         return lines
     name = family.exposed
-    for key, value in family.samples(view):
+    samples = family.samples(view)
+    if samples.__class__ is SortedTable:
+        if samples.table == kept.table and samples.cluster == kept.cluster:
+            return kept.lines
+        kept.table, kept.cluster = dict(samples.table), samples.cluster
+        kept.lines = lines
+    for key, value in samples:
         s = series.get(key)
         if s is None:
             labels = label_text(names, key)
