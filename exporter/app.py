@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 import duckdb
@@ -35,7 +36,6 @@ from exporter.preflight import listen_error
 from exporter.prices import load_price_book
 from exporter.scheduled_report import Schedule, ScheduledReport
 from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
-from exporter.sinks import Push
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources import ReadingSource
@@ -48,6 +48,9 @@ from exporter.sources.kube_client import (
     load_kubeconfig,
 )
 from exporter.sources.prometheus_api import PrometheusApiSource
+
+if TYPE_CHECKING:
+    from google.cloud.monitoring_v3 import MetricServiceAsyncClient
 
 log = logging.getLogger(__name__)
 _TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -163,9 +166,36 @@ def _warehouse(cfg: Config) -> Warehouse:
                            "DuckDB file in a writable directory") from exc
 
 
+def _pushes(cfg: Config, exporter: Exporter, session: aiohttp.ClientSession
+            ) -> MetricServiceAsyncClient | None:
+    """The push sinks the config asks for, handed to ``exporter`` (which gives them every
+    cycle's view); the Cloud Monitoring client, for the caller to close."""
+    if cfg.remote_write.url:
+        from exporter.sinks.remote_write import RemoteWriter  # protobuf: only when used
+
+        writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
+                              cfg.remote_write.timeout)
+        exporter.remote_write = writer.stats
+        exporter.pushes.append(writer)
+    gcm = cfg.cloud_monitoring
+    if not gcm.enabled:
+        return None
+    client = metric_client(gcm.endpoint, gcm.anonymous)
+    gcm_writer = CloudMonitoringWriter(
+        client, gcm.project or "", gcm.location or "", cfg.cluster, gcm.families,
+        started=time.time(), interval=gcm.interval, batch_size=gcm.batch_size,
+        requests_per_second=gcm.requests_per_second, timeout=gcm.timeout)
+    exporter.cloud_monitoring = gcm_writer.stats
+    exporter.pushes.append(gcm_writer)
+    return client
+
+
 @contextlib.asynccontextmanager
 async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
                         ) -> AsyncIterator[Exporter]:
+    """The service with every source and sink the config asks for, wired here and nowhere
+    else: the Kubernetes watches, one reading source, the warehouse and BigQuery, the push
+    sinks; started on entry, stopped and flushed (within ``shutdown``) on exit."""
     memory.tune()
     prices = load_price_book(cfg.prices.book, cfg.prices.region)
     api = await _kube_client(cfg)
@@ -209,6 +239,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
             cfg.dcgm.timeout, cm.lookback, cm.location, cm.fallback_system_metrics,
             cfg.dcgm.discovery.namespace)
     exporter = Exporter(cfg, prices, kube, dcgm, warehouse, bigquery)
+    gcm_client = _pushes(cfg, exporter, session)
+    sending = [asyncio.create_task(push.run()) for push in exporter.pushes]
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     kube.start()
@@ -217,6 +249,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
     try:
         yield exporter
     finally:
+        for task in sending:
+            task.cancel()
         shutdown = shutdown or Shutdown(cfg.shutdown_timeout)
         shutdown.begin()
         await kube.stop()
@@ -239,8 +273,9 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
             warehouse.close()
         await session.close()
         await api.close()
-        if monitoring is not None:
-            await monitoring.transport.close()  # type: ignore[no-untyped-call]
+        for client in (monitoring, gcm_client):
+            if client is not None:
+                await client.transport.close()  # type: ignore[no-untyped-call]
 
 
 def http_app(exporter: Exporter) -> web.Application:
@@ -301,27 +336,9 @@ def scheduled_report(cfg: Config, warehouse: Warehouse | None,
 async def run(cfg: Config, config_file: str | None = None) -> int:
     """The service, until SIGTERM or SIGINT."""
     shutdown = Shutdown(cfg.shutdown_timeout)
-    async with open_exporter(cfg, shutdown) as exporter, aiohttp.ClientSession() as session:
+    async with open_exporter(cfg, shutdown) as exporter:
         report = scheduled_report(cfg, exporter.warehouse, config_file)
         exporter.report = report.stats if report is not None else None
-        pushes: list[Push] = []
-        if cfg.remote_write.url:
-            from exporter.sinks.remote_write import RemoteWriter  # protobuf: only when used
-
-            writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
-                                  cfg.remote_write.timeout)
-            exporter.remote_write = writer.stats
-            pushes.append(writer)
-        gcm = cfg.cloud_monitoring
-        gcm_client = metric_client(gcm.endpoint, gcm.anonymous) if gcm.enabled else None
-        if gcm_client is not None:
-            gcm_writer = CloudMonitoringWriter(
-                gcm_client, gcm.project or "", gcm.location or "", cfg.cluster, gcm.families,
-                started=time.time(), interval=gcm.interval, batch_size=gcm.batch_size,
-                requests_per_second=gcm.requests_per_second, timeout=gcm.timeout)
-            exporter.cloud_monitoring = gcm_writer.stats
-            pushes.append(gcm_writer)
-        sending = [asyncio.create_task(p.run()) for p in pushes]
         runner, port = await serve(exporter, cfg.listen_address, cfg.port)
         log.info("serving", extra=ctx(address=cfg.listen_address, port=port,
                                       interval_seconds=cfg.interval))
@@ -336,9 +353,6 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
                     await _cycle(exporter, time.time(), stop, shutdown)
                     if report is not None:
                         report.maybe_run(time.time())
-                    if (view := exporter.view) is not None:
-                        for push in pushes:
-                            push.add_cycle(view, exporter.last_cycle_time)
                 except Exception:  # a bug in one cycle must not end the service
                     log.exception("cycle failed")
                 wait = max(0.0, cfg.interval - (time.monotonic() - began))
@@ -348,10 +362,6 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
             stop.cancel()
             if report is not None:
                 await report.stop()
-            for task in sending:
-                task.cancel()
-            if gcm_client is not None:
-                await gcm_client.transport.close()  # type: ignore[no-untyped-call]
             await runner.cleanup()
     log.info("stopped")
     return 0

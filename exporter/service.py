@@ -30,6 +30,7 @@ from exporter.health import CloudMonitoringStats, RemoteWriteStats, ReportStats,
 from exporter.placement import Placement
 from exporter.prices import PriceBook
 from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, gpu_model
+from exporter.sinks import Push
 from exporter.sinks.prometheus import Exposition, render_parts
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
@@ -92,6 +93,8 @@ class Exporter:
         self.dcgm = dcgm
         self.warehouse = warehouse
         self.bigquery = bigquery
+        self.pushes: list[Push] = []
+        """The push sinks: each is handed every cycle's view."""
         self.remote_write: RemoteWriteStats | None = None
         """Set when the service also pushes by remote write."""
         self.cloud_monitoring: CloudMonitoringStats | None = None
@@ -243,8 +246,10 @@ class Exporter:
             gc.freeze()  # what start-up built lives on: no collection need scan it again
         self.last_cycle_time = now
         self.cycle_seconds = time.perf_counter() - began
-        self._view_now = self._view(nodes, now)
+        self._view_now = view = self._view(nodes, now)
         self._rendered = None
+        for push in self.pushes:
+            push.add_cycle(view, now)
         memory.give_back()  # what the cycle freed, the last exposition included
 
     def close(self) -> None:
