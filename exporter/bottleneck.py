@@ -110,7 +110,8 @@ class Signals:
     tensor: float | None = None
     dram: float | None = None
     gpu_util_percent: float | None = None
-    temp: float | None = None
+    temp_celsius: float | None = None
+    """Mean GPU temperature."""
     nvlink_tx: float | None = None
     nvlink_rx: float | None = None
     """Bytes per second."""
@@ -272,7 +273,8 @@ def evidence(s: Signals, model: GpuModel | None) -> dict[str, float]:
     for key, value in (("gr_engine_active", gr), ("sm_active", sm), ("sm_occupancy", occ),
                        ("tensor_active", s.tensor), ("dram_active", s.dram),
                        ("gpu_util_percent", s.gpu_util_percent),
-                       ("gpu_temp_celsius", s.temp), ("throttled_share", s.throttled_share)):
+                       ("gpu_temp_celsius", s.temp_celsius),
+                       ("throttled_share", s.throttled_share)):
         if value is not None:
             out[key] = value
     if gr is not None:
@@ -325,7 +327,7 @@ def decide(s: Signals, accelerator: str | None, *, mig: bool = False) -> Diagnos
     if gr < IDLE_GR:
         return found("idle")
     if (s.throttled_share or 0.0) >= THROTTLED_SHARE or \
-            (s.temp is not None and s.temp >= THROTTLED_TEMP_C):
+            (s.temp_celsius is not None and s.temp_celsius >= THROTTLED_TEMP_C):
         return found("throttled")
     # quiet SMs: True, False or None (not measured)
     quiet = sm < COMM_SM_MAX if sm is not None else None if tensor is None or dram is None \

@@ -88,7 +88,7 @@ class MetricsView:
     cloud_monitoring: CloudMonitoringStats | None = None
     rows_removed: Mapping[tuple[str, str], int] = field(default_factory=dict)
     report: ReportStats | None = None
-    kube_max_staleness: float = math.inf
+    kube_max_staleness_seconds: float = math.inf
     """A Kubernetes kind whose last answer is older than this is down (a hung watch)."""
 
 
@@ -278,7 +278,7 @@ def _queue_waits(v: MetricsView) -> Iterator[HistogramSample]:
         h = hists[key]
         counts = [(str(b), h.buckets[i]) for i, b in enumerate(QUEUE_BUCKETS)]
         counts.append(("+Inf", h.count))
-        yield (v.cluster, *key), Buckets(tuple(counts), h.total)
+        yield (v.cluster, *key), Buckets(tuple(counts), h.total_seconds)
 
 
 # ---------------------------------------------------------------------------- cost
@@ -388,7 +388,7 @@ def _source_up(v: MetricsView) -> Iterator[Sample]:
         yield (c, source, target), 1.0 if ok else 0.0
     for kind, ok in sorted(v.kube.up.items()):
         age = v.kube.age(kind)
-        fresh = age is None or age <= v.kube_max_staleness
+        fresh = age is None or age <= v.kube_max_staleness_seconds
         yield (c, "kubernetes", kind), 1.0 if ok and fresh else 0.0
     if v.bigquery is not None:
         yield (c, "bigquery", v.bigquery_dataset), 1.0 if v.bigquery.up else 0.0

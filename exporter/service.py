@@ -592,5 +592,5 @@ class Exporter:
             budgets=self.config.budgets, sla_target=self.config.sla.target,
             remote_write=self.remote_write, cloud_monitoring=self.cloud_monitoring,
             rows_removed=dict(self.warehouse.rows_removed) if self.warehouse else {},
-            report=self.report, kube_max_staleness=self.config.kubernetes.max_staleness,
+            report=self.report, kube_max_staleness_seconds=self.config.kubernetes.max_staleness,
         )

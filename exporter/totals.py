@@ -39,14 +39,14 @@ class GroupKey(NamedTuple):
 class WaitHistogram:
     buckets: list[float] = field(default_factory=lambda: [0.0] * len(QUEUE_BUCKETS))
     count: float = 0.0
-    total: float = 0.0
+    total_seconds: float = 0.0
 
     def observe(self, seconds: float) -> None:
         for i, bound in enumerate(QUEUE_BUCKETS):
             if seconds <= bound:
                 self.buckets[i] += 1
         self.count += 1
-        self.total += seconds
+        self.total_seconds += seconds
 
 
 @dataclass(slots=True)

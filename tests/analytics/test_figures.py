@@ -305,7 +305,7 @@ def test_a_node_down_is_one_incident_of_all_its_gpus() -> None:
     (Signals(gr=None, gpu_util_percent=4.0), "nvidia-l4", "idle"),
     (Signals(gr=0.049), "nvidia-l4", "idle"),
     (Signals(gr=0.8, throttled_share=0.5), "nvidia-l4", "throttled"),
-    (Signals(gr=0.8, temp=85.0), "nvidia-l4", "throttled"),
+    (Signals(gr=0.8, temp_celsius=85.0), "nvidia-l4", "throttled"),
     # a link 30 % busy while the SMs are quiet; PCIe by its quieter direction
     (Signals(gr=0.5, sm=0.3, nvlink_tx=135e9, nvlink_rx=10e9), "nvidia-h100-80gb",
      "comm_bound"),
