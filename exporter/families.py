@@ -56,6 +56,13 @@ class Buckets:
     def count(self) -> float:
         return self.counts[-1][1]
 
+    def parts(self) -> Iterator[tuple[str, str | None, float]]:
+        """The histogram's series as exposed: (name suffix, ``le`` or None, value)."""
+        for le, n in self.counts:
+            yield "_bucket", le, n
+        yield "_sum", None, self.sum
+        yield "_count", None, self.count
+
 
 Sample = tuple[Labels, float]
 HistogramSample = tuple[Labels, Buckets]
@@ -695,10 +702,9 @@ def series(view: MetricsView, families: Iterable[Family] = FAMILIES) -> Iterator
             for values, b in family.samples(view):
                 assert isinstance(b, Buckets)
                 labels = _pairs(names, values)
-                for le, count in b.counts:
-                    yield Series(f"{base}_bucket", (*labels, ("le", le)), count)
-                yield Series(f"{base}_sum", labels, b.sum)
-                yield Series(f"{base}_count", labels, b.count)
+                for suffix, le, n in b.parts():
+                    yield Series(base + suffix, labels if le is None else (*labels, ("le", le)),
+                                 n)
             continue
         name = family.exposed
         for values, value in family.samples(view):

@@ -105,8 +105,7 @@ def _lines(family: Family, view: MetricsView, kept: _Kept) -> list[bytes]:
         for values, b in family.samples(view):
             assert isinstance(b, Buckets)
             labels = label_text(names, values)
-            for part, bound, n in (*(("_bucket", le, n) for le, n in b.counts),
-                                   ("_sum", None, b.sum), ("_count", None, b.count)):
+            for part, bound, n in b.parts():
                 s = series.get((part, bound, values))
                 if s is None:
                     extra = (',' if labels else '') + f'le="{bound}"' if bound else ""
