@@ -25,8 +25,6 @@ DUTY_CYCLE = "kubernetes.io/container/accelerator/duty_cycle"
 ACCELERATOR_MEMORY_USED = "kubernetes.io/container/accelerator/memory_used"
 ACCELERATOR_MEMORY_TOTAL = "kubernetes.io/container/accelerator/memory_total"
 """GKE system metrics (percent, bytes, bytes): the readings where no DCGM is collected."""
-STATES: tuple[State, ...] = ("allocated", "unallocated", "unavailable")
-REASONS: tuple[Reason, ...] = ("node_not_ready", "gpu_missing", "xid")
 REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "duplicate",
                             "too_long", "too_many_series", "unknown_node",
                             "too_many_devices"})

@@ -167,6 +167,14 @@ async def test_the_structured_series_are_those_of_the_text(
     assert structured == shown and len(shown) > 400
 
 
+def test_the_per_device_families_open_the_catalogue() -> None:
+    """/metrics writes them in one pass over the devices, before the rest in table order."""
+    from exporter.families import FAMILIES
+    from exporter.sinks.prometheus import DEVICE_FAMILIES
+
+    assert FAMILIES[:len(DEVICE_FAMILIES)] == DEVICE_FAMILIES
+
+
 async def test_failing_target_is_absent_not_zero_and_comes_back(
         running: tuple[SimulatorServer, Exporter]) -> None:
     sim, exporter = running
