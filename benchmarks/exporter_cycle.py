@@ -79,18 +79,19 @@ async def bench(nodes: int, cycles: int, every: int, ref: float) -> None:
             await asyncio.sleep(0.2)  # let the watches deliver the step's changes
             cpu0, wall0 = time.process_time(), time.perf_counter()
             await exporter.cycle(now)
-            body = exporter.metrics_parts  # what a scrape is served
+            body = exporter.metrics.parts  # what a scrape is served
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            stage = exporter.stage_cpu | {"render": exporter.metrics.render_cpu_seconds or 0.0}
             rss.append(rss_mib())
             samples = sum(len(d.fields) for d in exporter.states)
             if (i + 1) % every == 0 or i + 1 == cycles:
                 ref, mem = machine_reference(), memory_reference()
                 refs.append(ref)
                 mems.append(mem)
-            per_cycle.append(exporter.stage_cpu | {"cycle": cpu, "relative": cpu / mem})
+            per_cycle.append(stage | {"cycle": cpu, "relative": cpu / mem})
             if i < 10 or (i + 1) % every == 0 or i + 1 == cycles:
                 print(f"{i + 1:>5} {cpu:>6.3f} {wall:>7.3f} "
-                      + " ".join(f"{exporter.stage_cpu.get(s, 0):>9.3f}" for s in stages)
+                      + " ".join(f"{stage.get(s, 0):>9.3f}" for s in stages)
                       + f" {samples:>8} {rss[-1]:>8.0f} {len(os.listdir('/proc/self/fd')):>5}"
                       f" {file_mib(out):>8.0f} {ref:>5.2f} {mem:>5.2f}", flush=True)
             del body

@@ -30,13 +30,16 @@ from exporter import memory
 from exporter.config import Config
 from exporter.errors import ConfigError, StartupError
 from exporter.google_monitoring import metric_client
+from exporter.health import CloudMonitoringStats, RemoteWriteStats
 from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import ctx
 from exporter.preflight import listen_error
 from exporter.prices import load_price_book
 from exporter.scheduled_report import Schedule, ScheduledReport
 from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
+from exporter.sinks import Push
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
+from exporter.sinks.prometheus import MetricsEndpoint
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources import ReadingSource
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
@@ -166,36 +169,45 @@ def _warehouse(cfg: Config) -> Warehouse:
                            "DuckDB file in a writable directory") from exc
 
 
-def _pushes(cfg: Config, exporter: Exporter, session: aiohttp.ClientSession
-            ) -> MetricServiceAsyncClient | None:
-    """The push sinks the config asks for, handed to ``exporter`` (which gives them every
-    cycle's view); the Cloud Monitoring client, for the caller to close."""
+@dataclass(slots=True)
+class _Pushes:
+    """The push sinks the config asks for, their own figures, and the Cloud Monitoring
+    client (for the caller to close)."""
+
+    sinks: list[Push]
+    remote_write: RemoteWriteStats | None = None
+    cloud_monitoring: CloudMonitoringStats | None = None
+    client: MetricServiceAsyncClient | None = None
+
+
+def _pushes(cfg: Config, session: aiohttp.ClientSession) -> _Pushes:
+    out = _Pushes([])
     if cfg.remote_write.url:
         from exporter.sinks.remote_write import RemoteWriter  # protobuf: only when used
 
         writer = RemoteWriter(session, cfg.remote_write.url, cfg.remote_write.queue_size,
                               cfg.remote_write.timeout)
-        exporter.remote_write = writer.stats
-        exporter.pushes.append(writer)
+        out.remote_write = writer.stats
+        out.sinks.append(writer)
     gcm = cfg.cloud_monitoring
-    if not gcm.enabled:
-        return None
-    client = metric_client(gcm.endpoint, gcm.anonymous)
-    gcm_writer = CloudMonitoringWriter(
-        client, gcm.project or "", gcm.location or "", cfg.cluster, gcm.families,
-        started=time.time(), interval=gcm.interval, batch_size=gcm.batch_size,
-        requests_per_second=gcm.requests_per_second, timeout=gcm.timeout)
-    exporter.cloud_monitoring = gcm_writer.stats
-    exporter.pushes.append(gcm_writer)
-    return client
+    if gcm.enabled:
+        out.client = metric_client(gcm.endpoint, gcm.anonymous)
+        gcm_writer = CloudMonitoringWriter(
+            out.client, gcm.project or "", gcm.location or "", cfg.cluster, gcm.families,
+            started=time.time(), interval=gcm.interval, batch_size=gcm.batch_size,
+            requests_per_second=gcm.requests_per_second, timeout=gcm.timeout)
+        out.cloud_monitoring = gcm_writer.stats
+        out.sinks.append(gcm_writer)
+    return out
 
 
 @contextlib.asynccontextmanager
 async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
                         ) -> AsyncIterator[Exporter]:
     """The service with every source and sink the config asks for, wired here and nowhere
-    else: the Kubernetes watches, one reading source, the warehouse and BigQuery, the push
-    sinks; started on entry, stopped and flushed (within ``shutdown``) on exit."""
+    else: the Kubernetes watches, one reading source, the warehouse and BigQuery,
+    ``/metrics`` and the push sinks; started on entry, stopped and flushed (within
+    ``shutdown``) on exit."""
     memory.tune()
     prices = load_price_book(cfg.prices.book, cfg.prices.region)
     api = await _kube_client(cfg)
@@ -238,9 +250,11 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
             monitoring, cm.project, cm.cluster or cfg.cluster, DCGM_FIELDS_READ,
             cfg.dcgm.timeout, cm.lookback, cm.location, cm.fallback_system_metrics,
             cfg.dcgm.discovery.namespace)
-    exporter = Exporter(cfg, prices, kube, dcgm, warehouse, bigquery)
-    gcm_client = _pushes(cfg, exporter, session)
-    sending = [asyncio.create_task(push.run()) for push in exporter.pushes]
+    pushes = _pushes(cfg, session)
+    exporter = Exporter(cfg, prices, kube, dcgm, MetricsEndpoint(), pushes.sinks, warehouse,
+                        bigquery, remote_write=pushes.remote_write,
+                        cloud_monitoring=pushes.cloud_monitoring)
+    sending = [asyncio.create_task(push.run()) for push in pushes.sinks]
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     kube.start()
@@ -273,17 +287,19 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
             warehouse.close()
         await session.close()
         await api.close()
-        for client in (monitoring, gcm_client):
+        for client in (monitoring, pushes.client):
             if client is not None:
                 await client.transport.close()  # type: ignore[no-untyped-call]
 
 
 def http_app(exporter: Exporter) -> web.Application:
+    endpoint = exporter.metrics
+
     async def metrics(request: web.Request) -> web.StreamResponse:
         if "gzip" in request.headers.get("Accept-Encoding", ""):
-            return web.Response(body=exporter.metrics_gzip, headers={
+            return web.Response(body=endpoint.gzip, headers={
                 "Content-Type": _TEXT, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
-        exposition = exporter.metrics_parts  # the cycle's, even if another begins meanwhile
+        exposition = endpoint.parts  # the cycle's, even if another begins meanwhile
         response = web.StreamResponse(headers={"Content-Type": _TEXT,
                                                "Vary": "Accept-Encoding"})
         response.content_length = exposition.size

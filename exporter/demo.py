@@ -107,7 +107,7 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
                     done += n
                     bar.update(1)
             elapsed = time.monotonic() - began
-            (out / "metrics.prom").write_bytes(exporter.metrics_text)
+            (out / "metrics.prom").write_bytes(exporter.metrics.text)
             print(f"Simulated {duration / 86400:g} days of cluster '{scenario.cluster}' in "
                   f"{elapsed:.0f} s: {exporter.cycles} exporter cycles over HTTP, "
                   f"{len(exporter.states)} GPUs and MIG slices, "

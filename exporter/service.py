@@ -4,9 +4,9 @@
 target's answer, places the answers on their nodes and freezes them with the Kubernetes
 state the watches keep current (``snapshot.Snapshot``), computes each device's state,
 integrates the previous snapshot's states over the time since it (GPU-seconds, utilised
-seconds, cost, up/down time), and hands the result to the sinks: rows to the warehouse,
-and a frozen view (``families.MetricsView``) that ``/metrics`` renders at most once and
-the push sinks take. Time is an argument, so the same code runs on the wall clock or on
+seconds, cost, up/down time), and hands the result on: rows to the warehouse, and a frozen
+view (``families.MetricsView``) to every sink (``sinks.Sink``: ``/metrics``, the push
+sinks). Time is an argument, so the same code runs on the wall clock or on
 the simulator's virtual clock.
 """
 
@@ -30,17 +30,17 @@ from exporter.health import CloudMonitoringStats, RemoteWriteStats, ReportStats,
 from exporter.placement import Placement
 from exporter.prices import PriceBook
 from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, gpu_model
-from exporter.sinks import Push
-from exporter.sinks.prometheus import Exposition, render_parts
+from exporter.sinks import Sink
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.snapshot import Placed, Snapshot, place_answers
-from exporter.sources import ReadingSource
-from exporter.sources.kube import KubeSource, deleted_pod
+from exporter.sources import ClusterSource, ReadingSource
+from exporter.sources.kube import deleted_pod
 from exporter.totals import Totals
 
 if TYPE_CHECKING:
     from exporter.sinks.bigquery import BigQuerySink
+    from exporter.sinks.prometheus import MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,6 @@ DCGM_FIELDS_READ = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.valu
 
 VIEW_KINDS = ("nodes", "pods")
 """The Kubernetes kinds the figures stand on: no figure before both are listed."""
-
-GZIP_LEVEL = 1
-"""The fastest: 20 MB of exposition in about 0.04 s CPU, at most a third larger than at
-level 6 (three times the CPU)."""
 
 GC_THRESHOLDS = (100_000, 50, 50)
 """The garbage collector's thresholds while the exporter runs (Python's are 2,000, 10,
@@ -83,22 +79,25 @@ def _mean_fields(samples: Sequence[Mapping[str, float]]) -> Mapping[str, float]:
 class Exporter:
     """The exporter's state between cycles; ``cycle`` is the only thing that changes it."""
 
-    def __init__(self, config: Config, prices: PriceBook, kube: KubeSource,
-                 dcgm: ReadingSource,
-                 warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None
-                 ) -> None:
+    def __init__(self, config: Config, prices: PriceBook, kube: ClusterSource,
+                 dcgm: ReadingSource, metrics: MetricsEndpoint, sinks: Sequence[Sink] = (),
+                 warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None, *,
+                 remote_write: RemoteWriteStats | None = None,
+                 cloud_monitoring: CloudMonitoringStats | None = None) -> None:
         self.config = config
         self.prices = prices
         self.kube = kube
         self.dcgm = dcgm
+        self.metrics = metrics
+        """``/metrics``: what the last cycle shows, rendered once for every scrape."""
+        self.sinks: list[Sink] = [metrics, *sinks]
+        """Each is handed every cycle's view."""
         self.warehouse = warehouse
         self.bigquery = bigquery
-        self.pushes: list[Push] = []
-        """The push sinks: each is handed every cycle's view."""
-        self.remote_write: RemoteWriteStats | None = None
-        """Set when the service also pushes by remote write."""
-        self.cloud_monitoring: CloudMonitoringStats | None = None
-        """Set when the service also writes to Cloud Monitoring."""
+        self.remote_write = remote_write
+        """The remote-write sink's own figures, when the service pushes by remote write."""
+        self.cloud_monitoring = cloud_monitoring
+        """The Cloud Monitoring sink's own figures, when the service writes there."""
         self.report: ReportStats | None = None
         """Set when the service also makes the weekly report on a schedule."""
         self.totals = Totals()
@@ -119,13 +118,9 @@ class Exporter:
         self.cycle_seconds = 0.0
         self.stage_cpu: dict[str, float] = {}
         """CPU seconds of the last cycle by stage: scrape (HTTP and parsing), compute,
-        warehouse, and render once /metrics is rendered (every thread of the process, so
-        approximate while other work runs)."""
+        warehouse (every thread of the process, so approximate while other work runs)."""
         self.last_cycle_time = 0.0
         self._view_now: MetricsView | None = None
-        self._rendered: Exposition | None = None
-        self._gzipped: tuple[Exposition, bytes] | None = None
-        """The exposition it compressed, and the result."""
         self._vanished_unchecked = True
         """Pods that ended while no exporter watched are yet to be finished."""
         self._target_nodes: dict[str, set[str]] = {}
@@ -247,9 +242,8 @@ class Exporter:
         self.last_cycle_time = now
         self.cycle_seconds = time.perf_counter() - began
         self._view_now = view = self._view(nodes, now)
-        self._rendered = None
-        for push in self.pushes:
-            push.add_cycle(view, now)
+        for sink in self.sinks:
+            sink.add_cycle(view, now)
         memory.give_back()  # what the cycle freed, the last exposition included
 
     def close(self) -> None:
@@ -260,33 +254,6 @@ class Exporter:
     def view(self) -> MetricsView | None:
         """What the last cycle shows; None before the first."""
         return self._view_now
-
-    @property
-    def metrics_parts(self) -> Exposition:
-        """The exposition of the last cycle, rendered at most once per cycle. It is kept as
-        the pieces it is made of (lines that live from cycle to cycle anyway), never joined:
-        at 8,000 GPUs the joined text would hold 17 MB more between cycles."""
-        if self._rendered is None:
-            cpu = time.process_time()
-            parts = render_parts(self._view_now) if self._view_now is not None else []
-            self._rendered = Exposition(parts, sum(map(len, parts)))
-            self.stage_cpu["render"] = time.process_time() - cpu
-        return self._rendered
-
-    @property
-    def metrics_text(self) -> bytes:
-        """The exposition of the last cycle as one text, joined anew on each call (the
-        HTTP server sends ``metrics_parts`` as they are)."""
-        return b"".join(self.metrics_parts.parts)
-
-    @property
-    def metrics_gzip(self) -> bytes:
-        """The exposition gzip-compressed, at most once per cycle (for scrapers that accept
-        gzip: a fleet's exposition shrinks about tenfold)."""
-        exposition = self.metrics_parts
-        if self._gzipped is None or self._gzipped[0] is not exposition:
-            self._gzipped = (exposition, exposition.gzip(GZIP_LEVEL))
-        return self._gzipped[1]
 
     # ------------------------------------------------------------------ pieces
 

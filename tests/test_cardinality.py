@@ -50,8 +50,8 @@ async def test_a_day_of_churn_keeps_metrics_bounded(
         counts: dict[float, int] = {}
         for hour in range(1, 25):
             await step_both(sim, exporter, round(HOUR / STEP))
-            counts[hour] = len(series(exporter.metrics_text))
-        got = series(exporter.metrics_text)
+            counts[hour] = len(series(exporter.metrics.text))
+        got = series(exporter.metrics.text)
         live_pods = {p.name for p in exporter.kube.pods.values()}
         live_nodes = set(exporter.kube.nodes)
         live_gpus = {d.gpu_uuid for d in exporter.states} | {

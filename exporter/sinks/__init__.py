@@ -1,9 +1,16 @@
 """The sinks: where each cycle's figures go.
 
-The warehouse (``warehouse``, and ``bigquery`` through its outbox) takes each interval's
-rows. ``/metrics`` (``prometheus``) is written from the cycle's view when it is scraped.
-The ``Push`` sinks take the view after every cycle and send it on in their own time:
-remote write (``remote_write``) and Cloud Monitoring (``cloud_monitoring``).
+Every ``Sink`` is handed each cycle's view (``exporter.families.MetricsView``):
+``/metrics`` (``prometheus.MetricsEndpoint``) renders it once for the scrapes until the
+next cycle; the ``Push`` sinks send it on from tasks of their own: remote write
+(``remote_write``) and Cloud Monitoring (``cloud_monitoring``). ``app.open_exporter``
+builds them all, from the configuration, and hands them to the service.
+
+The warehouse (``warehouse``) is the record of the cycles rather than a view of one: it
+takes each cycle's usage rows, pods and incidents, writes them in its own thread (a
+failure costs that cycle's work only and is shown by ``warehouse_ok``), and keeps the
+service's state across restarts (the GPU inventory, the open incidents, the month's
+spend). BigQuery (``bigquery``) is fed from the warehouse's outbox, never by the cycle.
 """
 
 from __future__ import annotations
@@ -14,11 +21,15 @@ if TYPE_CHECKING:
     from exporter.families import MetricsView
 
 
-class Push(Protocol):
-    """A sink that is handed every cycle's view and sends it from a task of its own."""
+class Sink(Protocol):
+    """Where every cycle's view goes."""
 
     def add_cycle(self, view: MetricsView, now: float) -> None:
         """Take the cycle of ``now``; never waits on the network."""
+
+
+class Push(Sink, Protocol):
+    """A sink that sends what it was handed from a task of its own."""
 
     async def run(self) -> None:
         """Send what was taken, until cancelled."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -309,3 +310,58 @@ class Exposition:
         out = [z.compress(chunk) for chunk in self.chunks()]
         out.append(z.flush())
         return b"".join(out)
+
+
+GZIP_LEVEL = 1
+"""The fastest: 20 MB of exposition in about 0.04 s CPU, at most a third larger than at
+level 6 (three times the CPU)."""
+
+
+class MetricsEndpoint:
+    """The sink behind ``/metrics``: it keeps the last cycle's view and renders it at most
+    once, on the first scrape after the cycle, and gzip-compresses it at most once, for the
+    first scraper that accepts gzip; every scrape until the next cycle is served the same
+    exposition."""
+
+    def __init__(self) -> None:
+        self._view: MetricsView | None = None
+        self._rendered: Exposition | None = None
+        self._gzipped: tuple[Exposition, bytes] | None = None
+        """The exposition it compressed, and the result."""
+        self.render_cpu_seconds: float | None = None
+        """CPU seconds of the last render (every thread of the process); None until the
+        first."""
+
+    def add_cycle(self, view: MetricsView, now: float) -> None:
+        self._view, self._rendered = view, None
+
+    @property
+    def view(self) -> MetricsView | None:
+        """What the last cycle shows; None before the first."""
+        return self._view
+
+    @property
+    def parts(self) -> Exposition:
+        """The exposition of the last cycle, kept as the pieces it is made of (lines that
+        live from cycle to cycle anyway), never joined: at 8,000 GPUs the joined text would
+        hold 17 MB more between cycles. Empty before the first cycle."""
+        if self._rendered is None:
+            cpu = time.process_time()
+            parts = render_parts(self._view) if self._view is not None else []
+            self._rendered = Exposition(parts, sum(map(len, parts)))
+            self.render_cpu_seconds = time.process_time() - cpu
+        return self._rendered
+
+    @property
+    def text(self) -> bytes:
+        """The exposition as one text, joined anew on each call (the HTTP server sends
+        ``parts`` as they are)."""
+        return b"".join(self.parts.parts)
+
+    @property
+    def gzip(self) -> bytes:
+        """The exposition gzip-compressed (a fleet's shrinks about tenfold)."""
+        exposition = self.parts
+        if self._gzipped is None or self._gzipped[0] is not exposition:
+            self._gzipped = (exposition, exposition.gzip(GZIP_LEVEL))
+        return self._gzipped[1]

@@ -1,19 +1,22 @@
 """The sources: each reads one outside system and hands on records (``exporter.records``),
 never its wire format.
 
-``kube.KubeSource`` keeps the cluster's nodes, pods and namespaces. The GPU readings come
-from one ``ReadingSource``: ``dcgm.DcgmSource`` scrapes each node's dcgm-exporter,
-``prometheus_api.PrometheusApiSource`` asks a Prometheus that scrapes them, and
-``cloud_monitoring.CloudMonitoringSource`` reads what GKE keeps in Cloud Monitoring.
+The cluster's nodes, pods and namespaces come from a ``ClusterSource``
+(``kube.KubeSource``: list and watch). The GPU readings come from one ``ReadingSource``:
+``dcgm.DcgmSource`` scrapes each node's dcgm-exporter, ``prometheus_api.PrometheusApiSource``
+asks a Prometheus that scrapes them, and ``cloud_monitoring.CloudMonitoringSource`` reads
+what GKE keeps in Cloud Monitoring.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.records import PodInfo, TargetScrape
+from exporter.health import KubeHealth, WatchStats
+from exporter.records import NodeInfo, PodInfo, TargetScrape
 
 Failure = SourceUnavailable | SourceTimeout | SourceDataError
 """How a target fails: no answer, no answer in time, or an answer with nothing usable."""
@@ -35,3 +38,44 @@ class ReadingSource(Protocol):
 
     def close(self) -> None:
         """Let go of what the source holds (connections, a worker thread)."""
+
+
+class ClusterSource(KubeHealth, Protocol):
+    """The cluster's objects, kept current between cycles, and the health of keeping
+    them."""
+
+    @property
+    def nodes(self) -> Mapping[str, NodeInfo]:
+        """Node name -> node."""
+
+    @property
+    def pods(self) -> Mapping[str, PodInfo]:
+        """Pod UID -> pod."""
+
+    @property
+    def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """Namespace -> its labels."""
+
+    @property
+    def synced(self) -> Mapping[str, asyncio.Event]:
+        """Kind -> set once the kind is listed."""
+
+    @property
+    def resource_versions(self) -> Mapping[str, int]:
+        """Kind -> the resource version it has caught up with."""
+
+    @property
+    def stats(self) -> Mapping[str, WatchStats]:
+        """Kind -> what keeping it current took."""
+
+    def start(self) -> None:
+        """Begin keeping the objects current (in tasks of its own)."""
+
+    async def stop(self) -> None:
+        """Stop keeping them."""
+
+    async def wait_synced(self) -> None:
+        """Return once every kind is listed."""
+
+    def take_deleted_pods(self) -> list[PodInfo]:
+        """The pods deleted since the last call, as they last were."""

@@ -49,7 +49,7 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
             await step_both(sim, exporter, round(DAY / scenario.step))
-            text = exporter.metrics_text
+            text = exporter.metrics.text
             c = cfg.cluster.encode()
             assert b'gke_gpu_exporter_source_up{cluster="%s",source="bigquery",target="' % c \
                 in text

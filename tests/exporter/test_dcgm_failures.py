@@ -178,7 +178,7 @@ async def test_a_hostile_scrape_leaves_no_trace_once_the_target_is_healthy(
     async with open_exporter(cfg) as exporter:
         await exporter.kube.wait_synced()
         await step_both(sim, exporter, 2)
-        uuids, count = uuid_labels(exporter.metrics_text), series(exporter.metrics_text)
+        uuids, count = uuid_labels(exporter.metrics.text), series(exporter.metrics.text)
         price = node_price(exporter, h100.name)
         assert len([d for d in exporter.states if d.node == h100.name]) == 8 and price > 0
 
@@ -195,10 +195,10 @@ async def test_a_hostile_scrape_leaves_no_trace_once_the_target_is_healthy(
         logged = [r.getMessage() for r in caplog.records if r.getMessage().endswith(
             "gpus than the node holds")]
         assert logged == ["more gpus than the node holds", "no more gpus than the node holds"]
-        assert uuid_labels(exporter.metrics_text) == uuids
-        assert series(exporter.metrics_text) == count
+        assert uuid_labels(exporter.metrics.text) == uuids
+        assert series(exporter.metrics.text) == count
         assert node_price(exporter, h100.name) == price
-        assert b"phantom" not in exporter.metrics_text
+        assert b"phantom" not in exporter.metrics.text
 
 
 JUNK = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",modelName="NVIDIA L4"} 5\n'  # no UUID
@@ -232,7 +232,7 @@ async def answer_each_cycle(sim: SimulatorServer, tmp_path: Path,
         for i, this in enumerate(answers):
             answer = this
             await exporter.cycle(sim.cluster.now + 30 * i)
-        return url, exporter.metrics_text
+        return url, exporter.metrics.text
 
 
 def logged(caplog: pytest.LogCaptureFixture, level: int, event: str) -> list[dict[str, Any]]:

@@ -78,7 +78,7 @@ def normalised(text: bytes) -> list[str]:
 
 async def test_metrics_match_the_golden_file(running: tuple[SimulatorServer, Exporter]) -> None:
     _, exporter = running
-    got = normalised(exporter.metrics_text)
+    got = normalised(exporter.metrics.text)
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text("\n".join(got) + "\n")
@@ -89,14 +89,14 @@ async def test_promtool_check_metrics_is_clean(running: tuple[SimulatorServer, E
                                                ) -> None:
     _, exporter = running
     proc = await asyncio.to_thread(subprocess.run, ["promtool", "check", "metrics"],
-                                   input=exporter.metrics_text, capture_output=True,
+                                   input=exporter.metrics.text, capture_output=True,
                                    timeout=60, check=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
 
 
 async def test_catalogue(running: tuple[SimulatorServer, Exporter]) -> None:
     sim, exporter = running
-    fams = families(exporter.metrics_text)
+    fams = families(exporter.metrics.text)
     util = fams["gke_gpu_utilization_ratio"]
     assert len(util) == sum(len(g.devices) for n in sim.cluster.live_nodes() for g in n.gpus)
     assert {lbl["source"] for lbl, _ in util} == {"gr_engine_active"}
@@ -112,25 +112,25 @@ async def test_catalogue(running: tuple[SimulatorServer, Exporter]) -> None:
 async def test_build_info_names_what_is_running(running: tuple[SimulatorServer, Exporter]
                                                 ) -> None:
     _, exporter = running
-    (build,) = families(exporter.metrics_text)["gke_gpu_exporter_build_info"]
+    (build,) = families(exporter.metrics.text)["gke_gpu_exporter_build_info"]
     assert build == ({"cluster": exporter.config.cluster,
                       "version": metadata.version("gke-gpu-exporter"),
                       "python_version": platform.python_version(),
                       "duckdb_version": metadata.version("duckdb")}, 1.0)
-    assert "# HELP gke_gpu_exporter_build_info Always 1" in exporter.metrics_text.decode()
+    assert "# HELP gke_gpu_exporter_build_info Always 1" in exporter.metrics.text.decode()
 
 
 async def test_scheduled_reports_and_retention_are_counted(
         running: tuple[SimulatorServer, Exporter]) -> None:
     sim, exporter = running
-    fams = families(exporter.metrics_text)
+    fams = families(exporter.metrics.text)
     assert "gke_gpu_exporter_reports_total" not in fams   # no schedule: no series
     c = exporter.config.cluster
     assert ({"cluster": c, "table": "gpu_usage", "reason": "rolled_up"}, 0.0) in \
         fams["gke_gpu_exporter_warehouse_rows_removed_total"]
     exporter.report = ReportStats(runs={"ok": 2, "failed": 1}, last_success=1.8e9)
     await step_both(sim, exporter, 1)
-    fams = families(exporter.metrics_text)
+    fams = families(exporter.metrics.text)
     assert sorted(fams["gke_gpu_exporter_reports_total"], key=str) == [
         ({"cluster": c, "outcome": "failed"}, 1.0), ({"cluster": c, "outcome": "ok"}, 2.0)]
     assert fams["gke_gpu_exporter_report_last_success_timestamp_seconds"] == [
@@ -142,7 +142,7 @@ async def test_cloud_monitoring_writes_catalogue_families(
     """The families written to Cloud Monitoring by default exist, named without prefix and
     ``_total``; cluster goes to the resource and empty labels are no labels."""
     _, exporter = running
-    text = exporter.metrics_text.decode()
+    text = exporter.metrics.text.decode()
     for f in CLOUD_MONITORING_DEFAULT:
         assert f"# TYPE gke_gpu_{f} gauge" in text or f"# TYPE gke_gpu_{f}_total counter" in text
     assert exporter.view is not None
@@ -161,7 +161,7 @@ async def test_the_structured_series_are_those_of_the_text(
     _, exporter = running
     assert exporter.view is not None
     shown = {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if v)), s.value)
-             for fam in text_string_to_metric_families(exporter.metrics_text.decode())
+             for fam in text_string_to_metric_families(exporter.metrics.text.decode())
              for s in fam.samples}
     structured = {(s.name, tuple(sorted(s.labels)), s.value) for s in series(exporter.view)}
     assert structured == shown and len(shown) > 400
@@ -182,7 +182,7 @@ async def test_failing_target_is_absent_not_zero_and_comes_back(
     uuids = {g.uuid for g in node.gpus}
     await sim.inject(Fault(at=0, kind="endpoint", node="h100/0", mode="error", duration=60))
     await exporter.cycle(sim.cluster.now)
-    fams = families(exporter.metrics_text)
+    fams = families(exporter.metrics.text)
     assert not any(lbl["uuid"] in uuids for lbl, _ in fams["gke_gpu_utilization_ratio"])
     assert not any(lbl["uuid"] in uuids for lbl, _ in fams["gke_gpu_state"])
     up = {lbl["target"]: v for lbl, v in fams["gke_gpu_exporter_source_up"]
@@ -191,7 +191,7 @@ async def test_failing_target_is_absent_not_zero_and_comes_back(
     other = [lbl for lbl, _ in fams["gke_gpu_utilization_ratio"] if lbl["pool"] == "l4"]
     assert other, "other targets unaffected"
     await step_both(sim, exporter, 2)
-    fams = families(exporter.metrics_text)
+    fams = families(exporter.metrics.text)
     assert uuids <= {lbl["uuid"] for lbl, _ in fams["gke_gpu_utilization_ratio"]}
 
 
@@ -231,19 +231,19 @@ async def test_metrics_are_rendered_and_compressed_once_per_cycle(
         plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
         assert "Content-Encoding" not in plain.headers
         text = await plain.read()
-        assert text is not None and text == exporter.metrics_text
+        assert text is not None and text == exporter.metrics.text
         assert int(plain.headers["Content-Length"]) == len(text)
-        assert exporter.metrics_parts is exporter.metrics_parts  # rendered once, kept
+        assert exporter.metrics.parts is exporter.metrics.parts  # rendered once, kept
         zipped = [await client.get("/metrics", headers={"Accept-Encoding": "gzip, deflate"})
                   for _ in range(2)]
         assert all(r.headers["Content-Encoding"] == "gzip" for r in zipped)
         bodies = [await r.read() for r in zipped]
         assert bodies[0] == bodies[1] and gzip.decompress(bodies[0]) == text
         assert len(bodies[0]) * 4 < len(text)
-        first = exporter.metrics_gzip
-        assert exporter.metrics_gzip is first          # not compressed again
+        first = exporter.metrics.gzip
+        assert exporter.metrics.gzip is first          # not compressed again
         await step_both(sim, exporter, 1)
-        assert gzip.decompress(exporter.metrics_gzip) == exporter.metrics_text != text
+        assert gzip.decompress(exporter.metrics.gzip) == exporter.metrics.text != text
 
 
 @pytest.mark.parametrize("lines", [[], [b"a 1\n"], [b"x%d 1\n" % i for i in range(10_000)]],
@@ -291,7 +291,7 @@ async def test_each_physical_gpu_has_its_dcgm_readings_once(
     """Temperature, power and SM clock as DCGM reads them, one series per GPU (a MIG
     GPU's instances share it), labelled as the per-GPU dashboard chooses."""
     _, exporter = running
-    fams = families(exporter.metrics_text)
+    fams = families(exporter.metrics.text)
     gpus = {d.gpu_uuid for d in exporter.states}
     for name in ("gke_gpu_temperature_celsius", "gke_gpu_power_watts",
                  "gke_gpu_sm_clock_hertz"):
@@ -322,7 +322,7 @@ async def test_a_restarted_exporter_goes_on_with_the_months_spend(
             assert exporter.warehouse is not None
             exporter.warehouse.flush(sim.cluster.now)
             return {labels["team"]: v for labels, v in
-                    families(exporter.metrics_text)["gke_gpu_team_month_cost_usd"]}
+                    families(exporter.metrics.text)["gke_gpu_team_month_cost_usd"]}
 
     before = await run(6)
     after = await run(1)

@@ -65,12 +65,12 @@ async def test_a_gpu_back_under_a_new_uuid_retires_the_old_one(
         assert sum(p or 0.0 for _, _, p in on_node().values()) == pytest.approx(price)
         assert (old, "gpu_missing") not in exporter.open_incidents
         assert old in exporter.inventory[h100.name]     # remembered until retired
-        assert f'uuid="{old}"'.encode() in exporter.metrics_text  # its downtime so far
+        assert f'uuid="{old}"'.encode() in exporter.metrics.text  # its downtime so far
 
         await step_both(sim, exporter, round(RETIRE_AFTER / sim.cluster.step))
         assert old not in exporter.inventory[h100.name]
         assert len(exporter.inventory[h100.name]) == 8
-        assert old.encode() not in exporter.metrics_text
+        assert old.encode() not in exporter.metrics.text
         wh = exporter.warehouse
         assert wh is not None
         inventory, _ = wh.load_state()

@@ -71,14 +71,14 @@ async def run(make_server: Callable[..., Any], scenario: Scenario, out: Path,
                 await caught_up(sim, exporter)
             await exporter.cycle(sim.cluster.now)
             during.append(states(exporter))
-            up.append({v for lbl, v in families(exporter.metrics_text)[
+            up.append({v for lbl, v in families(exporter.metrics.text)[
                 "gke_gpu_exporter_source_up"] if lbl["source"] == "kubernetes"})
         sim.api.set_down(0)
         async with asyncio.timeout(60):
             while not all(exporter.kube.up.values()):  # noqa: ASYNC110 - the watches' state
                 await asyncio.sleep(0.01)
             await step_both(sim, exporter, AFTER)
-        errors = {lbl["target"]: v for lbl, v in families(exporter.metrics_text)[
+        errors = {lbl["target"]: v for lbl, v in families(exporter.metrics.text)[
             "gke_gpu_exporter_errors_total"] if lbl.get("reason") == f"http_{status}"}
         t = exporter.totals
         return Run(dict(t.cost_usd), dict(t.gpu_seconds),

@@ -82,7 +82,7 @@ async def test_a_gpu_no_label_places_is_counted_and_logged_once(
             await exporter.kube.wait_synced()
         for _ in range(3):
             await exporter.cycle(sim.cluster.now)
-        fams = families(exporter.metrics_text)
+        fams = families(exporter.metrics.text)
     rejected = dict((labels["reason"], v) for labels, v in
                     fams["gke_gpu_exporter_rejected_samples_total"])
     assert rejected["unknown_node"] > 0 and rejected["unknown_node"] % 3 == 0  # every cycle

@@ -39,7 +39,7 @@ async def test_model_comes_from_the_selector_else_the_node(
         await caught_up(sim, exporter)
         await exporter.cycle(sim.cluster.now)
         await step_both(sim, exporter, 1)
-        fams = families(exporter.metrics_text)
+        fams = families(exporter.metrics.text)
         assert exporter.warehouse is not None
         exporter.warehouse.flush(sim.cluster.now)
         stored = exporter.warehouse.con.execute(

@@ -62,7 +62,7 @@ async def test_api_refusing_connections_is_never_ready_and_no_capacity_is_shown(
         assert body.startswith("no list of nodes and pods from the Kubernetes API yet "
                                "(last error: ")
         assert body.count("\n") == 1
-        fams = families(exporter.metrics_text)
+        fams = families(exporter.metrics.text)
         assert "gke_gpu_cluster_available_gpus" not in fams, "unknown, not 0"
         assert not any(lbl["source"] == "kubernetes" for lbl, _ in fams.get(LAST_SUCCESS, []))
         nodes = {"cluster": exporter.config.cluster, "source": "kubernetes", "target": "nodes"}
@@ -81,14 +81,14 @@ async def test_forbidden_api_is_not_ready_until_listed_and_a_cycle_ran(
         await exporter.cycle(sim.cluster.now)
         status, body = await readyz(client)
         assert status == 503 and "403" in body and "no list of nodes and pods" in body
-        assert "gke_gpu_cluster_available_gpus" not in families(exporter.metrics_text)
+        assert "gke_gpu_cluster_available_gpus" not in families(exporter.metrics.text)
         sim.api.set_down(0)
         async with asyncio.timeout(60):  # past the retry's backoff (capped at 30 s)
             await exporter.kube.wait_synced()
         assert await readyz(client) == (503, "waiting for the first full cycle\n")
         await exporter.cycle(sim.cluster.now)
         assert await readyz(client) == (200, "ready\n")
-        (avail,) = families(exporter.metrics_text)["gke_gpu_cluster_available_gpus"]
+        (avail,) = families(exporter.metrics.text)["gke_gpu_cluster_available_gpus"]
         assert avail[1] > 0
 
 
@@ -113,7 +113,7 @@ async def test_a_frozen_api_makes_the_view_stale_then_ready_again(
         status, body = await readyz(client)
         assert status == 503
         assert "the Kubernetes view is" in body and "kubernetes.max_staleness 2 s" in body
-        stamps = {lbl["target"]: v for lbl, v in families(exporter.metrics_text)[LAST_SUCCESS]
+        stamps = {lbl["target"]: v for lbl, v in families(exporter.metrics.text)[LAST_SUCCESS]
                   if lbl["source"] == "kubernetes"}
         assert stamps.keys() == {"nodes", "pods", "namespaces"}
         assert all(v <= frozen for v in stamps.values()), "stamped before the freeze"
@@ -128,7 +128,7 @@ async def test_a_frozen_api_makes_the_view_stale_then_ready_again(
 
 def kube_up(exporter: Exporter) -> dict[str, float]:
     """``source_up`` of the Kubernetes node and pod views."""
-    return {lbl["target"]: v for lbl, v in families(exporter.metrics_text)[
+    return {lbl["target"]: v for lbl, v in families(exporter.metrics.text)[
         "gke_gpu_exporter_source_up"] if lbl["source"] == "kubernetes"
         and lbl["target"] in ("nodes", "pods")}
 
@@ -147,7 +147,7 @@ async def test_a_failing_target_keeps_the_time_of_its_last_answer(
         await sim.inject(Fault(at=0, kind="endpoint", node="h100/0", mode="error",
                                duration=600))
         await step_both(sim, exporter, 2)
-        stamps = {lbl["target"]: v for lbl, v in families(exporter.metrics_text)[LAST_SUCCESS]
+        stamps = {lbl["target"]: v for lbl, v in families(exporter.metrics.text)[LAST_SUCCESS]
                   if lbl["source"] == "dcgm"}
         assert stamps.pop(sim.endpoint_url(node)) == answered
         assert set(stamps.values()) == {sim.cluster.now}

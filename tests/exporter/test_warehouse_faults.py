@@ -35,7 +35,7 @@ def gpu_seconds(text: str | bytes) -> float:
 
 
 def warehouse_errors(exporter: Exporter) -> float:
-    return sum(s.value for fam in text_string_to_metric_families(exporter.metrics_text.decode())
+    return sum(s.value for fam in text_string_to_metric_families(exporter.metrics.text.decode())
                for s in fam.samples if s.name == "gke_gpu_exporter_errors_total"
                and s.labels["source"] == "warehouse")
 
@@ -93,11 +93,11 @@ async def test_a_failing_warehouse_stops_neither_the_cycle_nor_metrics(
         assert wh is not None and exporter.warehouse_ok
         with staging_broken(wh):
             for n in range(1, 4):
-                before = gpu_seconds(exporter.metrics_text)
+                before = gpu_seconds(exporter.metrics.text)
                 await step_both(sim, exporter, 1)
                 assert not exporter.warehouse_ok
                 assert warehouse_errors(exporter) == n
-                assert gpu_seconds(exporter.metrics_text) > before   # /metrics moves on
+                assert gpu_seconds(exporter.metrics.text) > before   # /metrics moves on
             failed = [r for r in caplog.records if r.getMessage() == "warehouse write failed"]
             assert len(failed) == 1
         await step_both(sim, exporter, 1)
@@ -105,7 +105,7 @@ async def test_a_failing_warehouse_stops_neither_the_cycle_nor_metrics(
         assert [r.getMessage() for r in caplog.records].count("warehouse write recovered") == 1
         wh.flush(exporter.last_cycle_time, partial=True)
         (stored,) = wh.con.execute("SELECT sum(gpu_seconds) FROM gpu_usage").fetchone()  # type: ignore[misc]
-        assert stored == pytest.approx(gpu_seconds(exporter.metrics_text))
+        assert stored == pytest.approx(gpu_seconds(exporter.metrics.text))
 
 
 async def _gpu_seconds_now(port: int) -> float:
