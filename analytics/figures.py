@@ -35,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 
 from analytics import format as fmt
+from analytics.tables import columns
 from analytics.week import Week
 from analytics.workspace import Table, Workspace
 from exporter.bottleneck import (
@@ -203,7 +204,7 @@ def cost_by(usage: pd.DataFrame, dimension: str, previous: bool = True) -> pd.Da
     if not previous:
         out = out.assign(previous_cost_usd=np.nan, change_usd=np.nan, change=np.nan)
     return out.sort_values(["_pooled", "cost_usd", dimension], ascending=[True, False, True],
-                           ignore_index=True).drop(columns="_pooled")
+                           ignore_index=True)[columns(f"cost_by_{dimension}")]
 
 
 def daily_by_team(daily: pd.DataFrame, week: Week) -> pd.DataFrame:
@@ -226,8 +227,7 @@ def idle_offenders(pods: pd.DataFrame, n: int = TOP) -> pd.DataFrame:
     """The pods that held GPUs and used them least: utilisation under ``IDLE_CEILING``
     (a busy job's small idle share of a dear GPU is no waste to chase), the most idle
     GPU-hours first, then the most idle cost."""
-    cols = ["namespace", "pod", "workload", "team", "gpu_model", "idle_gpu_hours",
-            "idle_cost_usd", "utilization"]
+    cols = columns("idle_offenders")
     if pods.empty:
         return pd.DataFrame(columns=cols)
     out = pods.assign(idle_gpu_hours=pods.idle_seconds / HOUR)
@@ -242,7 +242,7 @@ def unallocated_by_pool(usage: pd.DataFrame) -> pd.DataFrame:
     g = rows.groupby(["node_pool", "gpu_model", "provisioning"], as_index=False)[
         ["gpu_seconds", "cost_usd"]].sum()
     g["gpu_hours"] = g.pop("gpu_seconds") / HOUR
-    return g[["node_pool", "gpu_model", "provisioning", "gpu_hours", "cost_usd"]].sort_values(
+    return g[columns("unallocated_by_pool")].sort_values(
         ["cost_usd", "node_pool"], ascending=[False, True], ignore_index=True)
 
 
@@ -257,8 +257,7 @@ def _seconds(t: pd.Series) -> pd.Series:
 def queue(pod_states: pd.DataFrame, week: Week) -> pd.DataFrame:
     """Wait percentiles (seconds) by team and GPU model, of the pods scheduled in the week,
     and the GPU-hours pods spent pending in the week."""
-    cols = ["team", "gpu_model", "pods", "p50_seconds", "p90_seconds", "p99_seconds",
-            "pending_gpu_hours"]
+    cols = columns("queue")
     if pod_states.empty:
         return pd.DataFrame(columns=cols)
     p = pod_states.assign(team=pod_states.team.fillna("(none)"),
@@ -304,7 +303,7 @@ def longest_waits_of(chunks: Iterable[pd.DataFrame], week: Week, n: int = TOP
 
 def longest_waits(pod_states: pd.DataFrame, week: Week, n: int = TOP) -> pd.DataFrame:
     """The longest waits that ended in the week, or are still going at its end."""
-    cols = ["namespace", "pod", "team", "gpu_model", "gpus", "wait_seconds", "state"]
+    cols = columns("longest_waits")
     if pod_states.empty:
         return pd.DataFrame(columns=cols)
     p = pod_states
@@ -323,8 +322,7 @@ def longest_waits(pod_states: pd.DataFrame, week: Week, n: int = TOP) -> pd.Data
 
 
 def availability(avail: pd.DataFrame, target: float) -> pd.DataFrame:
-    cols = ["node_pool", "gpu_model", "availability", "target", "down_hours",
-            "error_budget_left", "meets_target"]
+    cols = columns("availability")
     if avail.empty:
         return pd.DataFrame(columns=cols)
     a = avail[avail.gpu_seconds > 0]
@@ -351,7 +349,7 @@ def incidents(events: pd.DataFrame, pod_states: pd.DataFrame, week: Week) -> pd.
     """GPU incidents (XID, NotReady, GPU lost) that ended in the week, and spot
     preemptions in it, with their durations: one row per event, however many GPUs it
     took down (a NotReady node is one incident of its 8 GPUs, with their GPU-hours lost)."""
-    cols = ["kind", "where", "gpus", "start", "end", "duration_seconds", "gpu_hours_lost"]
+    cols = columns("incidents")
     rows: list[tuple[Any, ...]] = []
     keys = ["reason", "node_pool", "node", "start_time", "end_time"]
     for (reason, pool, node, start, end), g in events.groupby(keys, sort=False, dropna=False):
@@ -692,8 +690,7 @@ def _pods_frame(pods: pd.DataFrame) -> pd.DataFrame:
 def bottlenecks(classified: pd.DataFrame) -> pd.DataFrame:
     """Per workload: the class of most of its GPU-hours, the evidence (GPU-hour-weighted
     means over its pods of that class) and what to try."""
-    cols = ["namespace", "workload", "team", "gpu_model", "bottleneck", "pods", "gpu_hours",
-            "evidence", "advice"]
+    cols = columns("bottlenecks")
     if classified.empty:
         return pd.DataFrame(columns=cols)
     return bottleneck_table(_scratch(pods=_pods_frame(classified))).frame()[cols]
@@ -701,7 +698,7 @@ def bottlenecks(classified: pd.DataFrame) -> pd.DataFrame:
 
 def bottleneck_summary(workloads: Frame) -> pd.DataFrame:
     """Per class: how many workloads, their GPU-hours, and what to try."""
-    cols = ["bottleneck", "workloads", "gpu_hours", "advice"]
+    cols = columns("bottleneck_summary")
     if workloads.empty:
         return pd.DataFrame(columns=cols)
     if isinstance(workloads, Table):
@@ -742,8 +739,7 @@ def cheapest_fit(model: str, provisioning: str, peak_memory_bytes: float | None,
 
 
 def rightsizing(pods: pd.DataFrame, prices: Mapping[tuple[str, str], float]) -> pd.DataFrame:
-    cols = ["namespace", "workload", "team", "gpu_model", "peak_memory_gib",
-            "gpu_memory_gib", "utilization", "suggested_model", "weekly_saving_usd"]
+    cols = columns("rightsizing")
     if pods.empty:
         return pd.DataFrame(columns=cols)
     return rightsizing_table(_scratch(prices, pods=_pods_frame(pods))).frame()[cols]
@@ -754,8 +750,7 @@ BATCH_KINDS = ("Job", "JobSet")
 
 def spot_candidates(pods: pd.DataFrame, pod_states: pd.DataFrame,
                     prices: Mapping[tuple[str, str], float]) -> pd.DataFrame:
-    cols = ["namespace", "workload", "team", "gpu_model", "cost_usd", "spot_cost_usd",
-            "weekly_saving_usd"]
+    cols = columns("spot")
     if pods.empty or pod_states.empty:
         return pd.DataFrame(columns=cols)
     ws = _scratch(prices, pods=_pods_frame(pods), pod_states=pod_states)
@@ -851,8 +846,7 @@ def actions(unallocated: pd.DataFrame, queue: pd.DataFrame, availability: pd.Dat
             saves.append((LEVER_ACTIONS[str(r.lever)], "all pools", float(r.weekly_saving_usd),
                           np.nan, str(r.how)))
     saves.sort(key=lambda row: -row[2])
-    return pd.DataFrame(fixes + saves, columns=["action", "where", "weekly_saving_usd",
-                                                "weekly_cost_usd", "why"])
+    return pd.DataFrame(fixes + saves, columns=columns("actions"))
 
 
 LEVER_ACTIONS = {"spot": "move batch Jobs to spot", "sharing": "share lightly used GPUs",
@@ -875,4 +869,4 @@ def savings(spot: Frame, rightsize: Frame, unallocated: pd.DataFrame,
          sharing_cost(pods)),
         ("right-sizing", "workloads on the cheapest GPU that fits",
          _total(rightsize, "weekly_saving_usd")),
-    ], columns=["lever", "how", "weekly_saving_usd"])
+    ], columns=columns("savings"))

@@ -10,30 +10,12 @@ import pandas as pd
 
 from analytics import figures, queries
 from analytics.store import Store
+from analytics.tables import TABLES
 from analytics.week import Week
 from analytics.workspace import Table, Workspace
 
-SECTIONS = {
-    "actions": "What to do this week",
-    "cost_by_team": "Cost by team",
-    "cost_by_namespace": "Cost by namespace",
-    "cost_by_node_pool": "Cost by node pool",
-    "cost_by_gpu_model": "Cost by GPU model",
-    "cost_by_provisioning": "Cost by provisioning",
-    "daily_cost_by_team": "Daily cost by team",
-    "idle_offenders": "Idle GPUs: top offenders",
-    "unallocated_by_pool": "Unallocated capacity by pool",
-    "queue": "Queue wait by team and GPU model",
-    "longest_waits": "Longest waits",
-    "availability": "Availability against the SLA",
-    "incidents": "Incidents",
-    "bottleneck_summary": "Bottlenecks",
-    "bottlenecks": "Bottlenecks by workload",
-    "rightsizing": "Right-sizing",
-    "spot": "Spot candidates",
-    "savings": "Savings this week's data points to",
-}
-"""Tables in report order, with their titles."""
+SECTIONS = {t.name: t.title for t in TABLES}
+"""Tables in report order, with their titles (``analytics.tables``)."""
 
 
 @dataclass(slots=True)

@@ -27,6 +27,8 @@ import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
+from analytics.tables import HEADLINE, Column
+from analytics.tables import TABLES as REPORT_TABLES
 from exporter.config import ENV_PREFIX, Config
 from exporter.durations import parse_duration
 from exporter.families import DEVICE_LABELS, FAMILIES, Family
@@ -248,6 +250,22 @@ def metrics() -> str:
     return table(("metric", "type", "unit", "labels", "meaning"), rows).rstrip("\n")
 
 
+# The weekly report's tables: ``analytics.tables``.
+
+def report_tables() -> str:
+    """The headline's figures, then one table per report table: its columns and meanings."""
+    def rows(columns: Sequence[Column]) -> list[tuple[str, ...]]:
+        return [(f"`{c.name}`", c.unit, cell(c.help)) for c in columns]
+
+    blocks = ["### Headline (`report.json` `headline`)\n\n"
+              + table(("figure", "unit", "meaning"), rows(HEADLINE))]
+    for t in REPORT_TABLES:
+        more = f"\n\nThen {markdown(t.more_columns)}." if t.more_columns else ""
+        blocks.append(f"### {t.title} (`{t.name}`)\n\n{paragraph(t.help)}{more}\n\n"
+                      + table(("column", "unit", "meaning"), rows(t.columns)))
+    return "\n".join(blocks).removesuffix("\n")
+
+
 class Section(NamedTuple):
     page: str
     """The page under ``docs/`` that holds the section."""
@@ -259,6 +277,7 @@ SECTIONS: dict[str, Section] = {
     "configuration": Section("configuration.md", configuration),
     "metrics": Section("metrics.md", metrics),
     "schema": Section("warehouse.md", schema),
+    "report-tables": Section("report.md", report_tables),
 }
 """Every section this script generates, by name (the name in its marker lines)."""
 

@@ -1,0 +1,211 @@
+"""The weekly report's tables and headline, declared once: each table's name, title and
+columns (name, unit, meaning), in report order.
+
+The figures (``analytics.figures``) build each table with these columns in this order,
+the report (``analytics.report``) shows them under these titles, ``report.json`` and the
+CSVs carry them, and ``docs/report.md``'s reference is generated from them
+(``python docs/build.py``). ``tests/analytics/test_tables.py`` checks that a built report
+has exactly these columns, that the money columns are those ``render.is_money`` rounds to
+the cent, and that the declaration changes only with ``render.JSON_SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Unit = Literal["usd", "ratio", "hours", "seconds", "gib", "count", "text", "time", "flag",
+               "json"]
+"""What a column holds: US dollars, a ratio (0-1), hours, seconds, GiB, a count, text, a
+UTC time, true/false, or a JSON object."""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    unit: Unit
+    help: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReportTable:
+    name: str
+    title: str
+    help: str
+    columns: tuple[Column, ...]
+    more_columns: str = ""
+    """What columns follow the declared ones, when their names are values (one per team)."""
+
+    @property
+    def names(self) -> list[str]:
+        """The column names, in order."""
+        return [c.name for c in self.columns]
+
+
+def _c(name: str, unit: Unit, help: str) -> Column:
+    return Column(name, unit, help)
+
+
+_NAMESPACE = _c("namespace", "text", "Kubernetes namespace.")
+_POD = _c("pod", "text", "Pod name.")
+_WORKLOAD = _c("workload", "text", "The pod's top-level owner (Job, JobSet, Deployment...), "
+               "else the pod.")
+_TEAM = _c("team", "text", "The pod's team (its `team` label, else its namespace's).")
+_MODEL = _c("gpu_model", "text", "GPU model (GKE accelerator name).")
+_POOL = _c("node_pool", "text", "GKE node pool.")
+_PROVISIONING = _c("provisioning", "text", "`on-demand` or `spot`.")
+_GPU_HOURS = _c("gpu_hours", "hours", "GPU-hours this week.")
+_COST = _c("cost_usd", "usd", "Cost this week.")
+_SAVING = _c("weekly_saving_usd", "usd", "What the change would have saved this week.")
+_ADVICE = _c("advice", "text", "What to try for the class.")
+
+
+def _cost_by(dimension: Column, owned: bool) -> tuple[Column, ...]:
+    held = (_c("utilization_of_allocated", "ratio",
+               "Utilised share of the GPU time pods held."),
+            _c("share", "ratio", "Share of the week's total cost."),
+            _c("share_of_allocated", "ratio",
+               "Share of the cost of the GPU time pods held (blank for the rows no pod held)."))
+    capacity = (_c("utilization_of_capacity", "ratio",
+                   "Utilised share of all GPU time, held or not."),
+                _c("share", "ratio", "Share of the week's total cost."))
+    return (dimension, _COST,
+            _c("previous_cost_usd", "usd", "Cost the week before."),
+            _c("change_usd", "usd", "This week's cost less the week before's."),
+            _c("change", "ratio", "The change as a share of the week before's cost (blank "
+               "without one)."),
+            _GPU_HOURS, *(held if owned else capacity))
+
+
+_ROWS_NO_POD_HELD = (" Ends with `(unallocated)` and `(unavailable)`, the GPU time no pod held, "
+                     "so that it sums to the headline.")
+
+TABLES: tuple[ReportTable, ...] = (
+    ReportTable("actions", "What to do this week",
+                "Each action with its dollars and why, reconciled with the queues and the "
+                "SLA: the problems to fix first, then the savings, largest first.",
+                (_c("action", "text", "What to do."),
+                 _c("where", "text", "The pool, or GPU model, it concerns (`all pools` for "
+                    "a lever)."),
+                 _SAVING,
+                 _c("weekly_cost_usd", "usd", "For `add capacity`: the GPU-hours pending "
+                    "this week at the on-demand price."),
+                 _c("why", "text", "The figures that call for it."))),
+    ReportTable("cost_by_team", "Cost by team", "Per team." + _ROWS_NO_POD_HELD,
+                _cost_by(_TEAM, owned=True)),
+    ReportTable("cost_by_namespace", "Cost by namespace", "Per namespace." + _ROWS_NO_POD_HELD,
+                _cost_by(_NAMESPACE, owned=True)),
+    ReportTable("cost_by_node_pool", "Cost by node pool", "Per node pool.",
+                _cost_by(_POOL, owned=False)),
+    ReportTable("cost_by_gpu_model", "Cost by GPU model", "Per GPU model.",
+                _cost_by(_MODEL, owned=False)),
+    ReportTable("cost_by_provisioning", "Cost by provisioning", "On-demand and spot.",
+                _cost_by(_PROVISIONING, owned=False)),
+    ReportTable("daily_cost_by_team", "Daily cost by team",
+                "Each day's cost (UTC), every day of the week present.",
+                (_c("day", "time", "The day (UTC)."),),
+                more_columns="one per team, and `(unallocated)` and `(unavailable)`: that "
+                "day's cost (US dollars)"),
+    ReportTable("idle_offenders", "Idle GPUs: top offenders",
+                "The pods under 50 % utilisation, the most idle GPU-hours first, then the "
+                "most idle cost.",
+                (_NAMESPACE, _POD, _WORKLOAD, _TEAM, _MODEL,
+                 _c("idle_gpu_hours", "hours", "GPU-hours held and unused: GPU-hours x (1 - "
+                    "utilisation)."),
+                 _c("idle_cost_usd", "usd", "Their cost."),
+                 _c("utilization", "ratio", "The pod's mean utilisation over the week."))),
+    ReportTable("unallocated_by_pool", "Unallocated capacity by pool",
+                "GPU time no pod held, per pool, model and provisioning.",
+                (_POOL, _MODEL, _PROVISIONING, _GPU_HOURS, _COST)),
+    ReportTable("queue", "Queue wait by team and GPU model",
+                "Wait from creation to scheduling of the pods scheduled in the week.",
+                (_TEAM, _MODEL,
+                 _c("pods", "count", "Pods scheduled in the week."),
+                 _c("p50_seconds", "seconds", "Median wait."),
+                 _c("p90_seconds", "seconds", "90th percentile of the wait."),
+                 _c("p99_seconds", "seconds", "99th percentile of the wait."),
+                 _c("pending_gpu_hours", "hours", "GPU-hours requested while pending in the "
+                    "week."))),
+    ReportTable("longest_waits", "Longest waits",
+                "The longest waits that ended in the week, or go on at its end.",
+                (_NAMESPACE, _POD, _TEAM, _MODEL,
+                 _c("gpus", "count", "GPUs the pod requests."),
+                 _c("wait_seconds", "seconds", "Creation to scheduling, or to the week's end."),
+                 _c("state", "text", "`scheduled` or `still pending`."))),
+    ReportTable("availability", "Availability against the SLA",
+                "Per pool and GPU model, against `sla.target`.",
+                (_POOL, _MODEL,
+                 _c("availability", "ratio", "Share of the GPU time that was not unavailable."),
+                 _c("target", "ratio", "The SLA target."),
+                 _c("down_hours", "hours", "GPU-hours unavailable."),
+                 _c("error_budget_left", "ratio", "What is left of the week's error budget "
+                    "((1 - target) x GPU time); below 0 when spent."),
+                 _c("meets_target", "flag", "Whether availability ≥ target."))),
+    ReportTable("incidents", "Incidents",
+                "GPU incidents that ended in the week, one row per event, and spot "
+                "preemptions.",
+                (_c("kind", "text", "`xid`, `node_not_ready`, `gpu_missing` or "
+                    "`spot_preemption`."),
+                 _c("where", "text", "`pool/node` and the GPU (or the GPU count); a "
+                    "preempted pod's `namespace/pod`."),
+                 _c("gpus", "count", "GPUs it took down."),
+                 _c("start", "time", "When it began."),
+                 _c("end", "time", "When it ended."),
+                 _c("duration_seconds", "seconds", "How long it lasted."),
+                 _c("gpu_hours_lost", "hours", "GPU-hours unavailable through it."))),
+    ReportTable("bottleneck_summary", "Bottlenecks", "Per bottleneck class.",
+                (_c("bottleneck", "text", "The class."),
+                 _c("workloads", "count", "Workloads of that class."),
+                 _c("gpu_hours", "hours", "Their GPU-hours."),
+                 _ADVICE)),
+    ReportTable("bottlenecks", "Bottlenecks by workload",
+                "Per workload: the class of most of its GPU-hours.",
+                (_NAMESPACE, _WORKLOAD, _TEAM, _MODEL,
+                 _c("bottleneck", "text", "The class."),
+                 _c("pods", "count", "Its pods in the week."),
+                 _GPU_HOURS,
+                 _c("evidence", "json", "The figures the class rests on, GPU-hour-weighted."),
+                 _ADVICE)),
+    ReportTable("rightsizing", "Right-sizing",
+                "Workloads a cheaper GPU model holds (memory and compute).",
+                (_NAMESPACE, _WORKLOAD, _TEAM, _MODEL,
+                 _c("peak_memory_gib", "gib", "Peak GPU memory used."),
+                 _c("gpu_memory_gib", "gib", "The model's GPU memory."),
+                 _c("utilization", "ratio", "Mean utilisation over the week."),
+                 _c("suggested_model", "text", "The cheapest model that fits."),
+                 _SAVING)),
+    ReportTable("spot", "Spot candidates", "Batch Jobs on on-demand GPUs.",
+                (_NAMESPACE, _WORKLOAD, _TEAM, _MODEL, _COST,
+                 _c("spot_cost_usd", "usd", "The same GPU-hours at the spot price."),
+                 _SAVING)),
+    ReportTable("savings", "Savings this week's data points to",
+                "The levers, priced with this week's data (upper bounds).",
+                (_c("lever", "text", "Spot, autoscaling, sharing or right-sizing."),
+                 _c("how", "text", "What the lever does."),
+                 _SAVING)),
+)
+
+BY_NAME = {t.name: t for t in TABLES}
+
+HEADLINE: tuple[Column, ...] = (
+    _c("coverage", "ratio", "Share of the week's hours with any GPU time in the warehouse."),
+    _c("previous_coverage", "ratio", "The same, of the week before."),
+    _c("cost_usd", "usd", "The week's cost."),
+    _c("previous_cost_usd", "usd", "The week before's (blank without data)."),
+    _c("cost_change", "ratio", "The change as a share of the week before's."),
+    _c("gpu_hours", "hours", "GPU-hours of capacity."),
+    _c("allocated_gpu_hours", "hours", "GPU-hours pods held."),
+    _c("utilization", "ratio", "Utilised share of the allocated GPU time."),
+    _c("fleet_cost_usd_per_utilized_hour", "usd",
+       "All spend ÷ utilised GPU-hours (idle and unavailable capacity included)."),
+    _c("idle_cost_usd", "usd", "Cost allocated and unused: cost x (1 - utilisation)."),
+    _c("idle_share", "ratio", "Its share of the week's cost."),
+    _c("unallocated_cost_usd", "usd", "Cost of the GPU time no pod held."),
+    _c("unallocated_share", "ratio", "Its share of the week's cost."),
+)
+"""The headline's figures, in order."""
+
+
+def columns(name: str) -> list[str]:
+    """The column names of the table ``name``, in order."""
+    return BY_NAME[name].names
