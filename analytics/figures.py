@@ -386,9 +386,10 @@ def pod_signals(row: object) -> Signals:
     return Signals(gr=g("gr_engine_active"), sm=g("sm_active"), occupancy=g("sm_occupancy"),
                    tensor=g("tensor_active"), dram=g("dram_active"),
                    gpu_util_percent=g("gpu_util_percent"), temp_celsius=g("temperature_celsius"),
-                   nvlink_tx=g("nvlink_tx_bytes_per_second"),
-                   nvlink_rx=g("nvlink_rx_bytes_per_second"),
-                   pcie_tx=g("pcie_tx_bytes_per_second"), pcie_rx=g("pcie_rx_bytes_per_second"),
+                   nvlink_tx_bytes_per_second=g("nvlink_tx_bytes_per_second"),
+                   nvlink_rx_bytes_per_second=g("nvlink_rx_bytes_per_second"),
+                   pcie_tx_bytes_per_second=g("pcie_tx_bytes_per_second"),
+                   pcie_rx_bytes_per_second=g("pcie_rx_bytes_per_second"),
                    stalled_share=g("stalled_share") or 0.0, max_gr=g("max_gr") or 0.0,
                    throttled_share=g("throttled_share"))
 

@@ -112,12 +112,10 @@ class Signals:
     gpu_util_percent: float | None = None
     temp_celsius: float | None = None
     """Mean GPU temperature."""
-    nvlink_tx: float | None = None
-    nvlink_rx: float | None = None
-    """Bytes per second."""
-    pcie_tx: float | None = None
-    pcie_rx: float | None = None
-    """Bytes per second."""
+    nvlink_tx_bytes_per_second: float | None = None
+    nvlink_rx_bytes_per_second: float | None = None
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
     stalled_share: float = 0.0
     """Share of samples with GR < STALL_GR."""
     max_gr: float = 0.0
@@ -284,11 +282,24 @@ def evidence(s: Signals, model: GpuModel | None) -> dict[str, float]:
     if occ is not None and sm:
         out["warps_per_active_sm"] = occ / sm
     if model is not None:
-        if model.has_nvlink and s.nvlink_tx is not None and s.nvlink_rx is not None:
-            out["nvlink_share"] = max(s.nvlink_tx, s.nvlink_rx) / model.nvlink_bytes_per_second
-        if s.pcie_tx is not None and s.pcie_rx is not None:
-            out["pcie_share"] = min(s.pcie_tx, s.pcie_rx) / model.pcie_bytes_per_second
+        if model.has_nvlink and (nvlink := _nvlink_share(s, model)) is not None:
+            out["nvlink_share"] = nvlink
+        if (pcie := _pcie_share(s, model)) is not None:
+            out["pcie_share"] = pcie
     return out
+
+
+def _nvlink_share(s: Signals, model: GpuModel) -> float | None:
+    """The busier direction's NVLink traffic as a share of the link."""
+    tx, rx = s.nvlink_tx_bytes_per_second, s.nvlink_rx_bytes_per_second
+    return None if tx is None or rx is None else max(tx, rx) / model.nvlink_bytes_per_second
+
+
+def _pcie_share(s: Signals, model: GpuModel) -> float | None:
+    """The quieter direction's PCIe traffic as a share of the link (a collective sends and
+    receives alike; a one-way copy is input, not communication)."""
+    tx, rx = s.pcie_tx_bytes_per_second, s.pcie_rx_bytes_per_second
+    return None if tx is None or rx is None else min(tx, rx) / model.pcie_bytes_per_second
 
 
 EVIDENCE = ("gr_engine_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
@@ -336,10 +347,10 @@ def decide(s: Signals, accelerator: str | None, *, mig: bool = False) -> Diagnos
         nvlink = None
         link = 0.0
         if model is not None:
-            if model.has_nvlink and s.nvlink_tx is not None and s.nvlink_rx is not None:
-                nvlink = link = max(s.nvlink_tx, s.nvlink_rx) / model.nvlink_bytes_per_second
-            if s.pcie_tx is not None and s.pcie_rx is not None:
-                link = max(link, min(s.pcie_tx, s.pcie_rx) / model.pcie_bytes_per_second)
+            if model.has_nvlink and (nvlink := _nvlink_share(s, model)) is not None:
+                link = nvlink
+            if (pcie := _pcie_share(s, model)) is not None:
+                link = max(link, pcie)
         if link >= COMM_LINK_SHARE:
             return found("comm_bound" if quiet else "insufficient_signal")
         if gr >= COMM_GR_MIN and not mig and nvlink is None and model is not None and \

@@ -185,8 +185,8 @@ def team_of(pod_labels: Mapping[str, str], namespace: str,
 
 def queue_wait_seconds(pod: PodInfo, now: float) -> float:
     """Creation to scheduling; for a pod still pending, its age at ``now``."""
-    end = pod.scheduled if pod.scheduled is not None else now
-    return max(0.0, end - pod.created)
+    end = pod.scheduled_unix if pod.scheduled_unix is not None else now
+    return max(0.0, end - pod.created_unix)
 
 
 def effective_cost_per_utilized_hour(cost_usd: float, utilized_gpu_seconds: float) -> float | None:

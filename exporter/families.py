@@ -239,7 +239,7 @@ def _gpu_nodes(v: MetricsView) -> list[tuple[Labels, NodeInfo]]:
 def _allocated(v: MetricsView) -> Iterator[Sample]:
     requested: dict[str, int] = defaultdict(int)
     for p in v.pods:
-        if p.node and p.phase in ("Running", "Pending") and p.scheduled is not None:
+        if p.node and p.phase in ("Running", "Pending") and p.scheduled_unix is not None:
             requested[p.node] += p.gpus
     return ((labels, requested.get(n.name, 0)) for labels, n in _gpu_nodes(v))
 
@@ -262,7 +262,7 @@ class _Pending:
 def _pending(v: MetricsView) -> _Pending:
     out = _Pending()
     for p in v.pods:
-        if p.gpus <= 0 or p.phase != "Pending" or p.scheduled is not None:
+        if p.gpus <= 0 or p.phase != "Pending" or p.scheduled_unix is not None:
             continue
         key = (v.cluster, p.namespace, v.owner(p).team, gpu_model(p, v.nodes))
         out.pods[key] += 1

@@ -62,9 +62,12 @@ class PodInfo:
     node: str | None
     phase: str
     gpus: int
-    created: float
-    scheduled: float | None
-    finished: float | None
+    created_unix: float
+    """Creation time, Unix seconds (as are the times below)."""
+    scheduled_unix: float | None
+    """When ``PodScheduled`` turned true; None while unscheduled."""
+    finished_unix: float | None
+    """When its last container ended; None while running."""
     labels: dict[str, str]
     workload: str
     owner_kind: str
@@ -77,7 +80,7 @@ class PodInfo:
     spot preemption, ``NodeLost``)."""
     container_ports: dict[str, int] = field(default_factory=dict)
     ip: str | None = None
-    deleted: float | None = None
+    deleted_unix: float | None = None
     """``metadata.deletionTimestamp``: when a graceful deletion will have ended it; absent
     on a pod removed at once (forced, or never scheduled)."""
 

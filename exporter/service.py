@@ -430,7 +430,7 @@ class Exporter:
         waited = self.totals.waited
         for pod in self.kube.pods.values():
             self._interrupted(pod)
-            if pod.gpus > 0 and pod.scheduled is not None and pod.uid not in waited:
+            if pod.gpus > 0 and pod.scheduled_unix is not None and pod.uid not in waited:
                 key = (pod.namespace, self._team(pod), gpu_model(pod, self.kube.nodes))
                 self.totals.observe_wait(pod.uid, key, compute.queue_wait_seconds(pod, now))
 

@@ -506,19 +506,19 @@ class Warehouse:
         for p in pods:
             if p.gpus <= 0:
                 continue
-            signature = (p.phase, p.node, p.scheduled, p.finished, p.reason)
+            signature = (p.phase, p.node, p.scheduled_unix, p.finished_unix, p.reason)
             if self._pod_signatures.get(p.uid) == signature:
                 continue  # unchanged since it was last written
             self._pod_signatures[p.uid] = signature
             model = self._pod_models[p.uid] = model_of(p) or self._pod_models.get(p.uid, "")
-            wait = None if p.scheduled is None else p.scheduled - p.created
+            wait = None if p.scheduled_unix is None else p.scheduled_unix - p.created_unix
             self._pods[p.uid] = {
                 "id": row_id(self.cluster, p.uid, *signature), "cluster": self.cluster,
                 "pod_uid": p.uid, "namespace": p.namespace, "pod": p.name,
                 "team": team_of(p), "workload": p.workload,
                 "owner_kind": p.owner_kind, "gpus": p.gpus, "gpu_model": model or None,
-                "node": p.node, "phase": p.phase, "created": _ts(p.created),
-                "scheduled": _ts(p.scheduled), "finished": _ts(p.finished),
+                "node": p.node, "phase": p.phase, "created": _ts(p.created_unix),
+                "scheduled": _ts(p.scheduled_unix), "finished": _ts(p.finished_unix),
                 "queue_wait_seconds": wait, "reason": p.reason, "priority": p.priority,
                 "priority_class": p.priority_class, "queue": p.queue, "updated": _ts(now)}
 

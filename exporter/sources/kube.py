@@ -113,16 +113,16 @@ def pod_info(obj: Obj) -> PodInfo:
     return PodInfo(
         uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta["name"],
         node=spec.get("nodeName"), phase=status.get("phase", "Unknown"), gpus=gpus,
-        created=_ts(meta.get("creationTimestamp")) or 0.0,
-        scheduled=_ts(sched.get("lastTransitionTime")) if sched.get("status") == "True"
+        created_unix=_ts(meta.get("creationTimestamp")) or 0.0,
+        scheduled_unix=_ts(sched.get("lastTransitionTime")) if sched.get("status") == "True"
         else None,
-        finished=finished, labels=dict(labels), workload=workload, owner_kind=owner_kind,
+        finished_unix=finished, labels=dict(labels), workload=workload, owner_kind=owner_kind,
         priority=int(spec.get("priority") or 0),
         priority_class=spec.get("priorityClassName") or "",
         queue=labels.get("kueue.x-k8s.io/queue-name"),
         accelerator=(spec.get("nodeSelector") or {}).get("cloud.google.com/gke-accelerator"),
         reason=reason, container_ports=ports, ip=status.get("podIP"),
-        deleted=_ts(meta.get("deletionTimestamp")),
+        deleted_unix=_ts(meta.get("deletionTimestamp")),
     )
 
 
@@ -136,10 +136,10 @@ def deleted_pod(pod: PodInfo, noticed: float) -> PodInfo:
     or Running: a force deletion, a lost node, a cancelled job) ends in phase ``Deleted``,
     finished at its ``deletionTimestamp`` or, without one or if it was noticed gone earlier,
     when it was noticed gone. A pod never scheduled stays so."""
-    when = noticed if pod.deleted is None else min(pod.deleted, noticed)
+    when = noticed if pod.deleted_unix is None else min(pod.deleted_unix, noticed)
     if pod.phase in _ENDED:
-        return pod if pod.finished is not None else replace(pod, finished=when)
-    return replace(pod, phase=DELETED, finished=when)
+        return pod if pod.finished_unix is not None else replace(pod, finished_unix=when)
+    return replace(pod, phase=DELETED, finished_unix=when)
 
 
 class KubeSource:

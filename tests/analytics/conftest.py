@@ -58,10 +58,10 @@ def build_warehouse(path: Path) -> Path:
     for h in range(14 * 24):
         # week one: the training pod is busier than in week two
         wh.add_usage(hour_rows(W46 + h * HOUR, 0.9 if h < 7 * 24 else 0.6))
-    wh.add_pods([pod(uid="uid-a", namespace="ns-a", name="train-0", created=W46 + 7 * 86400,
-                     scheduled=W46 + 7 * 86400 + 600, workload="train"),
+    wh.add_pods([pod(uid="uid-a", namespace="ns-a", name="train-0", created_unix=W46 + 7 * 86400,
+                     scheduled_unix=W46 + 7 * 86400 + 600, workload="train"),
                  pod(uid="uid-h", namespace=HOSTILE, name=HOSTILE, workload=HOSTILE,
-                     created=W46 + 8 * 86400, scheduled=W46 + 8 * 86400 + 60,
+                     created_unix=W46 + 8 * 86400, scheduled_unix=W46 + 8 * 86400 + 60,
                      labels={"team": HOSTILE})],
                 W46 + 9 * 86400, lambda p: p.labels.get("team", "alpha"))
     wh.add_event("n1", "p", "GPU-free", "xid", W46 + 10 * 86400, W46 + 10 * 86400 + 1800)

@@ -300,6 +300,16 @@ def test_a_node_down_is_one_incident_of_all_its_gpus() -> None:
             ["xid", "p/n GPU-0", 1, 3600.0, 1.0]]
 
 
+def nvlink(tx: float, rx: float) -> dict[str, float]:
+    """NVLink bytes per second sent and received, as ``Signals`` takes them."""
+    return {"nvlink_tx_bytes_per_second": tx, "nvlink_rx_bytes_per_second": rx}
+
+
+def pcie(tx: float, rx: float) -> dict[str, float]:
+    """PCIe bytes per second sent and received, as ``Signals`` takes them."""
+    return {"pcie_tx_bytes_per_second": tx, "pcie_rx_bytes_per_second": rx}
+
+
 @pytest.mark.parametrize(("signals", "model", "cls"), [
     (Signals(gr=None, gpu_util_percent=40.0), "nvidia-l4", "insufficient_signal"),
     (Signals(gr=None, gpu_util_percent=4.0), "nvidia-l4", "idle"),
@@ -307,15 +317,12 @@ def test_a_node_down_is_one_incident_of_all_its_gpus() -> None:
     (Signals(gr=0.8, throttled_share=0.5), "nvidia-l4", "throttled"),
     (Signals(gr=0.8, temp_celsius=85.0), "nvidia-l4", "throttled"),
     # a link 30 % busy while the SMs are quiet; PCIe by its quieter direction
-    (Signals(gr=0.5, sm=0.3, nvlink_tx=135e9, nvlink_rx=10e9), "nvidia-h100-80gb",
-     "comm_bound"),
-    (Signals(gr=0.5, sm=0.45, nvlink_tx=135e9, nvlink_rx=10e9), "nvidia-h100-80gb",
-     "input_bound"),
-    (Signals(gr=0.8, sm=0.3, pcie_tx=9.6e9, pcie_rx=9.6e9), "nvidia-l4", "comm_bound"),
-    (Signals(gr=0.8, sm=0.3, pcie_tx=1e9, pcie_rx=30e9), "nvidia-l4", "small_batch"),
-    (Signals(gr=0.8, tensor=0.1, dram=0.2, pcie_tx=9.6e9, pcie_rx=9.6e9), "nvidia-l4",
-     "comm_bound"),
-    (Signals(gr=0.8, pcie_tx=9.6e9, pcie_rx=9.6e9), "nvidia-l4", "insufficient_signal"),
+    (Signals(gr=0.5, sm=0.3, **nvlink(135e9, 10e9)), "nvidia-h100-80gb", "comm_bound"),
+    (Signals(gr=0.5, sm=0.45, **nvlink(135e9, 10e9)), "nvidia-h100-80gb", "input_bound"),
+    (Signals(gr=0.8, sm=0.3, **pcie(9.6e9, 9.6e9)), "nvidia-l4", "comm_bound"),
+    (Signals(gr=0.8, sm=0.3, **pcie(1e9, 30e9)), "nvidia-l4", "small_batch"),
+    (Signals(gr=0.8, tensor=0.1, dram=0.2, **pcie(9.6e9, 9.6e9)), "nvidia-l4", "comm_bound"),
+    (Signals(gr=0.8, **pcie(9.6e9, 9.6e9)), "nvidia-l4", "insufficient_signal"),
     # an NVLink GPU without NVLink bytes: busy engine, quiet pipes
     (Signals(gr=0.8, tensor=0.1, dram=0.2), "nvidia-h100-80gb", "insufficient_signal"),
     (Signals(gr=0.8, tensor=0.5, dram=0.2), "nvidia-h100-80gb", "healthy"),

@@ -80,7 +80,8 @@ def node(name: str = "n1", **kw: Any) -> NodeInfo:
 
 def pod(**kw: Any) -> PodInfo:
     base: dict[str, Any] = dict(uid="u", namespace="ns", name="p", node="n1", phase="Running",
-                                gpus=1, created=100.0, scheduled=160.0, finished=None,
+                                gpus=1, created_unix=100.0, scheduled_unix=160.0,
+                                finished_unix=None,
                                 labels={}, workload="w", owner_kind="Job", priority=0,
                                 priority_class="", queue=None, accelerator="nvidia-l4",
                                 reason=None)
@@ -101,7 +102,7 @@ def test_available_gpus(nodes: list[NodeInfo], reserved: int, gpus: float) -> No
 
 @pytest.mark.parametrize(("p", "now", "wait"), [
     (pod(), 1000.0, 60.0),
-    (pod(scheduled=None, phase="Pending", node=None), 1000.0, 900.0),
+    (pod(scheduled_unix=None, phase="Pending", node=None), 1000.0, 900.0),
 ])
 def test_queue_wait(p: PodInfo, now: float, wait: float) -> None:
     assert compute.queue_wait_seconds(p, now) == wait

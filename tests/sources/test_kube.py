@@ -87,7 +87,7 @@ async def test_watch_follows_changes_and_remembers_deleted_pods(
     await converge(source, sim)
     deleted = {p.uid: p for p in source.take_deleted_pods()}
     assert deleted[pod.uid].phase == "Succeeded"
-    assert deleted[pod.uid].scheduled == pod.scheduled_at
+    assert deleted[pod.uid].scheduled_unix == pod.scheduled_at
     assert source.take_deleted_pods() == []
 
 
@@ -104,10 +104,10 @@ async def test_deleted_running_pod_ends_when_deleted(
     await sim.advance(grace)
     await converge(source, sim)
     (gone,) = [p for p in source.take_deleted_pods() if p.uid == pod.uid]
-    assert (gone.phase, gone.deleted) == ("Running", asked + grace if stamped else None)
+    assert (gone.phase, gone.deleted_unix) == ("Running", asked + grace if stamped else None)
     noticed = sim.cluster.now + 30
     last = deleted_pod(gone, noticed)
-    assert (last.phase, last.finished, last.scheduled) == (
+    assert (last.phase, last.finished_unix, last.scheduled_unix) == (
         DELETED, asked + grace if stamped else noticed, pod.scheduled_at)
 
 
@@ -155,7 +155,7 @@ def test_pod_info_from_api_objects(make_scenario: Callable[..., Scenario]) -> No
     web = pod_info(next(o for n, o in objs.items() if n.startswith("web-")))
     assert (web.workload, web.owner_kind, web.gpus, web.phase) == ("web", "Deployment", 1,
                                                                    "Running")
-    assert web.scheduled == web.created == c.start + 30 or web.scheduled == c.start
+    assert web.scheduled_unix == web.created_unix == c.start + 30 or web.scheduled_unix == c.start
     dcgm = pod_info(next(o for n, o in objs.items() if n.startswith("dcgm-exporter")))
     assert dcgm.gpus == 0 and dcgm.container_ports == {"metrics": 9400}
     node = node_info(c.store.list_objects("Node")[0])
