@@ -42,9 +42,8 @@ class ReportTable:
         return [c.name for c in self.columns]
 
 
-def _c(name: str, unit: Unit, help: str) -> Column:
-    return Column(name, unit, help)
-
+_c = Column
+"""Short, for the declarations below."""
 
 _NAMESPACE = _c("namespace", "text", "Kubernetes namespace.")
 _POD = _c("pod", "text", "Pod name.")
