@@ -336,11 +336,6 @@ class MetricsEndpoint:
         self._view, self._rendered = view, None
 
     @property
-    def view(self) -> MetricsView | None:
-        """What the last cycle shows; None before the first."""
-        return self._view
-
-    @property
     def parts(self) -> Exposition:
         """The exposition of the last cycle, kept as the pieces it is made of (lines that
         live from cycle to cycle anyway), never joined: at 8,000 GPUs the joined text would
