@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, Union, get_args, get_origin
 
 import annotated_types
+import yaml
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
@@ -32,6 +33,7 @@ from analytics.tables import TABLES as REPORT_TABLES
 from exporter.config import ENV_PREFIX, Config
 from exporter.durations import parse_duration
 from exporter.families import DEVICE_LABELS, FAMILIES, Family
+from exporter.prices import load_price_book
 from exporter.sinks.schema import TABLES, Table
 from exporter.totals import QUEUE_BUCKETS
 
@@ -266,6 +268,39 @@ def report_tables() -> str:
     return "\n".join(blocks).removesuffix("\n")
 
 
+# The shipped price book: ``exporter/data/pricebook.yaml``.
+
+def _money(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def prices() -> str:
+    """Per region and GPU model: the GPU's own prices, and beside them its share of the
+    machine with the most of these GPUs (its whole node), where a machine type fixes it."""
+    data = yaml.safe_load((HERE.parent / "exporter" / "data" / "pricebook.yaml").read_text())
+    rows = []
+    for region in sorted(data["regions"]):
+        book = load_price_book(None, region)
+        for accel in sorted(data["regions"][region]):
+            machines = sorted(((m.gpus, name) for (name, prov), m in book.machines.items()
+                               if m.accelerator == accel and prov == "on-demand"), reverse=True)
+            on_demand = book.hourly(accel, "on-demand")
+            machine, share = "—", None
+            if machines:
+                machine = f"`{machines[0][1]}`"
+                share = book.machine_share(machines[0][1], "on-demand")
+            both = None if on_demand is None or share is None else on_demand + share
+            rows.append((region, f"`{accel}`", _money(on_demand),
+                         _money(book.hourly(accel, "spot")), machine, _money(share),
+                         _money(both)))
+    sources = "\n".join(
+        f"- `{s['package']}` (published {s['published']}, integrity `{s['integrity'][:19]}…`):"
+        f" {', '.join(f'`{a}`' for a in s['accelerators'])}" for s in data["sources"])
+    return (f"As of {data['as_of']}, basis `{data['basis']}`. Sources:\n\n{sources}\n\n"
+            + table(("region", "GPU", "on-demand", "spot", "machine", "machine share",
+                     "GPU + share"), rows)).rstrip("\n")
+
+
 class Section(NamedTuple):
     page: str
     """The page under ``docs/`` that holds the section."""
@@ -278,6 +313,7 @@ SECTIONS: dict[str, Section] = {
     "metrics": Section("metrics.md", metrics),
     "schema": Section("warehouse.md", schema),
     "report-tables": Section("report.md", report_tables),
+    "prices": Section("prices.md", prices),
 }
 """Every section this script generates, by name (the name in its marker lines)."""
 

@@ -43,7 +43,9 @@ class GpuModel:
     pcie_bytes_per_second: float
     nvlink_bytes_per_second: float
     tensor_tflops: float
-    """Dense FP16/BF16 tensor throughput (NVIDIA's datasheet, without sparsity)."""
+    """Dense FP16/BF16 tensor throughput (NVIDIA's datasheet, without sparsity); for the
+    Pascal parts, which have no tensor cores, their FP16 rate (P100) or FP32 rate (P4,
+    whose FP16 is not a fast path)."""
     machine_types: MappingProxyType[int, str]
     mig_profiles: MappingProxyType[str, MigProfile] = field(
         default_factory=lambda: MappingProxyType({})
@@ -123,6 +125,20 @@ _MODELS = (
         ),
     ),
     GpuModel(
+        accelerator="nvidia-h200-141gb",
+        dcgm_model_name="NVIDIA H200",
+        memory_mib=143771,
+        reserved_mib=530,
+        power_limit_watts=700.0,
+        idle_power_watts=75.0,
+        max_sm_clock_mhz=1980,
+        mem_clock_mhz=3201,
+        pcie_bytes_per_second=64e9,
+        nvlink_bytes_per_second=450e9,
+        tensor_tflops=989.0,
+        machine_types=MappingProxyType({8: "a3-ultragpu-8g"}),
+    ),
+    GpuModel(
         accelerator="nvidia-l4",
         dcgm_model_name="NVIDIA L4",
         memory_mib=23033,
@@ -149,6 +165,51 @@ _MODELS = (
         pcie_bytes_per_second=16e9,
         nvlink_bytes_per_second=0.0,
         tensor_tflops=65.0,
+        machine_types=MappingProxyType({4: "n1-standard-32", 2: "n1-standard-16",
+                                        1: "n1-standard-8"}),
+    ),
+    GpuModel(
+        accelerator="nvidia-tesla-v100",
+        dcgm_model_name="Tesla V100-SXM2-16GB",
+        memory_mib=16384,
+        reserved_mib=300,
+        power_limit_watts=300.0,
+        idle_power_watts=40.0,
+        max_sm_clock_mhz=1530,
+        mem_clock_mhz=877,
+        pcie_bytes_per_second=16e9,
+        nvlink_bytes_per_second=150e9,
+        tensor_tflops=125.0,
+        machine_types=MappingProxyType({8: "n1-standard-64", 4: "n1-standard-32",
+                                        2: "n1-standard-16", 1: "n1-standard-8"}),
+    ),
+    GpuModel(
+        accelerator="nvidia-tesla-p100",
+        dcgm_model_name="Tesla P100-PCIE-16GB",
+        memory_mib=16384,
+        reserved_mib=115,
+        power_limit_watts=250.0,
+        idle_power_watts=26.0,
+        max_sm_clock_mhz=1328,
+        mem_clock_mhz=715,
+        pcie_bytes_per_second=16e9,
+        nvlink_bytes_per_second=0.0,
+        tensor_tflops=18.7,
+        machine_types=MappingProxyType({4: "n1-standard-32", 2: "n1-standard-16",
+                                        1: "n1-standard-8"}),
+    ),
+    GpuModel(
+        accelerator="nvidia-tesla-p4",
+        dcgm_model_name="Tesla P4",
+        memory_mib=7680,
+        reserved_mib=69,
+        power_limit_watts=75.0,
+        idle_power_watts=7.0,
+        max_sm_clock_mhz=1531,
+        mem_clock_mhz=3003,
+        pcie_bytes_per_second=16e9,
+        nvlink_bytes_per_second=0.0,
+        tensor_tflops=5.5,
         machine_types=MappingProxyType({4: "n1-standard-32", 2: "n1-standard-16",
                                         1: "n1-standard-8"}),
     ),

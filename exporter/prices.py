@@ -1,22 +1,42 @@
 """GPU prices: the price book, and the hourly price of one GPU in one pool.
 
 The book is YAML: ``regions.<region>.<accelerator>.{on_demand, spot}`` in USD per
-GPU-hour, with ``as_of`` and its sources. A GPU model the book does not price is an error
-at start-up (for the models the exporter knows) and, for anything else met at run time,
-an unpriced GPU: counted and shown, never silently $0.
+GPU-hour, with ``as_of``, its ``basis`` and its sources; optionally ``machines.<region>.
+<machine type>.{accelerator, gpus, on_demand, spot}``, the machine a GPU runs in priced
+apart (vCPUs and memory, GPUs excluded). The shipped book (``data/pricebook.yaml``) is
+built by ``data/build_pricebook.py`` from pinned snapshots of Google's published prices:
+every GPU model the product knows, in every region that sells it, priced by its GPU
+component alone (``basis: gpu-component``, what the Cloud Billing export's GPU lines
+charge).
+
+A region must be in the book. A GPU model it does not price there (not every region sells
+every GPU) is an unpriced GPU when one is met: counted and shown, never silently $0.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from exporter.catalog import GPU_MODELS
 from exporter.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class MachinePrice:
+    """One machine type's own price in the region (its vCPUs and memory, GPUs excluded)."""
+
+    accelerator: str
+    gpus: int
+    hourly: float
+
+    @property
+    def per_gpu(self) -> float:
+        """The machine's share of one of its GPUs' hour."""
+        return self.hourly / self.gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,14 +46,36 @@ class PriceBook:
     region: str
     prices: dict[tuple[str, str], float]
     """(accelerator, "on-demand" | "spot") -> USD per GPU-hour."""
+    basis: str = "gpu-component"
+    """What a GPU's price covers: ``gpu-component``, the GPU alone."""
+    machines: dict[tuple[str, str], MachinePrice] = field(default_factory=dict)
+    """(machine type, "on-demand" | "spot") -> its own price, for the machine types that
+    fix their GPU count."""
+    sources: tuple[str, ...] = ()
+    """Where the figures come from (package@version, or the book's path)."""
 
     def hourly(self, accelerator: str, provisioning: str) -> float | None:
         """List price of one GPU-hour, or None if the book does not price it."""
         return self.prices.get((accelerator, provisioning))
 
+    def machine_share(self, machine_type: str, provisioning: str) -> float | None:
+        """The hourly price a GPU of ``machine_type`` carries of its machine, or None if the
+        book does not price that machine type here."""
+        machine = self.machines.get((machine_type, provisioning))
+        return None if machine is None else machine.per_gpu
+
+
+_PROVISIONINGS = (("on_demand", "on-demand"), ("spot", "spot"))
+
+
+def _price(value: object, where: str, source: str) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{source}: {where} must be a positive number, got {value!r}")
+    return float(value)
+
 
 def load_price_book(path: Path | None, region: str) -> PriceBook:
-    """Load a book (None: the shipped one) for ``region``; every known GPU must be priced."""
+    """Load a book (None: the shipped one) for ``region``."""
     if path is None:
         text = resources.files("exporter").joinpath("data/pricebook.yaml").read_text()
         source = "shipped price book"
@@ -57,18 +99,25 @@ def load_price_book(path: Path | None, region: str) -> PriceBook:
     for accel, entry in (regions[region] or {}).items():
         if not isinstance(entry, dict):
             raise ConfigError(f"{source}: {region}.{accel} must map on_demand/spot to prices")
-        for key, prov in (("on_demand", "on-demand"), ("spot", "spot")):
-            value = entry.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{source}: {region}.{accel}.{key} must be a positive "
-                                  f"number, got {value!r}")
-            prices[(accel, prov)] = float(value)
-    missing = sorted(f"{a} ({p})" for a in GPU_MODELS for p in ("on-demand", "spot")
-                     if (a, p) not in prices)
-    if missing:
-        raise ConfigError(f"{source}: region {region} does not price {', '.join(missing)}; "
-                          "a GPU without a price would be reported as free")
+        for key, prov in _PROVISIONINGS:
+            if entry.get(key) is not None:
+                prices[(accel, prov)] = _price(entry[key], f"{region}.{accel}.{key}", source)
+    if not prices:
+        raise ConfigError(f"{source}: region {region} prices no GPU")
+    machines: dict[tuple[str, str], MachinePrice] = {}
+    for machine, entry in ((data.get("machines") or {}).get(region) or {}).items():
+        where = f"machines.{region}.{machine}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("accelerator"), str) \
+                or not isinstance(entry.get("gpus"), int) or entry["gpus"] < 1:
+            raise ConfigError(f"{source}: {where} needs an accelerator and a number of gpus")
+        for key, prov in _PROVISIONINGS:
+            if entry.get(key) is not None:
+                machines[(machine, prov)] = MachinePrice(
+                    entry["accelerator"], entry["gpus"], _price(entry[key], f"{where}.{key}",
+                                                                source))
+    cited = tuple(str(s["package"]) for s in data.get("sources") or ()
+                  if isinstance(s, dict) and "package" in s)
     return PriceBook(as_of=str(data.get("as_of", "")), currency=str(data.get("currency", "USD")),
-                     region=region, prices=prices)
+                     region=region, prices=prices,
+                     basis=str(data.get("basis", "gpu-component")), machines=machines,
+                     sources=cited or (source,))

@@ -62,7 +62,7 @@ def _mem_clock(a: Activity, d: Device) -> int:
 
 
 def _hbm(d: Device) -> bool:
-    return d.gpu.node.model.accelerator not in ("nvidia-l4", "nvidia-tesla-t4")
+    return d.gpu.node.model.accelerator not in ("nvidia-l4", "nvidia-tesla-t4", "nvidia-tesla-p4")
 
 
 # (name, type, help, value, which: "all" | "whole" (not MIG) | option name)

@@ -125,12 +125,13 @@ def node(n: Node, scenario: Scenario, now: float) -> Obj:
 def _machine_size(machine_type: str) -> tuple[int, int]:
     """vCPUs and GiB of memory of a GCE machine type."""
     known = {
-        "a3-highgpu-8g": (208, 1872), "a2-ultragpu-8g": (96, 1360),
+        "a3-ultragpu-8g": (224, 2952), "a3-highgpu-8g": (208, 1872), "a2-ultragpu-8g": (96, 1360),
         "a2-ultragpu-4g": (48, 680), "a2-ultragpu-2g": (24, 340), "a2-ultragpu-1g": (12, 170),
         "a2-megagpu-16g": (96, 1360), "a2-highgpu-8g": (96, 680), "a2-highgpu-4g": (48, 340),
         "a2-highgpu-2g": (24, 170), "a2-highgpu-1g": (12, 85), "g2-standard-96": (96, 384),
         "g2-standard-48": (48, 192), "g2-standard-24": (24, 96), "g2-standard-8": (8, 32),
-        "n1-standard-32": (32, 120), "n1-standard-16": (16, 60), "n1-standard-8": (8, 30),
+        "n1-standard-64": (64, 240), "n1-standard-32": (32, 120), "n1-standard-16": (16, 60),
+        "n1-standard-8": (8, 30),
     }
     return known[machine_type]
 

@@ -29,8 +29,10 @@ from exporter.catalog import FATAL_XIDS, GPU_MODELS
 from exporter.durations import Duration
 
 Accelerator = Literal[
-    "nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-tesla-a100", "nvidia-l4", "nvidia-tesla-t4"
+    "nvidia-h200-141gb", "nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-tesla-a100",
+    "nvidia-l4", "nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"
 ]
+"""Every model of the catalogue (``tests/simulator`` checks that they are the same)."""
 Profile = Literal[
     "healthy", "input_bound", "small_batch", "comm_bound", "memory_bound", "idle", "throttled"
 ]
@@ -417,7 +419,7 @@ def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Scenari
         raise ScenarioError(_format_error(source, exc)) from None
 
 
-EMBEDDED = ("default", "fleet")
+EMBEDDED = ("default", "fleet", "europe")
 """Scenarios shipped in the package, loadable by name."""
 
 

@@ -103,8 +103,17 @@ def test_shipped_price_book_prices_every_known_gpu() -> None:
     assert book.hourly("nvidia-l4", "spot") < book.hourly("nvidia-l4", "on-demand")  # type: ignore[operator]
 
 
-def test_price_book_missing_a_model_is_a_startup_error(tmp_path: Path) -> None:
+def test_price_book_may_leave_models_unpriced_but_must_price_a_gpu(tmp_path: Path) -> None:
     path = tmp_path / "book.yaml"
     path.write_text("regions: {us-central1: {nvidia-l4: {on_demand: 0.7, spot: 0.3}}}")
-    with pytest.raises(ConfigError, match=r"does not price nvidia-a100-80gb \(on-demand\)"):
+    book = load_price_book(path, "us-central1")
+    assert book.hourly("nvidia-l4", "spot") == 0.3
+    assert book.hourly("nvidia-a100-80gb", "on-demand") is None  # unpriced when met
+    assert book.sources == (str(path),)
+    path.write_text("regions: {us-central1: {}}")
+    with pytest.raises(ConfigError, match="region us-central1 prices no GPU"):
+        load_price_book(path, "us-central1")
+    path.write_text("regions: {us-central1: {nvidia-l4: {on_demand: 0.7, spot: 0.3}}}\n"
+                    "machines: {us-central1: {g2-standard-8: {on_demand: 0.3}}}")
+    with pytest.raises(ConfigError, match="g2-standard-8 needs an accelerator and a number"):
         load_price_book(path, "us-central1")

@@ -44,8 +44,8 @@ def _pool(**kw: Any) -> dict[str, Any]:
 
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
-    ("unknown accelerator", {"pools": [_pool(accelerator="nvidia-h200")]},
-     "pools[0].accelerator: 'nvidia-h200' is not allowed; allowed values: 'nvidia-h100-80gb'"),
+    ("unknown accelerator", {"pools": [_pool(accelerator="nvidia-b300")]},
+     "pools[0].accelerator: 'nvidia-b300' is not allowed; allowed values: 'nvidia-h200-141gb'"),
     ("gpu count not offered", {"pools": [_pool(gpus_per_node=3)]},
      "gpus_per_node 3 is not offered for nvidia-l4; allowed: 1, 2, 4, 8"),
     ("mig on L4", {"pools": [_pool(mig_partition_size="1g.5gb")]},
@@ -139,3 +139,18 @@ def test_scaling_keeps_the_mix() -> None:
     w1 = next(w for w in s.workloads if w.name == "batch-embed")
     assert w0.arrivals_per_day is not None and w1.arrivals_per_day is not None
     assert w1.arrivals_per_day == pytest.approx(w0.arrivals_per_day * 1000 / 15)
+
+
+def test_scenarios_may_use_every_model_of_the_catalogue() -> None:
+    from typing import get_args
+
+    from exporter.catalog import GPU_MODELS
+    from simulator.scenario import Accelerator
+    assert set(get_args(Accelerator)) == set(GPU_MODELS)
+
+
+def test_europe_scenario_runs_h200_and_l4_in_europe_west1() -> None:
+    s = load_scenario("europe")
+    assert s.region == "europe-west1"
+    assert {p.accelerator for p in s.pools} == {"nvidia-h200-141gb", "nvidia-l4"}
+    assert all(p.zone.startswith("europe-west1-") for p in s.pools if p.zone)
