@@ -2,8 +2,9 @@
 warehouse (DuckDB or BigQuery) and returns a frame small enough for pandas — groups, pods,
 incidents — never the raw ``gpu_usage`` rows.
 
-Every query takes ``@start``/``@end`` (and partition filters BigQuery requires) and
-``@team`` (NULL for the whole platform).
+Every query takes ``@start``/``@end`` (and partition filters BigQuery requires),
+``@cluster`` (NULL for every cluster the warehouse holds) and ``@team`` (NULL for the whole
+platform).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _mean(column: str) -> str:
 
 
 USAGE = """
-SELECT team, namespace, node_pool, gpu_model, provisioning, state,
+SELECT cluster, team, namespace, node_pool, gpu_model, provisioning, state,
        time >= @start AS this_week,
        SUM(gpu_seconds) AS gpu_seconds,
        SUM(IF(utilization IS NULL, 0, utilization * gpu_seconds)) AS utilized_seconds,
@@ -37,14 +38,15 @@ SELECT team, namespace, node_pool, gpu_model, provisioning, state,
        SUM(IF(state = 'allocated' AND utilization IS NOT NULL,
               (1 - utilization) * COALESCE(cost_usd, 0), 0)) AS idle_cost_usd
 FROM {gpu_usage}
-WHERE time >= @prev_start AND time < @end AND (@team IS NULL OR team = @team)
-GROUP BY team, namespace, node_pool, gpu_model, provisioning, state, this_week
+WHERE time >= @prev_start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+  AND (@team IS NULL OR team = @team)
+GROUP BY cluster, team, namespace, node_pool, gpu_model, provisioning, state, this_week
 """
 
 COVERAGE = """
 SELECT time >= @start AS this_week, COUNT(DISTINCT DIV(UNIX_SECONDS(time), 3600)) AS hours
 FROM {gpu_usage}
-WHERE time >= @prev_start AND time < @end
+WHERE time >= @prev_start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
 GROUP BY this_week
 """
 """Hours of the week (and of the week before) with any GPU time in the warehouse, every
@@ -55,7 +57,8 @@ SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 86400) * 86400) AS day,
        IF(state = 'allocated', team, CONCAT('(', state, ')')) AS team,
        SUM(COALESCE(cost_usd, 0)) AS cost_usd
 FROM {gpu_usage}
-WHERE time >= @start AND time < @end AND (@team IS NULL OR team = @team)
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+  AND (@team IS NULL OR team = @team)
 GROUP BY 1, 2
 ORDER BY 1, 2
 """
@@ -86,7 +89,7 @@ SELECT cluster, namespace, pod_uid, ANY_VALUE(pod) AS pod, ANY_VALUE(workload) A
        MAX(memory_total_bytes) AS memory_total_bytes
 FROM {{gpu_usage}}
 WHERE time >= @start AND time < @end AND state = 'allocated' AND pod_uid IS NOT NULL
-  AND (@team IS NULL OR team = @team)
+  AND (@cluster IS NULL OR cluster = @cluster) AND (@team IS NULL OR team = @team)
 GROUP BY cluster, namespace, pod_uid
 """
 
@@ -94,7 +97,8 @@ POD_STATES = """
 SELECT cluster, pod_uid, namespace, pod, team, workload, owner_kind, gpu_model, gpus,
        created, scheduled, finished, queue_wait_seconds, phase, reason, priority_class
 FROM {gpu_pods}
-WHERE updated >= @lookback AND updated < @end AND (@team IS NULL OR team = @team)
+WHERE updated >= @lookback AND updated < @end AND (@cluster IS NULL OR cluster = @cluster)
+  AND (@team IS NULL OR team = @team)
 QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, pod_uid ORDER BY updated DESC) = 1
 """
 
@@ -103,36 +107,39 @@ SELECT node_pool, gpu_model,
        SUM(IF(state = 'unavailable', gpu_seconds, 0)) AS down_seconds,
        SUM(gpu_seconds) AS gpu_seconds
 FROM {gpu_usage}
-WHERE time >= @start AND time < @end
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
 GROUP BY node_pool, gpu_model
 """
 
 INCIDENTS = """
 SELECT node, node_pool, gpu_uuid, reason, start_time, end_time, seconds
 FROM {availability_events}
-WHERE end_time >= @start AND end_time < @end
+WHERE end_time >= @start AND end_time < @end AND (@cluster IS NULL OR cluster = @cluster)
 ORDER BY start_time, gpu_uuid
 """
 
 
-def fetch(store: Store, week: Week, team: str | None = None) -> dict[str, pd.DataFrame]:
+def fetch(store: Store, week: Week, team: str | None = None,
+          cluster: str | None = None) -> dict[str, pd.DataFrame]:
     """Every summary frame the report is built from (the per-pod rows go to ``load``)."""
-    base: dict[str, Param] = {"start": week.start, "end": week.end, "team": team}
+    platform: dict[str, Param] = {"start": week.start, "end": week.end, "cluster": cluster}
+    base = platform | {"team": team}
     return {
         "usage": store.query(USAGE, base | {"prev_start": week.previous.start}),
-        "coverage": store.query(COVERAGE, {"start": week.start, "end": week.end,
-                                           "prev_start": week.previous.start}),
+        "coverage": store.query(COVERAGE, platform | {"prev_start": week.previous.start}),
         "daily": store.query(DAILY, base),
-        "availability": store.query(AVAILABILITY, {"start": week.start, "end": week.end}),
-        "incidents": store.query(INCIDENTS, {"start": week.start, "end": week.end}),
+        "availability": store.query(AVAILABILITY, platform),
+        "incidents": store.query(INCIDENTS, platform),
     }
 
 
 def load(store: Store, week: Week, ws: Workspace, team: str | None = None,
-         classify: Callable[[pa.Table], pa.Table] = lambda t: t) -> None:
+         classify: Callable[[pa.Table], pa.Table] = lambda t: t,
+         cluster: str | None = None) -> None:
     """The week's pods (each classified on its way in, numbered in ``seq``) and their
     latest states into the workspace's ``pods`` and ``pod_states``, a batch at a time."""
-    base: dict[str, Param] = {"start": week.start, "end": week.end, "team": team}
+    base: dict[str, Param] = {"start": week.start, "end": week.end, "team": team,
+                              "cluster": cluster}
     seen = 0
 
     def numbered(t: pa.Table) -> pa.Table:

@@ -45,14 +45,20 @@ class WeeklyReport:
 
 def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
           sla_target: float, cluster: str = "", team: str | None = None,
-          progress: Callable[[str], None] = lambda _: None) -> WeeklyReport:
+          progress: Callable[[str], None] = lambda _: None,
+          only_cluster: str | None = None) -> WeeklyReport:
+    """The report of the week's rows of ``only_cluster`` (None: of every cluster the store
+    holds, side by side in ``cost_by_cluster`` when there are several), for the platform
+    or ``team``'s slice. Its title names the cluster the rows are of; ``cluster`` when
+    there are none."""
     progress("reading the warehouse")
-    f = queries.fetch(store, week, team)
+    f = queries.fetch(store, week, team, only_cluster)
     ws = Workspace()
     figures.prepare(ws, prices)
-    queries.load(store, week, ws, team, figures.classify_arrow)
+    queries.load(store, week, ws, team, figures.classify_arrow, only_cluster)
     progress("computing")
     usage = f["usage"]
+    clusters = sorted({str(c) for c in usage.cluster.dropna()})
     covered = figures.coverage(f["coverage"])
     pods = Table(ws, "pods", figures.with_evidence)
     workloads = figures.bottleneck_table(ws)
@@ -61,7 +67,7 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
     spot = figures.spot_table(ws)
     tables: dict[str, pd.DataFrame | Table] = {
         f"cost_by_{d}": figures.cost_by(usage, d, covered[1] > 0)
-        for d in figures.COST_DIMENSIONS}
+        for d in ("cluster", *figures.COST_DIMENSIONS) if d != "cluster" or len(clusters) > 1}
     tables |= {
         "daily_cost_by_team": figures.daily_by_team(f["daily"], week),
         "idle_offenders": figures.idle_offenders_of(ws),
@@ -84,5 +90,6 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
         for name in ("unallocated_by_pool", "availability", "incidents"):
             tables.pop(name)
     ws.close()
-    return WeeklyReport(week, cluster, team, sla_target, figures.headline(usage, covered),
+    name = only_cluster or (", ".join(clusters) if clusters else cluster)
+    return WeeklyReport(week, name, team, sla_target, figures.headline(usage, covered),
                         {k: tables[k] for k in SECTIONS if k in tables}, pods)

@@ -52,6 +52,7 @@ _WORKLOAD = _c("workload", "text", "The pod's top-level owner (Job, JobSet, Depl
 _TEAM = _c("team", "text", "The pod's team (its `team` label, else its namespace's).")
 _MODEL = _c("gpu_model", "text", "GPU model (GKE accelerator name).")
 _POOL = _c("node_pool", "text", "GKE node pool.")
+_CLUSTER = _c("cluster", "text", "Cluster (the name its exporter was given: `cluster`).")
 _PROVISIONING = _c("provisioning", "text", "`on-demand` or `spot`.")
 _GPU_HOURS = _c("gpu_hours", "hours", "GPU-hours this week.")
 _COST = _c("cost_usd", "usd", "Cost this week.")
@@ -90,6 +91,10 @@ TABLES: tuple[ReportTable, ...] = (
                  _c("weekly_cost_usd", "usd", "For `add capacity`: the GPU-hours pending "
                     "this week at the on-demand price."),
                  _c("why", "text", "The figures that call for it."))),
+    ReportTable("cost_by_cluster", "Cost by cluster",
+                "Per cluster, side by side: only in a report over a warehouse that several "
+                "clusters write to (`report weekly --cluster` reports one of them).",
+                _cost_by(_CLUSTER, owned=False)),
     ReportTable("cost_by_team", "Cost by team", "Per team." + _ROWS_NO_POD_HELD,
                 _cost_by(_TEAM, owned=True)),
     ReportTable("cost_by_namespace", "Cost by namespace", "Per namespace." + _ROWS_NO_POD_HELD,
@@ -182,6 +187,23 @@ TABLES: tuple[ReportTable, ...] = (
                 (_c("lever", "text", "Spot, autoscaling, sharing or right-sizing."),
                  _c("how", "text", "What the lever does."),
                  _SAVING)),
+    ReportTable("reconciliation", "GPU cost against the bill",
+                "Per day and namespace, the GPU cost above beside the GPU lines of the Cloud "
+                "Billing export (`report.billing_table`, with GKE cost allocation): only in "
+                "the platform report of a cluster whose bill is configured.",
+                (_c("day", "text", "The day (UTC), YYYY-MM-DD."),
+                 _c("project", "text", "The project the bill's lines are in."),
+                 _c("namespace", "text", "Kubernetes namespace; `kube:unallocated` for GPU "
+                    "time no pod held, as GKE's cost allocation bills it."),
+                 _c("gpu_hours", "hours", "GPU-hours the exporter counted."),
+                 _c("billed_gpu_hours", "hours", "GPU-hours the bill charged."),
+                 _c("cost_usd", "usd", "The exporter's cost."),
+                 _c("billed_cost_usd", "usd", "The bill's cost, before credits."),
+                 _c("credits_usd", "usd", "The bill's credits (negative: committed use, "
+                    "discounts)."),
+                 _c("billed_net_usd", "usd", "The bill's cost after credits."),
+                 _c("gap_usd", "usd", "The bill (net) less the exporter's cost."),
+                 _c("cause", "text", "`reconciled`, or the gap's likely cause."))),
 )
 
 BY_NAME = {t.name: t for t in TABLES}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from analytics import mail, render
 from analytics.figures import POOLED
-from analytics.report import WeeklyReport, build
+from analytics.report import SECTIONS, WeeklyReport, build
 from analytics.store import Store
 from analytics.week import Week
 from exporter.config import Config
@@ -27,23 +27,39 @@ class ThinWeek(Exception):
     """The week has too little data for a report that says what it cost."""
 
 
+def reconcile_with_bill(report: WeeklyReport, store: Store, week: Week, cfg: Config,
+                        cluster: str | None) -> None:
+    """Add the week's reconciliation with ``report.billing_table`` to the platform report."""
+    from analytics import reconcile
+    from exporter.sinks.bigquery import make_client
+
+    table = cfg.report.billing_table
+    assert table is not None
+    bq = cfg.warehouse.bigquery.model_copy(update={"project": table.split(".", 1)[0]})
+    bill = reconcile.BillingExport(make_client(bq), table)
+    found = reconcile.compare(reconcile.ours(store, week.start, week.end, cluster),
+                              bill.gpu_lines(week.start, week.end, cluster))
+    report.tables = {name: found if name == "reconciliation" else report.tables[name]
+                     for name in SECTIONS if name in report.tables or name == "reconciliation"}
+
+
 def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, str], float],
                out: Path | None, email: bool,
                step: Callable[[str], None] = lambda _: None,
-               force: bool = False) -> tuple[WeeklyReport, int]:
+               force: bool = False, cluster: str | None = None) -> tuple[WeeklyReport, int]:
     """The platform report, written to ``out`` with each team's slice, and (with
     ``email``) mailed; with the number of recipients the SMTP server accepted. Mailing
     nobody, or a team in ``report.team_recipients`` that had no GPU time that week, is a
     ``ConfigError`` before anything is sent; a refused message a ``mail.MailError``. A week
     with data for less than ``report.min_coverage`` of its hours is ``ThinWeek``, unless
-    ``force``."""
+    ``force``. ``cluster``: that cluster's rows only (default: every cluster's)."""
     report_cfg = cfg.report
     if email and not report_cfg.platform_recipients and \
             not any(report_cfg.team_recipients.values()):
         raise ConfigError("nobody to mail the report to: set report.platform_recipients "
                           "or report.team_recipients")
     step("platform report")
-    platform = build(store, week, prices, cfg.sla.target, cfg.cluster)
+    platform = build(store, week, prices, cfg.sla.target, cfg.cluster, only_cluster=cluster)
     covered = platform.headline["coverage"] or 0.0
     if covered < report_cfg.min_coverage and not force:
         raise ThinWeek(f"{week.label}: the warehouse has data for {covered:.1%} of the "
@@ -57,10 +73,14 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
         raise ConfigError(
             f"report.team_recipients names {', '.join(map(repr, unknown))}, which had no GPU "
             f"time in {week.label}; teams that week: {', '.join(map(repr, found)) or 'none'}")
+    if report_cfg.billing_table:
+        step("reconciling with the bill")
+        reconcile_with_bill(platform, store, week, cfg, cluster)
     teams: dict[str, WeeklyReport] = {}
     for team in found:
         step(f"team {team}")
-        teams[team] = build(store, week, prices, cfg.sla.target, cfg.cluster, team=team)
+        teams[team] = build(store, week, prices, cfg.sla.target, cfg.cluster, team=team,
+                            only_cluster=cluster)
     if out is not None:
         step("writing")
         render.write(platform, out)

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 from exporter import __version__
 from exporter.durations import parse_duration
 from exporter.lifecycle import wait_for_shutdown
+from exporter.logs import LEVELS, configure, ctx, set_level
 
 if TYPE_CHECKING:
+    from analytics.store import Store
     from exporter.config import Config
-from exporter.logs import LEVELS, configure, ctx, set_level
 
 log = logging.getLogger(__name__)
 
@@ -106,18 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     kinds = report.add_subparsers(dest="report", required=True)
     weekly = kinds.add_parser("weekly", help="the weekly cost and bottleneck report, for the "
                               "platform and each team")
-    weekly.add_argument("--week", metavar="YYYY-Www",
-                        help="ISO week, e.g. 2026-W47 (default: the last complete week)")
-    source = weekly.add_mutually_exclusive_group()
-    source.add_argument("--store", metavar="duckdb:PATH|parquet:DIR",
-                        help="a DuckDB warehouse (default: warehouse.path of the config), or "
-                             "a week's snapshot the running exporter wrote for its scheduled "
-                             "report")
-    source.add_argument("--bigquery", metavar="PROJECT.DATASET",
-                        help="the warehouse in BigQuery (credentials: Application Default "
-                             "Credentials; endpoint as in warehouse.bigquery)")
-    weekly.add_argument("--out", type=Path, default=Path("report-out"),
-                        help="where to write it (default ./report-out)")
+    _warehouse_args(weekly)
     weekly.add_argument("--email", action="store_true",
                         help="mail it: the platform report and each team's slice to the "
                              "recipients in the config's report section")
@@ -126,7 +116,36 @@ def build_parser() -> argparse.ArgumentParser:
                              "report.min_coverage of its hours")
     weekly.add_argument("--config", metavar="FILE", help="YAML config (cluster, SLA target, "
                         "prices, warehouse, report recipients and SMTP)")
+    bill = kinds.add_parser("reconcile", help="the week's GPU cost beside the GPU SKUs of the "
+                            "Cloud Billing export, per day and namespace, each gap's likely "
+                            "cause")
+    bill.add_argument("--billing-table", metavar="PROJECT.DATASET.TABLE", required=True,
+                      help="the detailed usage cost export "
+                           "(gcp_billing_export_resource_v1_<BILLING_ACCOUNT_ID>), of clusters "
+                           "with GKE cost allocation on")
+    _warehouse_args(bill)
+    bill.add_argument("--config", metavar="FILE", help="YAML config (warehouse, BigQuery "
+                      "endpoint and credentials)")
     return parser
+
+
+def _warehouse_args(p: argparse.ArgumentParser) -> None:
+    """The week, the warehouse it is read from, the cluster and where the output goes."""
+    p.add_argument("--week", metavar="YYYY-Www",
+                   help="ISO week, e.g. 2026-W47 (default: the last complete week)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--store", metavar="duckdb:PATH|parquet:DIR",
+                        help="a DuckDB warehouse (default: warehouse.path of the config), or "
+                             "a week's snapshot the running exporter wrote for its scheduled "
+                             "report")
+    source.add_argument("--bigquery", metavar="PROJECT.DATASET",
+                        help="the warehouse in BigQuery (credentials: Application Default "
+                             "Credentials; endpoint as in warehouse.bigquery)")
+    p.add_argument("--cluster", metavar="NAME",
+                   help="this cluster's rows only (default: every cluster the warehouse "
+                        "holds, side by side)")
+    p.add_argument("--out", type=Path, default=Path("report-out"),
+                   help="where to write it (default ./report-out)")
 
 
 def _matplotlib_dir() -> None:
@@ -170,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "report":
-        return _report(args)
+        return _reconcile(args) if args.report == "reconcile" else _report(args)
     from simulator.command import describe, load, simulate
     from simulator.scenario import ScenarioError
 
@@ -208,42 +227,89 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _report(args: argparse.Namespace) -> int:
+def _store(args: argparse.Namespace, cfg: Config) -> Store:
+    """The warehouse ``--store`` or ``--bigquery`` names (default: the config's file)."""
     import re
+
+    from analytics.store import BigQueryStore, DuckDBStore, ParquetStore
+    from exporter.config import DATASET_ID, PROJECT_ID
+    from exporter.errors import ConfigError
+    from exporter.sinks.bigquery import make_client
+
+    if args.bigquery:
+        project, _, dataset = args.bigquery.rpartition(".")
+        if not re.match(PROJECT_ID, project) or not re.match(DATASET_ID, dataset):
+            raise ConfigError(f"--bigquery {args.bigquery!r} is not PROJECT.DATASET")
+        bq = cfg.warehouse.bigquery.model_copy(update={"project": project, "dataset": dataset})
+        return BigQueryStore(make_client(bq), f"{project}.{dataset}")
+    spec = args.store or f"duckdb:{cfg.warehouse.path}"
+    kind, _, location = spec.partition(":")
+    if kind not in ("duckdb", "parquet") or not location:
+        raise ConfigError(f"--store {spec!r}: expected duckdb:PATH or parquet:DIR")
+    path = Path(location)
+    if not path.exists():
+        raise ConfigError(f"no warehouse at {path}")
+    return DuckDBStore(path) if kind == "duckdb" else ParquetStore(path)
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    from analytics import reconcile
+    from analytics.week import last_complete_week, parse_week
+    from exporter.config import load_config
+    from exporter.duck import WarehouseLocked
+    from exporter.errors import ConfigError
+    from exporter.sinks.bigquery import make_client
+
+    try:
+        cfg = load_config(args.config)
+        week = parse_week(args.week) if args.week else last_complete_week(datetime.now(UTC))
+        store = _store(args, cfg)
+        project = args.billing_table.split(".", 1)[0]
+        bill = reconcile.BillingExport(
+            make_client(cfg.warehouse.bigquery.model_copy(update={"project": project})),
+            args.billing_table)
+    except WarehouseLocked as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        table = reconcile.compare(reconcile.ours(store, week.start, week.end, args.cluster),
+                                  bill.gpu_lines(week.start, week.end, args.cluster))
+    except Exception as exc:  # the bill's or the warehouse's query, with its reason
+        print(f"error: reconciling {week.label}: {exc}", file=sys.stderr)
+        return 1
+    title = (f"GPU cost against the bill {week.label} — "
+             f"{args.cluster or 'every cluster'}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out / "reconcile.csv", index=False, float_format="%.2f")
+    (args.out / "reconcile.md").write_text(reconcile.markdown(table, title))
+    s = reconcile.summary(table)
+    print(f"{title}: the exporter {s['cost_usd']:,.2f} USD, the bill {s['billed_net_usd']:,.2f}"
+          f" after {s['credits_usd']:,.2f} of credits, gap {s['gap_usd']:,.2f}; "
+          f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled. Written to "
+          f"{args.out}/ (reconcile.md, reconcile.csv)")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
     from analytics.mail import MailError
-    from analytics.store import BigQueryStore, DuckDBStore, ParquetStore, Store
     from analytics.week import last_complete_week, parse_week
     from analytics.weekly import ThinWeek, run_weekly
-    from exporter.config import DATASET_ID, PROJECT_ID, load_config
+    from exporter.config import load_config
     from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
     from exporter.prices import load_price_book
-    from exporter.sinks.bigquery import make_client
 
     try:
         cfg = load_config(args.config)
         prices = load_price_book(cfg.prices.book, cfg.prices.region).prices
         week = parse_week(args.week) if args.week else last_complete_week(datetime.now(UTC))
-        store: Store
-        if args.bigquery:
-            project, _, dataset = args.bigquery.rpartition(".")
-            if not re.match(PROJECT_ID, project) or not re.match(DATASET_ID, dataset):
-                raise ConfigError(f"--bigquery {args.bigquery!r} is not PROJECT.DATASET")
-            bq = cfg.warehouse.bigquery.model_copy(update={"project": project,
-                                                          "dataset": dataset})
-            store = BigQueryStore(make_client(bq), f"{project}.{dataset}")
-        else:
-            spec = args.store or f"duckdb:{cfg.warehouse.path}"
-            kind, _, location = spec.partition(":")
-            if kind not in ("duckdb", "parquet") or not location:
-                raise ConfigError(f"--store {spec!r}: expected duckdb:PATH or parquet:DIR")
-            path = Path(location)
-            if not path.exists():
-                raise ConfigError(f"no warehouse at {path}")
-            store = DuckDBStore(path) if kind == "duckdb" else ParquetStore(path)
+        store = _store(args, cfg)
     except WarehouseLocked as exc:
         print(f"error: {exc}. The running exporter makes the weekly report itself "
               "(report.schedule); to make one now, stop the exporter or use BigQuery "
@@ -260,7 +326,7 @@ def _report(args: argparse.Namespace) -> int:
 
         try:
             report, mailed = run_weekly(store, week, cfg, prices, args.out, args.email, step,
-                                        force=args.force)
+                                        force=args.force, cluster=args.cluster)
         except (ConfigError, MailError, ThinWeek, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.catalog import FATAL_XIDS
+from exporter.catalog import FATAL_XIDS, GPU_MODELS
 from exporter.records import (
     ACCELERATOR_MEMORY_TOTAL,
     ACCELERATOR_MEMORY_USED,
@@ -175,6 +175,23 @@ def mig_fraction(profile: str | None) -> float:
         return 1.0
     head = profile.split("g.", 1)[0]
     return int(head) / 7 if head.isdigit() and 0 < int(head) <= 7 else 1.0
+
+
+def on_demand_gpus(nodes: Iterable[NodeInfo]) -> dict[str, float]:
+    """Physical GPUs per model on on-demand nodes (what a commitment covers): a node's
+    machine type's GPU count where the catalogue knows it, else its GPU capacity (MIG
+    instances as their share of a GPU)."""
+    out: dict[str, float] = {}
+    for node in nodes:
+        if not node.accelerator or node.provisioning != "on-demand":
+            continue
+        model = GPU_MODELS.get(node.accelerator)
+        by_type = {t: n for n, t in model.machine_types.items()} if model else {}
+        gpus = by_type.get(node.instance_type)
+        count = float(gpus) if gpus is not None else \
+            node.capacity_gpus * mig_fraction(node.mig_profile)
+        out[node.accelerator] = out.get(node.accelerator, 0.0) + count
+    return out
 
 
 def team_of(pod_labels: Mapping[str, str], namespace: str,

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from exporter.catalog import GPU_MODELS
 from exporter.durations import Duration
 from exporter.errors import ConfigError
 from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORING_KINDS
@@ -130,6 +131,26 @@ class Kubernetes(_Section):
         return self
 
 
+class Commitment(_Section):
+    """A resource-based committed-use discount of the cluster's region."""
+
+    gpu: str
+    """The GPU model (GKE accelerator name, e.g. nvidia-h100-80gb)."""
+    gpus: int = Field(gt=0)
+    """How many GPUs of it are committed."""
+    usd_per_gpu_hour: float = Field(gt=0.0)
+    """The commitment's term price of one GPU-hour (the 1- or 3-year price of the SKU)."""
+    term: Literal["1y", "3y"]
+    """The commitment's term (for the record: the price is what counts)."""
+
+    @model_validator(mode="after")
+    def _known(self) -> Self:
+        if self.gpu not in GPU_MODELS:
+            raise ValueError(f"commitment for unknown GPU model {self.gpu!r}; known: "
+                             f"{', '.join(GPU_MODELS)}")
+        return self
+
+
 class Prices(_Section):
     book: Path | None = None
     """A price book YAML; default: the one shipped with the exporter."""
@@ -139,12 +160,26 @@ class Prices(_Section):
     """Per node pool: committed-use or negotiated discount, a fraction (0.3 = 30 % off)."""
     default_discount: float = Field(default=0.0, ge=0.0, lt=1.0)
     """The discount of a node pool ``discounts`` does not name (0.3 = 30 % off)."""
+    negotiated: dict[str, float] = Field(default_factory=dict)
+    """Per GPU model or machine family (``a3``, ``g2``, ...): a negotiated fraction off the
+    on-demand list price (0.1 = 10 % off); a model's own entry first. Not on spot."""
+    commitments: list[Commitment] = Field(default_factory=list)
+    """Resource-based committed-use discounts: the committed GPUs at their term price, the
+    on-demand GPUs beyond them at the (negotiated) list price."""
 
     @model_validator(mode="after")
     def _fractions(self) -> Self:
         for pool, d in self.discounts.items():
             if not 0.0 <= d < 1.0:
                 raise ValueError(f"discount for pool {pool!r} must be in [0, 1), got {d}")
+        families = {t.split("-", 1)[0] for m in GPU_MODELS.values()
+                    for t in m.machine_types.values()}
+        for key, d in self.negotiated.items():
+            if key not in GPU_MODELS and key not in families:
+                raise ValueError(f"negotiated discount for {key!r}: not a GPU model or a "
+                                 f"machine family ({', '.join(sorted(families))})")
+            if not 0.0 <= d < 1.0:
+                raise ValueError(f"negotiated discount for {key!r} must be in [0, 1), got {d}")
         return self
 
 
@@ -341,6 +376,11 @@ class Report(_Section):
     directory: Path | None = None
     """Where scheduled reports are written, one folder per week; default: ``reports/``
     beside the warehouse file."""
+    billing_table: str | None = Field(default=None,
+                                      pattern=r"^[A-Za-z0-9_.:-]+\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
+    """The Cloud Billing detailed export (``PROJECT.DATASET.gcp_billing_export_resource_v1_
+    <BILLING_ACCOUNT_ID>``): the platform report then reconciles the week's GPU cost with
+    its GPU lines (read with ``warehouse.bigquery``'s endpoint and credentials)."""
 
     @model_validator(mode="after")
     def _zone(self) -> Self:

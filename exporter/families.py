@@ -97,6 +97,9 @@ class MetricsView:
     report: ReportStats | None = None
     kube_max_staleness_seconds: float = math.inf
     """A Kubernetes kind whose last answer is older than this is down (a hung watch)."""
+    commitments: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
+    """Per GPU model with a committed-use discount: GPUs committed, GPUs of them no
+    on-demand GPU uses now, and those unused GPUs' cost an hour."""
 
 
 def _always(_: MetricsView) -> bool:
@@ -597,6 +600,18 @@ FAMILIES: tuple[Family, ...] = (
       ("cluster", "node", "uuid"), _sorted_by_key(lambda t: t.last_xid, nonzero=True)),
     F("sla_target_ratio", "gauge", "ratio", "Availability objective (config: sla.target), "
       "for the SLO alerts.", ("cluster",), _one(lambda v: v.sla_target)),
+    F("commitment_gpus", "gauge", "gpus", "GPUs of the model under a committed-use "
+      "discount (config: prices.commitments).", ("cluster", "model"),
+      lambda v: [((v.cluster, m), c[0]) for m, c in sorted(v.commitments.items())],
+      present=lambda v: bool(v.commitments)),
+    F("commitment_unused_gpus", "gauge", "gpus", "Committed GPUs no on-demand GPU of the "
+      "model uses now: paid for, held by no pod or node.", ("cluster", "model"),
+      lambda v: [((v.cluster, m), c[1]) for m, c in sorted(v.commitments.items())],
+      present=lambda v: bool(v.commitments)),
+    F("commitment_unused_usd_per_hour", "gauge", "usd", "What the unused committed GPUs "
+      "cost an hour at the term price: no device carries it.", ("cluster", "model"),
+      lambda v: [((v.cluster, m), c[2]) for m, c in sorted(v.commitments.items())],
+      present=lambda v: bool(v.commitments)),
     F("team_budget_usd", "gauge", "usd", "Monthly GPU budget of the team (config: budgets).",
       ("cluster", "team"), _budgets, present=lambda v: bool(v.budgets)),
     F("team_month_cost_usd", "gauge", "usd", "Cost of the team's allocated GPUs this UTC "

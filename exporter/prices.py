@@ -15,6 +15,7 @@ every GPU) is an unpriced GPU when one is met: counted and shown, never silently
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from exporter.catalog import GPU_MODELS
 from exporter.errors import ConfigError
 
 
@@ -121,3 +123,76 @@ def load_price_book(path: Path | None, region: str) -> PriceBook:
                      region=region, prices=prices,
                      basis=str(data.get("basis", "gpu-component")), machines=machines,
                      sources=cited or (source,))
+
+
+@dataclass(frozen=True, slots=True)
+class Commitment:
+    """A resource-based committed-use discount: ``gpus`` GPUs of one model in the region,
+    paid at ``usd_per_gpu_hour`` (the commitment's term price) every hour, used or not."""
+
+    accelerator: str
+    gpus: int
+    usd_per_gpu_hour: float
+
+
+def family_models(family: str) -> tuple[str, ...]:
+    """The GPU models sold in a machine family (``a3``, ``g2``, ``n1``, ...)."""
+    return tuple(m.accelerator for m in GPU_MODELS.values()
+                 if any(t.split("-", 1)[0] == family for t in m.machine_types.values()))
+
+
+def effective_prices(list_prices: Mapping[tuple[str, str], float],
+                     on_demand_gpus: Mapping[str, float],
+                     commitments: Sequence[Commitment] = (),
+                     negotiated: Mapping[str, float] | None = None
+                     ) -> dict[tuple[str, str], float]:
+    """Each (model, provisioning)'s price per GPU-hour after what finance agreed.
+
+    - ``negotiated``: a fraction off the on-demand list price, by GPU model or by machine
+      family (the model's own entry first). Spot is as priced: no discount applies to it.
+    - ``commitments``: the committed GPUs of a model are paid at their term price; the
+      model's on-demand GPUs beyond them (``on_demand_gpus``, now in the cluster) at the
+      negotiated list price. Each on-demand GPU of the model carries the blend, as Cloud
+      Billing spreads a commitment's credit over the usage it covers. With fewer GPUs than
+      committed, each costs the term price; the rest of the commitment is paid for nothing
+      (``unused_commitment``).
+    """
+    off = dict(negotiated or {})
+    committed: dict[str, tuple[int, float]] = {}
+    for c in commitments:  # several commitments of a model: their GPUs and term cost add
+        gpus, cost = committed.get(c.accelerator, (0, 0.0))
+        committed[c.accelerator] = (gpus + c.gpus, cost + c.gpus * c.usd_per_gpu_hour)
+    out: dict[tuple[str, str], float] = {}
+    for (model, provisioning), price in list_prices.items():
+        if provisioning != "on-demand":
+            out[model, provisioning] = price
+            continue
+        fraction = off.get(model)
+        if fraction is None:
+            fraction = next((f for family, f in off.items() if model in family_models(family)),
+                            0.0)
+        listed = price * (1.0 - fraction)
+        gpus, term_cost = committed.get(model, (0, 0.0))
+        present = on_demand_gpus.get(model, 0.0)
+        if gpus and present > 0:
+            covered = min(float(gpus), present)
+            out[model, provisioning] = (covered * term_cost / gpus
+                                        + (present - covered) * listed) / present
+        else:
+            out[model, provisioning] = listed
+    return out
+
+
+def unused_commitment(commitments: Sequence[Commitment], on_demand_gpus: Mapping[str, float]
+                      ) -> dict[str, tuple[float, float, float]]:
+    """Per model with a commitment: the GPUs committed, those no on-demand GPU uses now,
+    and what the unused ones cost an hour at the term price."""
+    total: dict[str, tuple[float, float]] = {}
+    for c in commitments:
+        gpus, cost = total.get(c.accelerator, (0.0, 0.0))
+        total[c.accelerator] = (gpus + c.gpus, cost + c.gpus * c.usd_per_gpu_hour)
+    out = {}
+    for model, (gpus, cost) in total.items():
+        unused = max(0.0, gpus - on_demand_gpus.get(model, 0.0))
+        out[model] = (gpus, unused, unused * cost / gpus)
+    return out

@@ -28,7 +28,7 @@ from exporter.errors import SourceError
 from exporter.families import DEVICE_READINGS, MetricsView
 from exporter.health import CloudMonitoringStats, RemoteWriteStats, ReportStats, SourceHealth
 from exporter.placement import Placement
-from exporter.prices import PriceBook
+from exporter.prices import Commitment, PriceBook, effective_prices, unused_commitment
 from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, gpu_model
 from exporter.sinks import Sink
 from exporter.sinks.schema import FIELDS
@@ -134,6 +134,9 @@ class Exporter:
         self._pool_of: dict[str, str] = {}
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
+        self._commitments = [
+            Commitment(c.gpu, c.gpus, c.usd_per_gpu_hour) for c in config.prices.commitments]
+        self._commitment_use: dict[str, tuple[float, float, float]] = {}
         self.warehouse_error: str | None = None
         """Why the last cycle's warehouse work failed; None when it did not."""
         self._warehouse_thread = ThreadPoolExecutor(1, thread_name_prefix="warehouse")
@@ -294,9 +297,13 @@ class Exporter:
         for pod in snap.ended_pods:
             owners.setdefault((pod.namespace, pod.name), self._owner(pod))
             self._pod_gone(pod, snap.now)
+        gpus = compute.on_demand_gpus(snap.nodes.values())
+        price = effective_prices(self._price, gpus, self._commitments,
+                                 self.config.prices.negotiated)
+        self._commitment_use = unused_commitment(self._commitments, gpus)
         states = compute.device_states(
             snap.nodes, snap.readings, snap.unknown_nodes, self.inventory, owners,
-            self._price, self.config.prices.discounts, self.config.prices.default_discount,
+            price, self.config.prices.discounts, self.config.prices.default_discount,
             snap.complete, self.last_seen)
         self.inventory = compute.remember(self.inventory, snap.readings, snap.nodes)
         self._retire(snap.readings, snap.nodes, snap.now)
@@ -560,4 +567,5 @@ class Exporter:
             remote_write=self.remote_write, cloud_monitoring=self.cloud_monitoring,
             rows_removed=dict(self.warehouse.rows_removed) if self.warehouse else {},
             report=self.report, kube_max_staleness_seconds=self.config.kubernetes.max_staleness,
+            commitments=self._commitment_use,
         )

@@ -6,24 +6,35 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from exporter.app import open_exporter
+from exporter.config import Prices
 from exporter.demo import demo_config, step_both
-from exporter.prices import load_price_book
+from exporter.prices import Commitment, effective_prices, load_price_book
 from simulator.scenario import load_scenario
 from simulator.server import SimulatorServer
 
 HOURS = 6
+H200_L4_ON_DEMAND = {"nvidia-h200-141gb": 16.0, "nvidia-l4": 2.0}
+"""The scenario's on-demand GPUs: two a3-ultragpu-8g nodes, two g2-standard-8."""
 
 
-async def run(out: Path) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float],
-                                  set[float | None], int]:
+async def run(out: Path, terms: dict[str, Any] | None = None
+              ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float],
+                         set[float | None], int, str]:
+    """The exporter's cost per (model, provisioning) over the scenario's first hours, and
+    the truth's GPU-seconds at ``price`` (per (model, provisioning): the book's list price
+    by default)."""
     scenario = load_scenario("europe").model_copy(update={"step": 60.0})
     async with SimulatorServer(scenario) as sim:
         outputs = sim.write_outputs(out)
         cfg = demo_config(scenario, outputs.kubeconfig, out)
+        if terms:
+            cfg = cfg.model_copy(update={"prices": Prices.model_validate(
+                cfg.prices.model_dump() | terms)})
         async with open_exporter(cfg) as exporter:
             async with asyncio.timeout(30):
                 await exporter.kube.wait_synced()
@@ -32,9 +43,12 @@ async def run(out: Path) -> tuple[dict[tuple[str, str], float], dict[tuple[str, 
             sim.cluster.close()
             truth = sim.cluster.truth.report(sim.cluster.start, sim.cluster.now)
             book = load_price_book(None, scenario.region)
+            price_of = effective_prices(book.prices, H200_L4_ON_DEMAND, [
+                Commitment(c.gpu, c.gpus, c.usd_per_gpu_hour) for c in cfg.prices.commitments],
+                cfg.prices.negotiated)
             expected: dict[tuple[str, str], float] = {}
             for (accel, prov), secs in truth.seconds_by("accelerator", "provisioning").items():
-                price = book.hourly(accel, prov)
+                price = price_of.get((accel, prov))
                 assert price is not None, (accel, prov)
                 expected[accel, prov] = expected.get((accel, prov), 0.0) + secs / 3600 * price
             ours: dict[tuple[str, str], float] = {}
@@ -44,11 +58,12 @@ async def run(out: Path) -> tuple[dict[tuple[str, str], float], dict[tuple[str, 
             unpriced = sum(1 for d in exporter.states if d.price_usd_per_hour is None)
             shown = {d.price_usd_per_hour for d in exporter.states
                      if d.accelerator == "nvidia-h200-141gb" and d.provisioning == "spot"}
-            return ours, expected, shown, unpriced
+            text = exporter.metrics.text.decode()
+            return ours, expected, shown, unpriced, text
 
 
 def test_europe_west1_h200_and_l4_are_priced_to_the_cent(tmp_path: Path) -> None:
-    ours, expected, shown, unpriced = asyncio.run(run(tmp_path))
+    ours, expected, shown, unpriced, _ = asyncio.run(run(tmp_path))
     assert unpriced == 0
     assert set(expected) == {("nvidia-h200-141gb", "on-demand"), ("nvidia-h200-141gb", "spot"),
                              ("nvidia-l4", "on-demand"), ("nvidia-l4", "spot")}
@@ -56,3 +71,22 @@ def test_europe_west1_h200_and_l4_are_priced_to_the_cent(tmp_path: Path) -> None
     for key, cost in expected.items():
         assert ours[key] == pytest.approx(cost, abs=0.01), key
     assert shown == {4.101264}  # europe-west1's H200 spot price, not us-central1's
+
+
+def test_a_commitment_and_a_negotiated_discount_price_the_on_demand_gpus(
+        tmp_path: Path) -> None:
+    """8 of the 16 on-demand H200s committed at $6 (3-year), 10 % off G2's list: the H200s
+    carry the blend, the L4s the negotiated price, spot stays as priced."""
+    terms = {"commitments": [{"gpu": "nvidia-h200-141gb", "gpus": 8,
+                              "usd_per_gpu_hour": 6.0, "term": "3y"}],
+             "negotiated": {"g2": 0.1}}
+    ours, expected, shown, unpriced, text = asyncio.run(run(tmp_path, terms))
+    assert unpriced == 0
+    for key, cost in expected.items():
+        assert ours[key] == pytest.approx(cost, abs=0.01), key
+    h200 = effective_prices({("nvidia-h200-141gb", "on-demand"): 10.25316},
+                            H200_L4_ON_DEMAND, [Commitment("nvidia-h200-141gb", 8, 6.0)])
+    assert h200["nvidia-h200-141gb", "on-demand"] == pytest.approx((8 * 6 + 8 * 10.25316) / 16)
+    assert shown == {4.101264}
+    assert 'gke_gpu_commitment_gpus{cluster="europe",model="nvidia-h200-141gb"} 8' in text
+    assert 'gke_gpu_commitment_unused_gpus{cluster="europe",model="nvidia-h200-141gb"} 0' in text

@@ -53,9 +53,9 @@ def compute_pod(namespace: str, name: str):  # type: ignore[no-untyped-def]
     return PodOnDevice(namespace, name, "c")
 
 
-def build_warehouse(path: Path) -> Path:
-    wh = Warehouse(path, "c", interval=HOUR)
-    for h in range(14 * 24):
+def build_warehouse(path: Path, cluster: str = "c", weeks: int = 2) -> Path:
+    wh = Warehouse(path, cluster, interval=HOUR)
+    for h in range(14 * 24 - weeks * 7 * 24, 14 * 24):
         # week one: the training pod is busier than in week two
         wh.add_usage(hour_rows(W46 + h * HOUR, 0.9 if h < 7 * 24 else 0.6))
     wh.add_pods([pod(uid="uid-a", namespace="ns-a", name="train-0", created_unix=W46 + 7 * 86400,
@@ -73,6 +73,14 @@ def build_warehouse(path: Path) -> Path:
 @pytest.fixture(scope="session")
 def small_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_warehouse(tmp_path_factory.mktemp("report") / "w.duckdb")
+
+
+@pytest.fixture(scope="session")
+def shared_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small warehouse's cluster ``c``, and a second cluster ``d`` writing to the same
+    file the second week only (as clusters sharing one BigQuery dataset do)."""
+    path = build_warehouse(tmp_path_factory.mktemp("shared") / "w.duckdb")
+    return build_warehouse(path, cluster="d", weeks=1)
 
 
 REFUSED_DOMAIN = "refused.example.com"

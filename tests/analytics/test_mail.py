@@ -163,6 +163,7 @@ def test_a_subject_template_with_an_unknown_placeholder_is_refused() -> None:
 def test_line_breaks_never_reach_a_header(small_warehouse: Path) -> None:
     cfg = load_config(None, {"report": {"platform_recipients": ["p@example.com"]}})
     store = DuckDBStore(small_warehouse)
-    r = build(store, parse_week("2026-W47"), {}, 0.995, "c\r\nBcc: evil@example.com")
+    r = build(store, parse_week("2026-W47"), {}, 0.995,
+              only_cluster="c\r\nBcc: evil@example.com")
     with pytest.raises(ValueError, match="line break"):
         mail.compose(r, cfg.report, cfg.report.platform_recipients, charts={})

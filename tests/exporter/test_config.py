@@ -20,7 +20,10 @@ EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "config.yaml"
 def test_example_config_is_valid() -> None:
     cfg = load_config(EXAMPLE)
     assert cfg.interval == 30 and cfg.dcgm.timeout == 10
-    assert cfg.prices.discounts == {"a100-pool": 0.37}
+    assert cfg.prices.discounts == {"a100-pool": 0.1}
+    assert cfg.prices.negotiated == {"a3": 0.05, "nvidia-l4": 0.08}
+    assert [(c.gpu, c.gpus, c.term) for c in cfg.prices.commitments] == [
+        ("nvidia-h100-80gb", 16, "3y")]
 
 
 def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:

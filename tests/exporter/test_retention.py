@@ -64,7 +64,7 @@ def test_rolled_up_hours_keep_totals_and_means(tmp_path: Path) -> None:
 def test_the_weekly_figures_are_the_same_after_a_rollup(tmp_path: Path) -> None:
     wh = filled(tmp_path / "w.duckdb", hours=6)
     params = {"start": _ts(T0), "end": _ts(T0 + 7 * DAY), "prev_start": _ts(T0 - 7 * DAY),
-              "team": None}
+              "team": None, "cluster": None}
     store = DuckDBStore(con=wh.con)
     raw = store.query(USAGE, params)
     wh.roll_up(T0 + 6 * 3600)

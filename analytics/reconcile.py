@@ -1,0 +1,179 @@
+"""Reconciliation with the bill: the GPU cost this product attributed, per day and
+namespace, beside what the Cloud Billing detailed export charged for GPU SKUs.
+
+The bill is the detailed usage cost export to BigQuery (``gcp_billing_export_resource_v1_
+<BILLING_ACCOUNT_ID>``) of a billing account whose GKE clusters have cost allocation on:
+each GPU line then carries the labels ``goog-k8s-cluster-name`` and ``k8s-namespace``
+(``kube:unallocated`` for the GPUs no pod requested). A GPU line is a Compute Engine SKU
+whose description names a GPU (``Nvidia L4 GPU running in Americas``); its GPU-hours are its
+usage in pricing units (hours), its net cost its cost plus its credits (committed-use,
+sustained-use and negotiated discounts arrive as negative credits).
+
+The exporter's side comes from the warehouse (DuckDB or BigQuery): its ``gpu_usage`` cost
+and GPU-hours per day and namespace, the GPU time no pod held as ``kube:unallocated``, as
+GKE's cost allocation bills it. ``compare`` puts both side by side and names each gap's
+likely cause (``cause``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from analytics.store import Param, Store
+from analytics.tables import columns
+
+if TYPE_CHECKING:
+    from google.cloud import bigquery
+
+UNALLOCATED = "kube:unallocated"
+"""GKE cost allocation's namespace for the resources no pod requested."""
+NO_NAMESPACE = "(none)"
+"""A bill line without a ``k8s-namespace`` label (cost allocation off)."""
+TABLE_ID = re.compile(r"^[A-Za-z0-9_.:-]+\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
+
+OURS = f"""
+SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 86400) * 86400) AS day,
+       IF(state = 'allocated', namespace, '{UNALLOCATED}') AS namespace,
+       SUM(COALESCE(cost_usd, 0)) AS cost_usd, SUM(gpu_seconds) / 3600 AS gpu_hours
+FROM {{gpu_usage}}
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+GROUP BY 1, 2
+"""
+"""The exporter's GPU cost and GPU-hours per day (UTC) and namespace."""
+
+BILLED = """
+SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(usage_start_time), 86400) * 86400) AS day,
+       project.id AS project,
+       IFNULL((SELECT l.value FROM UNNEST(labels) AS l WHERE l.key = 'k8s-namespace'),
+              '{none}') AS namespace,
+       SUM(cost) AS billed_cost_usd,
+       SUM(IFNULL((SELECT SUM(c.amount) FROM UNNEST(credits) AS c), 0)) AS credits_usd,
+       SUM(IF(usage.pricing_unit = 'hour', usage.amount_in_pricing_units,
+              usage.amount / 3600)) AS billed_gpu_hours
+FROM `{table}`
+WHERE service.description = 'Compute Engine' AND sku.description LIKE '% GPU %'
+  AND usage_start_time >= @start AND usage_start_time < @end
+  AND (@cluster IS NULL OR (SELECT l.value FROM UNNEST(labels) AS l
+                            WHERE l.key = 'goog-k8s-cluster-name') = @cluster)
+GROUP BY 1, 2, 3
+"""
+"""The GPU lines of the bill per day (UTC), project and namespace."""
+
+COLUMNS = tuple(columns("reconciliation"))
+"""The comparison's columns, as the report declares them (``analytics.tables``)."""
+TOLERANCE_USD = 0.01
+TOLERANCE_SHARE = 0.01
+"""A gap within a cent, or within 1 % of the bill, is reconciled."""
+
+
+class BillingExport:
+    """The detailed billing export table in BigQuery, read with typed query parameters."""
+
+    def __init__(self, client: bigquery.Client, table: str) -> None:
+        if not TABLE_ID.match(table):
+            raise ValueError(f"billing table {table!r} is not PROJECT.DATASET.TABLE")
+        self.client, self.table = client, table
+
+    def gpu_lines(self, start: datetime, end: datetime, cluster: str | None,
+                  timeout: float = 300.0) -> pd.DataFrame:
+        """The bill's GPU lines (``BILLED``) of ``[start, end)``, of ``cluster`` (None:
+        every cluster's)."""
+        from google.cloud import bigquery
+
+        rows = self.client.query_and_wait(
+            BILLED.format(table=self.table, none=NO_NAMESPACE),
+            job_config=bigquery.QueryJobConfig(query_parameters=[
+                bigquery.ScalarQueryParameter("start", "TIMESTAMP", start),
+                bigquery.ScalarQueryParameter("end", "TIMESTAMP", end),
+                bigquery.ScalarQueryParameter("cluster", "STRING", cluster)]),
+            wait_timeout=timeout)
+        frame: pd.DataFrame = rows.to_arrow(create_bqstorage_client=False).to_pandas()
+        return frame
+
+
+def ours(store: Store, start: datetime, end: datetime, cluster: str | None) -> pd.DataFrame:
+    params: Mapping[str, Param] = {"start": start, "end": end, "cluster": cluster}
+    return store.query(OURS, params)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= max(TOLERANCE_USD, TOLERANCE_SHARE * abs(b))
+
+
+def cause(gpu_hours: float, billed_gpu_hours: float, cost_usd: float, billed_cost_usd: float,
+          credits_usd: float) -> str:
+    """The likely cause of a gap between the exporter's cost and the bill's (net)."""
+    billed_net = billed_cost_usd + credits_usd
+    if _close(cost_usd, billed_net):
+        return "reconciled"
+    if billed_gpu_hours > gpu_hours and not _close(gpu_hours, billed_gpu_hours):
+        return (f"unmonitored GPUs: {billed_gpu_hours - gpu_hours:.1f} GPU-hours billed that "
+                "the exporter did not see")
+    if gpu_hours > billed_gpu_hours and not _close(gpu_hours, billed_gpu_hours):
+        return (f"{gpu_hours - billed_gpu_hours:.1f} GPU-hours counted that the bill does not "
+                "charge here (another cluster's rows, or another project's bill)")
+    if credits_usd and _close(cost_usd, billed_cost_usd):
+        return (f"credits of {credits_usd:,.2f} USD on the bill: committed use or discounts "
+                "the exporter does not apply (prices.commitments, prices.negotiated)")
+    per_hour = billed_cost_usd / billed_gpu_hours if billed_gpu_hours else 0.0
+    ours_per_hour = cost_usd / gpu_hours if gpu_hours else 0.0
+    return (f"price drift: billed {per_hour:.4f} USD a GPU-hour before credits, the exporter "
+            f"{ours_per_hour:.4f} (prices.book, prices.negotiated)")
+
+
+def compare(ours_frame: pd.DataFrame, billed: pd.DataFrame) -> pd.DataFrame:
+    """Both sides per day and namespace (a namespace on one side only has zeros on the
+    other), with the gap (bill net less the exporter's) and its likely cause; the
+    largest gaps first within each day."""
+    o = ours_frame.assign(day=pd.to_datetime(ours_frame["day"], utc=True))
+    b = billed.assign(day=pd.to_datetime(billed["day"], utc=True))
+    projects = b.groupby(["day", "namespace"])["project"].agg(
+        lambda p: ", ".join(sorted({str(x) for x in p if x is not None}))).rename("project")
+    b = b.groupby(["day", "namespace"])[
+        ["billed_cost_usd", "credits_usd", "billed_gpu_hours"]].sum().join(projects)
+    o = o.groupby(["day", "namespace"])[["cost_usd", "gpu_hours"]].sum()
+    both = o.join(b, how="outer")
+    for col in ("cost_usd", "gpu_hours", "billed_cost_usd", "credits_usd", "billed_gpu_hours"):
+        both[col] = both[col].astype(float).fillna(0.0)
+    both["project"] = both["project"].fillna("")
+    both["billed_net_usd"] = both.billed_cost_usd + both.credits_usd
+    both["gap_usd"] = both.billed_net_usd - both.cost_usd
+    both["cause"] = [cause(r.gpu_hours, r.billed_gpu_hours, r.cost_usd, r.billed_cost_usd,
+                           r.credits_usd) for r in both.itertuples()]
+    out = both.reset_index()
+    out["day"] = out["day"].dt.strftime("%Y-%m-%d")
+    out = out.assign(order=-out.gap_usd.abs()).sort_values(["day", "order", "namespace"])
+    return out[list(COLUMNS)].reset_index(drop=True)
+
+
+def summary(table: pd.DataFrame) -> dict[str, float]:
+    """The totals: the exporter's cost, the bill's before and after credits, the gap."""
+    return {"cost_usd": float(table.cost_usd.sum()),
+            "billed_cost_usd": float(table.billed_cost_usd.sum()),
+            "credits_usd": float(table.credits_usd.sum()),
+            "billed_net_usd": float(table.billed_net_usd.sum()),
+            "gap_usd": float(table.gap_usd.sum()),
+            "unreconciled_rows": float((table.cause != "reconciled").sum())}
+
+
+def markdown(table: pd.DataFrame, title: str) -> str:
+    """The comparison as a Markdown page: the totals, then every row."""
+    s = summary(table)
+    lines = [f"# {title}", "",
+             f"The exporter attributed {s['cost_usd']:,.2f} USD of GPU cost; the bill charged "
+             f"{s['billed_cost_usd']:,.2f} USD before credits and {s['billed_net_usd']:,.2f} "
+             f"after ({s['credits_usd']:,.2f} of credits): a gap of {s['gap_usd']:,.2f} USD, "
+             f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled.", "",
+             "| " + " | ".join(COLUMNS) + " |",
+             "|" + "|".join("---:" if c.endswith(("_usd", "_hours")) else "---"
+                            for c in COLUMNS) + "|"]
+    for r in table.itertuples(index=False):
+        cells = [f"{v:,.2f}" if isinstance(v, float) else str(v).replace("|", "\\|")
+                 for v in r]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
