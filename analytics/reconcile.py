@@ -5,9 +5,11 @@ The bill is the detailed usage cost export to BigQuery (``gcp_billing_export_res
 <BILLING_ACCOUNT_ID>``) of a billing account whose GKE clusters have cost allocation on:
 each GPU line then carries the labels ``goog-k8s-cluster-name`` and ``k8s-namespace``
 (``kube:unallocated`` for the GPUs no pod requested). A GPU line is a Compute Engine SKU
-whose description names a GPU (``Nvidia L4 GPU running in Americas``); its GPU-hours are its
-usage in pricing units (hours), its net cost its cost plus its credits (committed-use,
-sustained-use and negotiated discounts arrive as negative credits).
+whose description names a GPU (``Nvidia L4 GPU running in Americas``, ``H200 141GB GPU
+running in Netherlands``, ``... B200 (1 gpu slice) ...``, ``RTX 6000 96GB running in
+Belgium``); its GPU-hours are its usage in pricing units (hours), its net cost its cost
+plus its credits (committed-use, sustained-use and negotiated discounts arrive as negative
+credits).
 
 The exporter's side comes from the warehouse (DuckDB or BigQuery): its ``gpu_usage`` cost
 and GPU-hours per day and namespace, the GPU time no pod held as ``kube:unallocated``, as
@@ -56,7 +58,8 @@ SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(usage_start_time), 86400) * 86400) AS 
        SUM(IF(usage.pricing_unit = 'hour', usage.amount_in_pricing_units,
               usage.amount / 3600)) AS billed_gpu_hours
 FROM `{table}`
-WHERE service.description = 'Compute Engine' AND sku.description LIKE '% GPU %'
+WHERE service.description = 'Compute Engine'
+  AND (LOWER(sku.description) LIKE '%gpu%' OR sku.description LIKE '%RTX %')
   AND usage_start_time >= @start AND usage_start_time < @end
   AND (@cluster IS NULL OR (SELECT l.value FROM UNNEST(labels) AS l
                             WHERE l.key = 'goog-k8s-cluster-name') = @cluster)

@@ -255,6 +255,16 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
                         bigquery, remote_write=pushes.remote_write,
                         cloud_monitoring=pushes.cloud_monitoring)
     sending = [asyncio.create_task(push.run()) for push in pushes.sinks]
+    catalog = None
+    if cfg.prices.catalog.enabled:
+        from exporter.sources.billing_catalog import CatalogRefresh, catalog_client
+
+        pc = cfg.prices.catalog
+        catalog = catalog_client(pc.endpoint, pc.anonymous)
+        refresh = CatalogRefresh(catalog, cfg.prices.region, pc.refresh, pc.timeout,
+                                 exporter.set_list_prices)
+        exporter.catalog = refresh.stats
+        sending.append(asyncio.create_task(refresh.run()))
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     kube.start()
@@ -287,7 +297,7 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
             warehouse.close()
         await session.close()
         await api.close()
-        for client in (monitoring, pushes.client):
+        for client in (monitoring, pushes.client, catalog):
             if client is not None:
                 await client.transport.close()  # type: ignore[no-untyped-call]
 

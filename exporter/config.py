@@ -151,6 +151,20 @@ class Commitment(_Section):
         return self
 
 
+class PriceCatalog(_Section):
+    """List prices read from Google's Cloud Billing Catalog API, the book their fallback."""
+
+    enabled: bool = False
+    refresh: Duration = 86400.0
+    """How often the catalogue is read again (it is read at start too)."""
+    timeout: Duration = 60.0
+    """Per page of SKUs."""
+    endpoint: str | None = None
+    """``host:port`` of another CloudCatalog server; default: Google's."""
+    anonymous: bool = False
+    """No credentials, over plaintext (a local server only)."""
+
+
 class Prices(_Section):
     book: Path | None = None
     """A price book YAML; default: the one shipped with the exporter."""
@@ -166,6 +180,9 @@ class Prices(_Section):
     commitments: list[Commitment] = Field(default_factory=list)
     """Resource-based committed-use discounts: the committed GPUs at their term price, the
     on-demand GPUs beyond them at the (negotiated) list price."""
+    catalog: PriceCatalog = PriceCatalog()
+    """Refresh the list prices from the Cloud Billing Catalog API (model by model; the book
+    prices what the catalogue does not)."""
 
     @model_validator(mode="after")
     def _fractions(self) -> Self:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from exporter import __version__, compute
 from exporter.health import (
     BigQueryStats,
+    CatalogStats,
     CloudMonitoringStats,
     KubeHealth,
     RemoteWriteStats,
@@ -100,6 +101,11 @@ class MetricsView:
     commitments: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
     """Per GPU model with a committed-use discount: GPUs committed, GPUs of them no
     on-demand GPU uses now, and those unused GPUs' cost an hour."""
+    list_prices: Mapping[tuple[str, str], tuple[float, str, float | None]] = field(
+        default_factory=dict)
+    """(model, provisioning) -> list price in use, its source (``book``, ``catalog``) and
+    when that was read (Unix seconds; None when unknown)."""
+    catalog: CatalogStats | None = None
 
 
 def _always(_: MetricsView) -> bool:
@@ -612,6 +618,16 @@ FAMILIES: tuple[Family, ...] = (
       "cost an hour at the term price: no device carries it.", ("cluster", "model"),
       lambda v: [((v.cluster, m), c[2]) for m, c in sorted(v.commitments.items())],
       present=lambda v: bool(v.commitments)),
+    F("list_price_usd_per_hour", "gauge", "usd", "List price of a GPU-hour in use, before "
+      "discounts, and where it comes from: the price book, or Google's Cloud Billing "
+      "catalogue (prices.catalog).", ("cluster", "model", "provisioning", "source"),
+      lambda v: [((v.cluster, m, p, src), price)
+                 for (m, p), (price, src, _) in v.list_prices.items()]),
+    F("list_price_age_seconds", "gauge", "seconds", "How old the list price in use is: "
+      "since the book's as_of date, or since the catalogue was read.",
+      ("cluster", "model", "provisioning", "source"),
+      lambda v: [((v.cluster, m, p, src), max(0.0, v.now - at))
+                 for (m, p), (_, src, at) in v.list_prices.items() if at is not None]),
     F("team_budget_usd", "gauge", "usd", "Monthly GPU budget of the team (config: budgets).",
       ("cluster", "team"), _budgets, present=lambda v: bool(v.budgets)),
     F("team_month_cost_usd", "gauge", "usd", "Cost of the team's allocated GPUs this UTC "
@@ -666,6 +682,12 @@ FAMILIES: tuple[Family, ...] = (
       "Monitoring by outcome: written, refused, dropped (superseded by a newer snapshot "
       "while the API failed).", ("cluster", "outcome"), _cloud_monitoring_points,
       present=lambda v: v.cloud_monitoring is not None),
+    F("exporter_price_catalog_reads", "counter", "", "Reads of the Cloud Billing "
+      "catalogue by outcome: ok, failed (the prices in use kept).", ("cluster", "outcome"),
+      lambda v: [] if v.catalog is None else [
+          ((v.cluster, "ok"), v.catalog.reads - v.catalog.failures),
+          ((v.cluster, "failed"), v.catalog.failures)],
+      present=lambda v: v.catalog is not None),
     F("exporter_unpriced_gpus", "gauge", "gpus", "GPUs whose model the price book does not "
       "price: their cost is unknown, not zero.", ("cluster", "model", "provisioning"),
       _unpriced),

@@ -99,3 +99,14 @@ class ReportStats:
     runs: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0})
     last_success: float | None = None
     """When the last report was made (Unix time)."""
+
+
+@dataclass(slots=True)
+class CatalogStats:
+    """The catalogue's reads, for the exporter's own metrics."""
+
+    reads: int = 0
+    failures: int = 0
+    last_success: float | None = None
+    """Unix time of the last read that priced something."""
+    last_error: str = ""

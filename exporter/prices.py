@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,14 @@ class PriceBook:
     def hourly(self, accelerator: str, provisioning: str) -> float | None:
         """List price of one GPU-hour, or None if the book does not price it."""
         return self.prices.get((accelerator, provisioning))
+
+    @property
+    def as_of_unix(self) -> float | None:
+        """``as_of`` (YYYY-MM-DD) as Unix seconds at 00:00 UTC; None without a date."""
+        try:
+            return datetime.strptime(self.as_of, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            return None
 
     def machine_share(self, machine_type: str, provisioning: str) -> float | None:
         """The hourly price a GPU of ``machine_type`` carries of its machine, or None if the

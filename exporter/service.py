@@ -26,7 +26,13 @@ from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, Window,
 from exporter.config import Config
 from exporter.errors import SourceError
 from exporter.families import DEVICE_READINGS, MetricsView
-from exporter.health import CloudMonitoringStats, RemoteWriteStats, ReportStats, SourceHealth
+from exporter.health import (
+    CatalogStats,
+    CloudMonitoringStats,
+    RemoteWriteStats,
+    ReportStats,
+    SourceHealth,
+)
 from exporter.placement import Placement
 from exporter.prices import Commitment, PriceBook, effective_prices, unused_commitment
 from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, gpu_model
@@ -134,6 +140,12 @@ class Exporter:
         self._pool_of: dict[str, str] = {}
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
+        self.price_sources: dict[tuple[str, str], tuple[str, float | None]] = dict.fromkeys(
+            prices.prices, ("book", prices.as_of_unix))
+        """Where each list price in use comes from (``book`` or ``catalog``), and when it
+        was read (the book's ``as_of``; None when it has none)."""
+        self.catalog: CatalogStats | None = None
+        """The price catalogue's reads, when it is read."""
         self._commitments = [
             Commitment(c.gpu, c.gpus, c.usd_per_gpu_hour) for c in config.prices.commitments]
         self._commitment_use: dict[str, tuple[float, float, float]] = {}
@@ -289,6 +301,12 @@ class Exporter:
         self._episodes.failed((url, "scrape"), now, "dcgm scrape failed", target=url,
                               reason=res.label, error=res.reason,
                               **({"rejected": res.rejected} if res.rejected else {}))
+
+    def set_list_prices(self, prices: Mapping[tuple[str, str], float], read_at: float) -> None:
+        """List prices read from the price catalogue at ``read_at``, model by model: what it
+        does not price keeps the book's."""
+        self._price.update(prices)
+        self.price_sources.update(dict.fromkeys(prices, ("catalog", read_at)))
 
     def _compute(self, snap: Snapshot) -> list[compute.DeviceState]:
         """The devices' states of a snapshot; the inventory goes on from it."""
@@ -568,4 +586,7 @@ class Exporter:
             rows_removed=dict(self.warehouse.rows_removed) if self.warehouse else {},
             report=self.report, kube_max_staleness_seconds=self.config.kubernetes.max_staleness,
             commitments=self._commitment_use,
+            list_prices={k: (v, *self.price_sources.get(k, ("book", None)))
+                         for k, v in sorted(self._price.items())},
+            catalog=self.catalog,
         )
