@@ -4,6 +4,7 @@ write them, and mail them."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,9 @@ from analytics.store import Store
 from analytics.week import Week
 from exporter.config import Config
 from exporter.errors import ConfigError
+from exporter.logs import ctx
+
+log = logging.getLogger(__name__)
 
 
 def team_dir(team: str) -> str:
@@ -75,7 +79,12 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
             f"time in {week.label}; teams that week: {', '.join(map(repr, found)) or 'none'}")
     if report_cfg.billing_table:
         step("reconciling with the bill")
-        reconcile_with_bill(platform, store, week, cfg, cluster)
+        try:
+            reconcile_with_bill(platform, store, week, cfg, cluster)
+        except Exception as exc:  # the bill unreadable: the report goes out without it
+            log.warning("report without reconciliation: the bill could not be read",
+                        extra=ctx(week=week.label, table=report_cfg.billing_table,
+                                  error=f"{type(exc).__name__}: {exc}"[:500]))
     teams: dict[str, WeeklyReport] = {}
     for team in found:
         step(f"team {team}")

@@ -221,3 +221,21 @@ def test_the_weekly_report_reconciles_with_the_configured_bill(
     assert (tmp_path / "out" / "reconciliation.csv").exists()
     team = next((tmp_path / "out" / "teams").iterdir())
     assert "GPU cost against the bill" not in (team / "report.md").read_text()
+
+
+def test_an_unreadable_bill_leaves_the_report_without_its_reconciliation(
+        emulator: Emulator, warehouse: Path, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    cfg = load_config(None, overrides={
+        "report": {"billing_table": f"{PROJECT}.no_such_dataset.gcp_billing_export_v1_X",
+                   "min_coverage": 0.0},
+        "warehouse": {"bigquery": {"endpoint": emulator.url, "anonymous": True}}})
+    store = DuckDBStore(warehouse)
+    try:
+        platform, _ = run_weekly(store, WEEK, cfg, PRICE, tmp_path / "out", email=False)
+    finally:
+        store.close()
+    assert "reconciliation" not in platform.tables
+    assert (tmp_path / "out" / "report.md").exists()
+    assert [r for r in caplog.records if r.getMessage().startswith("report without "
+                                                                   "reconciliation")]
