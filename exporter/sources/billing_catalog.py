@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.backoff import Backoff
+from exporter.google_grpc import async_client
 from exporter.health import CatalogStats
 from exporter.logs import ctx
 
@@ -116,24 +117,13 @@ def catalog_client(endpoint: str | None = None, anonymous: bool = False
     """A CloudCatalog client on the running event loop: Google's endpoint with Application
     Default Credentials, or (``anonymous``) no credentials over a plaintext channel to
     ``endpoint`` (``host:port``), for a local server."""
-    import grpc  # heavy imports: only when the catalogue is read
-    from google.auth.credentials import AnonymousCredentials
     from google.cloud.billing_v1 import CloudCatalogAsyncClient
     from google.cloud.billing_v1.services.cloud_catalog.transports import (
         CloudCatalogGrpcAsyncIOTransport,
     )
 
-    if anonymous:
-        if not endpoint:
-            raise ValueError("an anonymous Cloud Billing Catalog client needs an endpoint")
-        transport = CloudCatalogGrpcAsyncIOTransport(
-            host=endpoint, credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-            channel=grpc.aio.insecure_channel(endpoint))
-        return CloudCatalogAsyncClient(transport=transport)
-    from google.api_core.client_options import ClientOptions
-
-    options = ClientOptions(api_endpoint=endpoint) if endpoint else None
-    return CloudCatalogAsyncClient(client_options=options)
+    return async_client(CloudCatalogAsyncClient, CloudCatalogGrpcAsyncIOTransport, endpoint,
+                        anonymous, "Cloud Billing Catalog")
 
 
 class CatalogRefresh:

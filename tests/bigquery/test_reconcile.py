@@ -198,19 +198,26 @@ def test_a_billing_table_is_named_in_full() -> None:
 
 
 
-def test_the_weekly_report_reconciles_with_the_configured_bill(
-        emulator: Emulator, warehouse: Path, tmp_path: Path) -> None:
-    client = client_for(emulator)
-    table = export(client, [line(h, ns, L4, credits=-0.2 if ns == "ns-a" else 0.0)
-                            for h in hours() for ns in NAMESPACES])
+def weekly_with_bill(emulator: Emulator, warehouse: Path, out: Path, table: str) -> Any:
+    """The platform report of the week with ``report.billing_table`` set, written to
+    ``out``."""
     cfg = load_config(None, overrides={
         "report": {"billing_table": table, "min_coverage": 0.0},
         "warehouse": {"bigquery": {"endpoint": emulator.url, "anonymous": True}}})
     store = DuckDBStore(warehouse)
     try:
-        platform, _ = run_weekly(store, WEEK, cfg, PRICE, tmp_path / "out", email=False)
+        platform, _ = run_weekly(store, WEEK, cfg, PRICE, out, email=False)
     finally:
         store.close()
+    return platform
+
+
+def test_the_weekly_report_reconciles_with_the_configured_bill(
+        emulator: Emulator, warehouse: Path, tmp_path: Path) -> None:
+    client = client_for(emulator)
+    table = export(client, [line(h, ns, L4, credits=-0.2 if ns == "ns-a" else 0.0)
+                            for h in hours() for ns in NAMESPACES])
+    platform = weekly_with_bill(emulator, warehouse, tmp_path / "out", table)
     found = platform.frame("reconciliation")
     assert list(found.columns) == list(reconcile.COLUMNS)
     assert found.gap_usd.sum() == pytest.approx(-0.2 * 24 * 7)
@@ -226,15 +233,8 @@ def test_the_weekly_report_reconciles_with_the_configured_bill(
 def test_an_unreadable_bill_leaves_the_report_without_its_reconciliation(
         emulator: Emulator, warehouse: Path, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    cfg = load_config(None, overrides={
-        "report": {"billing_table": f"{PROJECT}.no_such_dataset.gcp_billing_export_v1_X",
-                   "min_coverage": 0.0},
-        "warehouse": {"bigquery": {"endpoint": emulator.url, "anonymous": True}}})
-    store = DuckDBStore(warehouse)
-    try:
-        platform, _ = run_weekly(store, WEEK, cfg, PRICE, tmp_path / "out", email=False)
-    finally:
-        store.close()
+    platform = weekly_with_bill(emulator, warehouse, tmp_path / "out",
+                                f"{PROJECT}.no_such_dataset.gcp_billing_export_v1_X")
     assert "reconciliation" not in platform.tables
     assert (tmp_path / "out" / "report.md").exists()
     assert [r for r in caplog.records if r.getMessage().startswith("report without "
