@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.catalog import FATAL_XIDS, GPU_MODELS
+from exporter.catalog import FATAL_XIDS, GPUS_OF_MACHINE
 from exporter.records import (
     ACCELERATOR_MEMORY_TOTAL,
     ACCELERATOR_MEMORY_USED,
@@ -185,9 +185,7 @@ def on_demand_gpus(nodes: Iterable[NodeInfo]) -> dict[str, float]:
     for node in nodes:
         if not node.accelerator or node.provisioning != "on-demand":
             continue
-        model = GPU_MODELS.get(node.accelerator)
-        by_type = {t: n for n, t in model.machine_types.items()} if model else {}
-        gpus = by_type.get(node.instance_type)
+        gpus = GPUS_OF_MACHINE.get((node.accelerator, node.instance_type))
         count = float(gpus) if gpus is not None else \
             node.capacity_gpus * mig_fraction(node.mig_profile)
         out[node.accelerator] = out.get(node.accelerator, 0.0) + count

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from exporter.catalog import GPU_MODELS
+from exporter.catalog import FAMILIES, GPU_MODELS
 from exporter.durations import Duration
 from exporter.errors import ConfigError
 from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORING_KINDS
@@ -189,12 +189,10 @@ class Prices(_Section):
         for pool, d in self.discounts.items():
             if not 0.0 <= d < 1.0:
                 raise ValueError(f"discount for pool {pool!r} must be in [0, 1), got {d}")
-        families = {t.split("-", 1)[0] for m in GPU_MODELS.values()
-                    for t in m.machine_types.values()}
         for key, d in self.negotiated.items():
-            if key not in GPU_MODELS and key not in families:
+            if key not in GPU_MODELS and key not in FAMILIES:
                 raise ValueError(f"negotiated discount for {key!r}: not a GPU model or a "
-                                 f"machine family ({', '.join(sorted(families))})")
+                                 f"machine family ({', '.join(FAMILIES)})")
             if not 0.0 <= d < 1.0:
                 raise ValueError(f"negotiated discount for {key!r} must be in [0, 1), got {d}")
         return self

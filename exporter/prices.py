@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from exporter.catalog import GPU_MODELS
+from exporter.catalog import FAMILIES
 from exporter.errors import ConfigError
 
 
@@ -144,10 +144,14 @@ class Commitment:
     usd_per_gpu_hour: float
 
 
-def family_models(family: str) -> tuple[str, ...]:
-    """The GPU models sold in a machine family (``a3``, ``g2``, ``n1``, ...)."""
-    return tuple(m.accelerator for m in GPU_MODELS.values()
-                 if any(t.split("-", 1)[0] == family for t in m.machine_types.values()))
+def _committed(commitments: Sequence[Commitment]) -> dict[str, tuple[int, float]]:
+    """Per model: the GPUs committed and what they cost an hour (commitments of one model
+    add)."""
+    out: dict[str, tuple[int, float]] = {}
+    for c in commitments:
+        gpus, cost = out.get(c.accelerator, (0, 0.0))
+        out[c.accelerator] = (gpus + c.gpus, cost + c.gpus * c.usd_per_gpu_hour)
+    return out
 
 
 def effective_prices(list_prices: Mapping[tuple[str, str], float],
@@ -167,10 +171,7 @@ def effective_prices(list_prices: Mapping[tuple[str, str], float],
       (``unused_commitment``).
     """
     off = dict(negotiated or {})
-    committed: dict[str, tuple[int, float]] = {}
-    for c in commitments:  # several commitments of a model: their GPUs and term cost add
-        gpus, cost = committed.get(c.accelerator, (0, 0.0))
-        committed[c.accelerator] = (gpus + c.gpus, cost + c.gpus * c.usd_per_gpu_hour)
+    committed = _committed(commitments)
     out: dict[tuple[str, str], float] = {}
     for (model, provisioning), price in list_prices.items():
         if provisioning != "on-demand":
@@ -178,8 +179,8 @@ def effective_prices(list_prices: Mapping[tuple[str, str], float],
             continue
         fraction = off.get(model)
         if fraction is None:
-            fraction = next((f for family, f in off.items() if model in family_models(family)),
-                            0.0)
+            fraction = next((f for family, f in off.items()
+                             if model in FAMILIES.get(family, ())), 0.0)
         listed = price * (1.0 - fraction)
         gpus, term_cost = committed.get(model, (0, 0.0))
         present = on_demand_gpus.get(model, 0.0)
@@ -196,12 +197,8 @@ def unused_commitment(commitments: Sequence[Commitment], on_demand_gpus: Mapping
                       ) -> dict[str, tuple[float, float, float]]:
     """Per model with a commitment: the GPUs committed, those no on-demand GPU uses now,
     and what the unused ones cost an hour at the term price."""
-    total: dict[str, tuple[float, float]] = {}
-    for c in commitments:
-        gpus, cost = total.get(c.accelerator, (0.0, 0.0))
-        total[c.accelerator] = (gpus + c.gpus, cost + c.gpus * c.usd_per_gpu_hour)
-    out = {}
-    for model, (gpus, cost) in total.items():
+    out: dict[str, tuple[float, float, float]] = {}
+    for model, (gpus, cost) in _committed(commitments).items():
         unused = max(0.0, gpus - on_demand_gpus.get(model, 0.0))
-        out[model] = (gpus, unused, unused * cost / gpus)
+        out[model] = (float(gpus), unused, unused * cost / gpus)
     return out

@@ -19,6 +19,8 @@ from typing import Any
 import grpc
 from google.cloud.billing_v1.types import ListSkusRequest, ListSkusResponse, Sku
 
+from tests.grpc_fake import serve, unary
+
 SERVICE = "google.cloud.billing.v1.CloudCatalog"
 COMPUTE_ENGINE = "services/6F81-5844-456A"
 
@@ -69,12 +71,4 @@ class FakeCloudCatalog:
             skus=page, next_page_token=str(start + size) if more else ""))
 
     async def start(self) -> tuple[grpc.aio.Server, str]:
-        handlers = {"ListSkus": grpc.unary_unary_rpc_method_handler(
-            self.list_skus, request_deserializer=ListSkusRequest.pb().FromString,
-            response_serializer=lambda m: m.SerializeToString())}
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE,
-                                                                              handlers),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        return server, f"127.0.0.1:{port}"
+        return await serve(SERVICE, {"ListSkus": unary(self.list_skus, ListSkusRequest)})

@@ -35,6 +35,8 @@ from google.cloud.monitoring_v3.types import (
 from google.protobuf import any_pb2, empty_pb2, json_format
 from google.rpc import status_pb2
 
+from tests.grpc_fake import serve, unary
+
 SERVICE = "google.monitoring.v3.MetricService"
 _TERM = re.compile(r'\s*(metric\.type|resource\.type|resource\.labels\.(\w+))\s*=\s*"([^"]*)"\s*')
 MAX_SERIES_PER_CREATE = 200
@@ -191,20 +193,6 @@ class FakeMetricService:
 
     async def start(self) -> tuple[grpc.aio.Server, str]:
         """Serve on a free loopback port; returns the server and its ``host:port``."""
-        handlers = {
-            "ListTimeSeries": grpc.unary_unary_rpc_method_handler(
-                self.list_time_series,
-                request_deserializer=ListTimeSeriesRequest.pb().FromString,
-                response_serializer=lambda m: m.SerializeToString()),
-            "CreateTimeSeries": grpc.unary_unary_rpc_method_handler(
-                self.create_time_series,
-                request_deserializer=CreateTimeSeriesRequest.pb().FromString,
-                response_serializer=lambda m: m.SerializeToString()),
-        }
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE,
-                                                                              handlers),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        return server, f"127.0.0.1:{port}"
-
+        return await serve(SERVICE, {
+            "ListTimeSeries": unary(self.list_time_series, ListTimeSeriesRequest),
+            "CreateTimeSeries": unary(self.create_time_series, CreateTimeSeriesRequest)})

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.catalog import GPU_MODELS
+from exporter.catalog import GPU_MODELS, GPUS_OF_MACHINE
 
 BOOK = Path(__file__).with_name("pricebook.yaml")
 REGISTRY = "https://registry.npmjs.org"
@@ -129,7 +129,8 @@ def _machine_types(accelerator: str, listed: object) -> dict[str, int]:
     GPUs) gives none, since no machine share follows from it."""
     if not isinstance(listed, Mapping):
         return {}
-    out = {machine: gpus for gpus, machine in GPU_MODELS[accelerator].machine_types.items()}
+    out = {machine: gpus for (model, machine), gpus in GPUS_OF_MACHINE.items()
+           if model == accelerator}
     for gpus, machines in listed.items():
         for machine in machines if isinstance(machines, list) else ():
             out.setdefault(machine, int(gpus))

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.catalog import FAMILIES
 from exporter.compute import on_demand_gpus
 from exporter.config import load_config
 from exporter.errors import ConfigError
-from exporter.prices import Commitment, effective_prices, family_models, unused_commitment
+from exporter.prices import Commitment, effective_prices, unused_commitment
 from tests.exporter.test_compute import node
 
 LIST = {("nvidia-h100-80gb", "on-demand"): 10.0, ("nvidia-h100-80gb", "spot"): 4.0,
@@ -66,11 +67,12 @@ def test_unused_commitment() -> None:
 
 
 def test_families_are_those_of_the_catalogue() -> None:
-    assert set(family_models("a3")) == {"nvidia-h100-80gb", "nvidia-h200-141gb"}
-    assert set(family_models("a2")) == {"nvidia-a100-80gb", "nvidia-tesla-a100"}
-    assert family_models("g2") == ("nvidia-l4",)
-    assert set(family_models("n1")) == {"nvidia-tesla-t4", "nvidia-tesla-v100",
-                                        "nvidia-tesla-p100", "nvidia-tesla-p4"}
+    assert set(FAMILIES) == {"a2", "a3", "g2", "n1"}
+    assert set(FAMILIES["a3"]) == {"nvidia-h100-80gb", "nvidia-h200-141gb"}
+    assert set(FAMILIES["a2"]) == {"nvidia-a100-80gb", "nvidia-tesla-a100"}
+    assert FAMILIES["g2"] == ("nvidia-l4",)
+    assert set(FAMILIES["n1"]) == {"nvidia-tesla-t4", "nvidia-tesla-v100",
+                                   "nvidia-tesla-p100", "nvidia-tesla-p4"}
 
 
 def test_committed_gpus_are_counted_by_machine_type() -> None:
