@@ -147,7 +147,7 @@ def headline(usage: pd.DataFrame, covered: tuple[float, float] = (1.0, 1.0)
 COST_DIMENSIONS = ("team", "namespace", "node_pool", "gpu_model", "provisioning")
 
 
-OWNED_BY = ("team", "namespace")
+OWNED_BY = ("team", "namespace", "allocation")
 """The dimensions GPU time belongs to only while a pod holds it."""
 POOLED = ("(unallocated)", "(unavailable)")
 """What a team or a namespace table calls the GPU time no pod held."""

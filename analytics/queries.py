@@ -27,7 +27,7 @@ def _mean(column: str) -> str:
 
 
 USAGE = """
-SELECT cluster, team, namespace, node_pool, gpu_model, provisioning, state,
+SELECT cluster, team, namespace, node_pool, gpu_model, provisioning, state, allocation,
        time >= @start AS this_week,
        SUM(gpu_seconds) AS gpu_seconds,
        SUM(IF(utilization IS NULL, 0, utilization * gpu_seconds)) AS utilized_seconds,
@@ -40,7 +40,8 @@ SELECT cluster, team, namespace, node_pool, gpu_model, provisioning, state,
 FROM {gpu_usage}
 WHERE time >= @prev_start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
   AND (@team IS NULL OR team = @team)
-GROUP BY cluster, team, namespace, node_pool, gpu_model, provisioning, state, this_week
+GROUP BY cluster, team, namespace, node_pool, gpu_model, provisioning, state, allocation,
+         this_week
 """
 
 COVERAGE = """

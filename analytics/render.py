@@ -17,7 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from analytics import format as fmt
 from analytics.charts import CHARTS, render_all
 from analytics.figures import IDLE_CEILING
-from analytics.report import SECTIONS, WeeklyReport
+from analytics.report import WeeklyReport
 from analytics.workspace import Table
 from exporter.bottleneck import RESTS_ON
 
@@ -122,7 +122,7 @@ def markdown(report: WeeklyReport) -> str:
            f"{report.week.start:%Y-%m-%d} to {report.week.end:%Y-%m-%d} (UTC).", ""]
     out += [f"- **{k}**: {v}" for k, v in headline_items(report)]
     for name, table in report.tables.items():
-        out += ["", f"## {SECTIONS[name]}", ""]
+        out += ["", f"## {md(report.section_title(name))}", ""]
         if name in INTRO:
             out += [INTRO[name], ""]
         cols, rows, more = _rows(name, table)
@@ -146,7 +146,7 @@ def html_page(report: WeeklyReport, image_src: dict[str, str]) -> str:
     sections = []
     for name, table in report.tables.items():
         cols, rows, more = _rows(name, table)
-        sections.append({"title": SECTIONS[name], "intro": INTRO.get(name, ""),
+        sections.append({"title": report.section_title(name), "intro": INTRO.get(name, ""),
                          "columns": [fmt.heading(c) for c in cols], "rows": rows,
                          "align": ["right" if n else "left" for n in _numeric(name, table)],
                          "more": more, "csv": f"{name}.csv"})

@@ -31,6 +31,14 @@ class WeeklyReport:
     fleet runs) as ``Table``s kept in the report's workspace."""
     pods: pd.DataFrame | Table = field(default_factory=pd.DataFrame)
     """Each pod's week with its bottleneck class (not rendered; the tables summarise it)."""
+    allocation: str | None = None
+    """What ``cost_by_allocation`` is by (config: ``allocation``), for its heading."""
+
+    def section_title(self, name: str) -> str:
+        """A table's heading: ``SECTIONS``' title, the allocation's named."""
+        if name == "cost_by_allocation" and self.allocation:
+            return f"Cost by {self.allocation}"
+        return SECTIONS[name]
 
     def frame(self, name: str) -> pd.DataFrame:
         """A table as a frame (a per-workload one read whole from the workspace)."""
@@ -46,11 +54,12 @@ class WeeklyReport:
 def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
           sla_target: float, cluster: str = "", team: str | None = None,
           progress: Callable[[str], None] = lambda _: None,
-          only_cluster: str | None = None) -> WeeklyReport:
+          only_cluster: str | None = None, allocation: str | None = None) -> WeeklyReport:
     """The report of the week's rows of ``only_cluster`` (None: of every cluster the store
     holds, side by side in ``cost_by_cluster`` when there are several), for the platform
     or ``team``'s slice. Its title names the cluster the rows are of; ``cluster`` when
-    there are none."""
+    there are none. ``cost_by_allocation`` is there when the week's rows have an
+    allocation, headed by ``allocation``'s name."""
     progress("reading the warehouse")
     f = queries.fetch(store, week, team, only_cluster)
     ws = Workspace()
@@ -68,6 +77,8 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
     tables: dict[str, pd.DataFrame | Table] = {
         f"cost_by_{d}": figures.cost_by(usage, d, covered[1] > 0)
         for d in ("cluster", *figures.COST_DIMENSIONS) if d != "cluster" or len(clusters) > 1}
+    if usage.allocation.notna().any():
+        tables["cost_by_allocation"] = figures.cost_by(usage, "allocation", covered[1] > 0)
     tables |= {
         "daily_cost_by_team": figures.daily_by_team(f["daily"], week),
         "idle_offenders": figures.idle_offenders_of(ws),
@@ -92,4 +103,4 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
     ws.close()
     name = only_cluster or (", ".join(clusters) if clusters else cluster)
     return WeeklyReport(week, name, team, sla_target, figures.headline(usage, covered),
-                        {k: tables[k] for k in SECTIONS if k in tables}, pods)
+                        {k: tables[k] for k in SECTIONS if k in tables}, pods, allocation)

@@ -99,6 +99,12 @@ TABLES: tuple[ReportTable, ...] = (
                 _cost_by(_TEAM, owned=True)),
     ReportTable("cost_by_namespace", "Cost by namespace", "Per namespace." + _ROWS_NO_POD_HELD,
                 _cost_by(_NAMESPACE, owned=True)),
+    ReportTable("cost_by_allocation", "Cost by allocation",
+                "Per value of the pods' allocation label or annotation (`allocation`: a "
+                "cost-center, say; its name in the heading), `(none)` for pods without "
+                "one. Only when the week's rows have one." + _ROWS_NO_POD_HELD,
+                _cost_by(_c("allocation", "text", "The pods' value of the allocation "
+                            "dimension."), owned=True)),
     ReportTable("cost_by_node_pool", "Cost by node pool", "Per node pool.",
                 _cost_by(_POOL, owned=False)),
     ReportTable("cost_by_gpu_model", "Cost by GPU model", "Per GPU model.",

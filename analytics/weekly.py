@@ -63,7 +63,9 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
         raise ConfigError("nobody to mail the report to: set report.platform_recipients "
                           "or report.team_recipients")
     step("platform report")
-    platform = build(store, week, prices, cfg.sla.target, cfg.cluster, only_cluster=cluster)
+    allocation = cfg.allocation.title if cfg.allocation.enabled else None
+    platform = build(store, week, prices, cfg.sla.target, cfg.cluster, only_cluster=cluster,
+                     allocation=allocation)
     covered = platform.headline["coverage"] or 0.0
     if covered < report_cfg.min_coverage and not force:
         raise ThinWeek(f"{week.label}: the warehouse has data for {covered:.1%} of the "
@@ -89,7 +91,7 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
     for team in found:
         step(f"team {team}")
         teams[team] = build(store, week, prices, cfg.sla.target, cfg.cluster, team=team,
-                            only_cluster=cluster)
+                            only_cluster=cluster, allocation=allocation)
     if out is not None:
         step("writing")
         render.write(platform, out)

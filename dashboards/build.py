@@ -235,6 +235,11 @@ def teams() -> dict[str, Any]:
               f'state="allocated"}}[{RANGE}])) > 0'),
         table("Top pods by GPUs held", "Pods holding the most GPUs now.", "none",
               f"topk(15, count by (namespace, pod, team) (gke_gpu_allocation_info{{{TEAM}}}))"),
+        table("Cost over the range by allocation", "By the pods' value of the allocation "
+              "label or annotation (config: allocation; a cost-center, say), whatever their "
+              "team: empty where no such dimension is configured.", "currencyUSD",
+              f"sum by (dimension, allocation) (increase(gke_gpu_allocation_cost_usd_total"
+              f"{{{SEL}}}[{RANGE}])) > 0"),
     ], team=True)
 
 

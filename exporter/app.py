@@ -233,7 +233,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
         bigquery = BigQuerySink(bq_cfg, warehouse.open_outbox())
     kube = KubeSource(api, watch_timeout=cfg.kubernetes.watch_timeout,
                       watchdog=cfg.kubernetes.watchdog,
-                      request_timeout=cfg.kubernetes.request_timeout)
+                      request_timeout=cfg.kubernetes.request_timeout,
+                      annotations=[a for a in (cfg.allocation.annotation,) if a])
     dcgm: ReadingSource = DcgmSource(
         cfg.dcgm.timeout, cfg.dcgm.max_body_bytes, cfg.dcgm.max_devices_per_target,
         read=DCGM_FIELDS_READ, keepalive_seconds=cfg.interval * 2 + 5,

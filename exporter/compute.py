@@ -33,6 +33,8 @@ effective cost      cost / utilised GPU-hours = price x (1 - discount) / utilisa
                     only where utilised GPU-seconds > 0.
 availability        (total - down) / total over the window; downtime by reason.
 team                the pod's team label, else its namespace's, else the namespace.
+allocation          finance's own dimension (``allocation``): the pod's label, else its
+                    annotation, else its namespace's label; else none ("").
 ==================  =====================================================================
 
 A device's state observed at one snapshot holds until the next one: ``usage_rows``
@@ -83,6 +85,8 @@ class Owner:
     name: str
     team: str
     workload: str
+    allocation: str = ""
+    """The pod's value of ``allocation`` ("" for none, or when none is configured)."""
 
 
 @dataclass(slots=True)
@@ -190,6 +194,15 @@ def on_demand_gpus(nodes: Iterable[NodeInfo]) -> dict[str, float]:
             node.capacity_gpus * mig_fraction(node.mig_profile)
         out[node.accelerator] = out.get(node.accelerator, 0.0) + count
     return out
+
+
+def allocation_of(pod_labels: Mapping[str, str], pod_annotations: Mapping[str, str],
+                  namespace: str, namespace_labels: Mapping[str, Mapping[str, str]],
+                  label: str | None, annotation: str | None) -> str:
+    """The pod's value of the allocation dimension: its label, else its annotation, else
+    its namespace's label; "" when none has one."""
+    return ((label and pod_labels.get(label)) or (annotation and pod_annotations.get(annotation))
+            or (label and namespace_labels.get(namespace, {}).get(label)) or "")
 
 
 def team_of(pod_labels: Mapping[str, str], namespace: str,

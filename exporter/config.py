@@ -423,6 +423,31 @@ class Report(_Section):
         return self
 
 
+_LABEL_KEY = r"^([a-z0-9]([a-z0-9.-]*[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
+"""A Kubernetes label or annotation key: an optional DNS prefix and ``/``, then a name."""
+
+
+class Allocation(_Section):
+    """A cost dimension of finance's own, besides the team: a pod label or annotation such
+    as ``cost-center``. It is carried to the warehouse (``allocation`` columns), the report
+    ("Cost by" ``name``) and ``/metrics`` (``gke_gpu_allocation_cost_usd_total``)."""
+
+    label: str | None = Field(default=None, pattern=_LABEL_KEY)
+    """Pod label holding the value, then the same label on the pod's namespace."""
+    annotation: str | None = Field(default=None, pattern=_LABEL_KEY)
+    """Pod annotation holding the value, read when the pod has no such label."""
+    name: str | None = Field(default=None, min_length=1, max_length=40)
+    """What the report calls it (default: the label, else the annotation)."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.label or self.annotation)
+
+    @property
+    def title(self) -> str:
+        return self.name or self.label or self.annotation or "allocation"
+
+
 class Config(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
                                       extra="forbid", frozen=True)
@@ -437,6 +462,7 @@ class Config(BaseSettings):
     """The ``cluster`` label of every series and the warehouse's ``cluster`` column."""
     team_label: str = "team"
     """Pod label, then namespace label, naming the team; else the namespace."""
+    allocation: Allocation = Allocation()
     system_reserved_gpus: int = Field(default=0, ge=0)
     """GPUs subtracted from ``gke_gpu_cluster_available_gpus``."""
     bottleneck_window: Duration = 600.0

@@ -37,6 +37,12 @@ from exporter.sinks.schema import TABLES
 KINDS = {"nodes": "Node", "pods": "Pod", "namespaces": "Namespace"}
 
 
+DEMO_ALLOCATION = {"label": "cost-center", "annotation": "billing.example.com/cost-center",
+                   "name": "cost centre"}
+"""How the simulated clusters' finance team allocates: a ``cost-center`` label on the pod
+or its namespace, else a billing annotation on the pod."""
+
+
 def demo_config(scenario: Scenario, kubeconfig: Path, out: Path,
                 bigquery_endpoint: str | None = None) -> Config:
     step = scenario.step
@@ -50,6 +56,7 @@ def demo_config(scenario: Scenario, kubeconfig: Path, out: Path,
         "kubernetes": {"kubeconfig": str(kubeconfig), "watchdog": 3600.0,
                        "max_staleness": 7200.0},
         "prices": {"region": scenario.region},
+        "allocation": DEMO_ALLOCATION,
         "warehouse": {"path": str(out / "warehouse.duckdb"), "interval": max(60.0, step),
                       "flush_interval": 3600.0, "bigquery": bigquery},
     })

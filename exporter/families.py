@@ -106,6 +106,8 @@ class MetricsView:
     """(model, provisioning) -> list price in use, its source (``book``, ``catalog``) and
     when that was read (Unix seconds; None when unknown)."""
     catalog: CatalogStats | None = None
+    allocation: str | None = None
+    """The allocation dimension's pod label or annotation, when one is configured."""
 
 
 def _always(_: MetricsView) -> bool:
@@ -628,6 +630,13 @@ FAMILIES: tuple[Family, ...] = (
       ("cluster", "model", "provisioning", "source"),
       lambda v: [((v.cluster, m, p, src), max(0.0, v.now - at))
                  for (m, p), (_, src, at) in v.list_prices.items() if at is not None]),
+    F("allocation_cost_usd", "counter", "usd", "Cost of the GPU time pods held, by the pods' "
+      "value of the allocation dimension (config: allocation; \"\" for pods without one): "
+      "a cost-center label or annotation, side by side with the team's.",
+      ("cluster", "dimension", "allocation"),
+      lambda v: [((v.cluster, v.allocation or "", a), usd)
+                 for a, usd in sorted(v.totals.allocation_cost.items())],
+      present=lambda v: v.allocation is not None),
     F("team_budget_usd", "gauge", "usd", "Monthly GPU budget of the team (config: budgets).",
       ("cluster", "team"), _budgets, present=lambda v: bool(v.budgets)),
     F("team_month_cost_usd", "gauge", "usd", "Cost of the team's allocated GPUs this UTC "

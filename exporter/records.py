@@ -83,6 +83,8 @@ class PodInfo:
     deleted_unix: float | None = None
     """``metadata.deletionTimestamp``: when a graceful deletion will have ended it; absent
     on a pod removed at once (forced, or never scheduled)."""
+    annotations: dict[str, str] = field(default_factory=dict)
+    """The annotations the exporter reads (``allocation.annotation``), not all of them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -331,10 +331,17 @@ class Exporter:
     def _owner(self, pod: PodInfo) -> compute.Owner:
         team = compute.team_of(pod.labels, pod.namespace, self.kube.namespace_labels,
                                self.config.team_label)
-        return compute.Owner(pod.uid, pod.namespace, pod.name, team, pod.workload)
+        a = self.config.allocation
+        allocation = compute.allocation_of(pod.labels, pod.annotations, pod.namespace,
+                                           self.kube.namespace_labels, a.label, a.annotation
+                                           ) if a.enabled else ""
+        return compute.Owner(pod.uid, pod.namespace, pod.name, team, pod.workload, allocation)
 
     def _team(self, pod: PodInfo) -> str:
         return self._owner(pod).team
+
+    def _allocation(self, pod: PodInfo) -> str:
+        return self._owner(pod).allocation
 
     def _owners(self) -> dict[tuple[str, str], compute.Owner]:
         return {(p.namespace, p.name): self._owner(p) for p in self.kube.pods.values()
@@ -353,7 +360,7 @@ class Exporter:
         self._interrupted_pods.discard(pod.uid)
         if self.warehouse is not None:
             self.warehouse.add_pods([deleted_pod(pod, now)], now, self._team,
-                                    lambda p: gpu_model(p, self.kube.nodes))
+                                    lambda p: gpu_model(p, self.kube.nodes), self._allocation)
             self.warehouse.forget_pod(pod.uid)
         self._windows.pop(pod.uid, None)
         self.diagnoses.pop(pod.uid, None)
@@ -522,7 +529,7 @@ class Exporter:
 
         try:
             warehouse.add_pods(list(self.kube.pods.values()), now, self._team,
-                               lambda p: gpu_model(p, nodes))
+                               lambda p: gpu_model(p, nodes), self._allocation)
             await asyncio.get_running_loop().run_in_executor(self._warehouse_thread, write)
         except Exception as exc:
             self.warehouse_error = f"{type(exc).__name__}: {exc}"
@@ -589,4 +596,6 @@ class Exporter:
             list_prices={k: (v, *self.price_sources.get(k, ("book", None)))
                          for k, v in sorted(self._price.items())},
             catalog=self.catalog,
+            allocation=(self.config.allocation.label or self.config.allocation.annotation)
+            if self.config.allocation.enabled else None,
         )

@@ -74,6 +74,8 @@ class Totals:
     earlier_months: dict[tuple[str, str], float] = field(default_factory=dict)
     """(month, team) -> cost the warehouse held at start (``seed_months``), until the
     first cycle says which month it is."""
+    allocation_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    """Allocation value ("" for none) -> cost of the GPU time its pods held."""
     queue_hist: dict[tuple[str, str, str], WaitHistogram] = field(default_factory=dict)
     """Queue waits of scheduled pods by (namespace, team, GPU model), each pod once."""
     waited: set[str] = field(default_factory=set)
@@ -102,6 +104,7 @@ class Totals:
             d, o = r.device, r.owner
             if d.state == "allocated" and r.cost_usd is not None and o is not None:
                 month[o.team] += r.cost_usd
+                self.allocation_cost[o.allocation] += r.cost_usd
             key = GroupKey(d.state, o.namespace if o else "", o.team if o else "", d.pool,
                            d.accelerator, d.provisioning)
             self.gpu_seconds[key] += r.seconds

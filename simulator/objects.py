@@ -28,7 +28,7 @@ def rfc3339(t: float) -> str:
 
 
 def namespace(ns: Namespace, created: float, seed: int) -> Obj:
-    labels = {"kubernetes.io/metadata.name": ns.name}
+    labels = {"kubernetes.io/metadata.name": ns.name, **ns.labels}
     if ns.team:
         labels["team"] = ns.team
     return {
@@ -139,7 +139,8 @@ def _machine_size(machine_type: str) -> tuple[int, int]:
 def pod(p: Pod, scenario: Scenario) -> Obj:
     w = p.workload
     job = p.job
-    labels: dict[str, str] = {"app.kubernetes.io/name": w.name, "workload-kind": w.kind}
+    labels: dict[str, str] = {**w.labels, "app.kubernetes.io/name": w.name,
+                              "workload-kind": w.kind}
     if p.team:
         labels["team"] = p.team
     if job.owner_kind == "Job":
@@ -241,6 +242,8 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
                              "uid": job.uid, "controller": True,
                              "blockOwnerDeletion": True}],
     }
+    if w.annotations:
+        meta["annotations"] = dict(w.annotations)
     if p.deletion_at is not None:  # terminating: deleted gracefully, removed at this time
         meta["deletionTimestamp"] = rfc3339(p.deletion_at)
         meta["deletionGracePeriodSeconds"] = p.deletion_grace_seconds

@@ -54,6 +54,10 @@ class ScenarioError(ValueError):
 
 
 DnsName = Annotated[str, Field(min_length=1, max_length=40, pattern=_DNS_LABEL.pattern)]
+LabelKey = Annotated[str, Field(pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}"
+                                        r"[A-Za-z0-9])?$")]
+LabelValue = Annotated[str, Field(max_length=63, pattern=r"^([A-Za-z0-9]([A-Za-z0-9._-]*"
+                                                         r"[A-Za-z0-9])?)?$")]
 
 
 class _Model(BaseModel):
@@ -64,6 +68,8 @@ class Namespace(_Model):
     name: DnsName
     team: DnsName | None = None
     """Value of the ``team`` label on the namespace and its pods; absent when None."""
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """More labels on the namespace (not on its pods): a ``cost-center``, say."""
 
 
 class Sharing(_Model):
@@ -162,6 +168,10 @@ class Workload(_Model):
     """Workload profile mix: each job draws one profile with these weights."""
     queue: str | None = None
     """Kueue LocalQueue name, carried as the ``kueue.x-k8s.io/queue-name`` label."""
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """More labels on its pods."""
+    annotations: dict[LabelKey, str] = Field(default_factory=dict)
+    """Annotations on its pods."""
     max_retries: int = Field(default=6, ge=0)
     accelerator_selector: bool = True
     """Whether its pods name ``accelerator`` in a ``cloud.google.com/gke-accelerator``

@@ -42,7 +42,20 @@ def day_scenario() -> Scenario:
     data["workloads"].append({"name": "web", "kind": "serving", "namespace": "team-b",
                               "accelerator": "nvidia-l4", "sharing": "time-sharing",
                               "replicas": 3, "profiles": {"memory_bound": 1}})
+    # cost centres: team-a's by its namespace, but "slice" by its pods' label; "urgent"
+    # by its pods' annotation; the rest of team-b none
+    data["namespaces"][0]["labels"] = {"cost-center": "cc-100"}
+    for w in data["workloads"]:
+        if w["name"] == "slice":
+            w["labels"] = {"cost-center": "cc-200"}
+        if w["name"] == "urgent":
+            w["annotations"] = {"billing.example.com/cost-center": "cc-300"}
     return parse_scenario(data, "e2e")
+
+
+COST_CENTRES = {("team-a", "slice"): "cc-200", ("team-b", "urgent"): "cc-300",
+                ("team-a", None): "cc-100"}
+"""The scenario's cost centre of each namespace's workloads (None: the others)."""
 
 
 @dataclass
@@ -83,7 +96,7 @@ async def run_day(out: Path) -> Day:
                                     "availability_events").fetchall()
             prices = load_price_book(None, scenario.region).prices
             report = build(DuckDBStore(con=wh.con), parse_week("2026-W47"), prices,
-                           cfg.sla.target, cfg.cluster)
+                           cfg.sla.target, cfg.cluster, allocation=cfg.allocation.title)
             return Day(exporter.totals, truth, pods, events, prices, bottlenecks, report)
 
 
@@ -112,6 +125,31 @@ def test_cost_per_team_equals_ground_truth_to_the_cent(day: Day) -> None:
     for team, cost in truth_cost.items():
         assert ours[team] == pytest.approx(cost, abs=0.01), team
     assert sum(truth_cost.values()) > 100  # a real day of spend, not a trivial one
+
+
+def truth_cost_by_cost_centre(day: Day) -> dict[str, float]:
+    """What each cost centre's pods really cost (``(none)``: pods without one)."""
+    truth_cost: dict[str, float] = {}
+    for (ns, job, accel, prov), secs in day.truth.seconds_by(
+            "namespace", "workload", "accelerator", "provisioning", state="allocated").items():
+        workload = job.rsplit("-", 1)[0]   # the scenario's workload: its job's name less a suffix
+        centre = COST_CENTRES.get((ns, workload)) or COST_CENTRES.get((ns, None)) or "(none)"
+        truth_cost[centre] = truth_cost.get(centre, 0.0) + secs / 3600 * day.prices[(accel, prov)]
+    return truth_cost
+
+
+def test_cost_per_cost_centre_equals_ground_truth_to_the_cent(day: Day) -> None:
+    """The allocation dimension (label, else annotation, else the namespace's label), in
+    ``/metrics``' totals and in the weekly report."""
+    truth_cost = truth_cost_by_cost_centre(day)
+    assert set(truth_cost) == {"cc-100", "cc-200", "cc-300", "(none)"}
+    ours = {a or "(none)": usd for a, usd in day.totals.allocation_cost.items()}
+    assert ours == pytest.approx(truth_cost, abs=0.01)
+    table = day.report.tables["cost_by_allocation"].set_index("allocation")
+    for centre, cost in truth_cost.items():
+        assert table.loc[centre, "cost_usd"] == pytest.approx(cost, abs=0.01), centre
+    assert table.cost_usd.sum() == pytest.approx(day.report.headline["cost_usd"], abs=0.01)
+    assert day.report.section_title("cost_by_allocation") == "Cost by cost centre"
 
 
 def test_gpu_seconds_by_state_equal_ground_truth(day: Day) -> None:

@@ -31,7 +31,9 @@ async def _exporter(kubeconfig: Path, tmp: Path, push_to: int
         "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp / "w.duckdb"),
         "GKE_GPU_EXPORTER_WAREHOUSE__INTERVAL": "1",
         "GKE_GPU_EXPORTER_WAREHOUSE__FLUSH_INTERVAL": "1",
-        "GKE_GPU_EXPORTER_BUDGETS": '{"research": 1000}'}
+        "GKE_GPU_EXPORTER_BUDGETS": '{"research": 1000}',
+        "GKE_GPU_EXPORTER_ALLOCATION__LABEL": "cost-center",   # the default scenario's
+        "GKE_GPU_EXPORTER_ALLOCATION__ANNOTATION": "billing.example.com/cost-center"}
     return await start_exporter(env)
 
 

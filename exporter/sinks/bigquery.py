@@ -163,17 +163,27 @@ class BigQuerySink:
         return True
 
     def ensure_tables(self) -> None:
-        """Create the dataset and tables that are missing (existing ones are left as
-        they are)."""
+        """Create the dataset and tables that are missing, and add to existing tables the
+        columns a later release added (as NULLABLE columns: BigQuery's one schema change
+        that needs no rewrite)."""
         assert self._client is not None
         dataset = bigquery.Dataset(self.dataset_ref)
         dataset.location = self.cfg.location
         self._client.create_dataset(dataset, exists_ok=True, retry=self._retry,
                                     timeout=self.cfg.request_timeout)
         for table in TABLES:
-            self._client.create_table(table_definition(table, self.ref(table.name)),
-                                      exists_ok=True, retry=self._retry,
-                                      timeout=self.cfg.request_timeout)
+            made = self._client.create_table(table_definition(table, self.ref(table.name)),
+                                             exists_ok=True, retry=self._retry,
+                                             timeout=self.cfg.request_timeout)
+            have = {f.name for f in made.schema}
+            missing = [f for f in table_definition(table, self.ref(table.name)).schema
+                       if f.name not in have]
+            if missing:
+                made.schema = [*made.schema, *missing]
+                self._client.update_table(made, ["schema"], retry=self._retry,
+                                          timeout=self.cfg.request_timeout)
+                log.info("bigquery table columns added", extra=ctx(
+                    table=table.name, columns=",".join(f.name for f in missing)))
         self._tables_ready = True
 
     def _trim(self) -> None:

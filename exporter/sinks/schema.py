@@ -1,6 +1,9 @@
 """The warehouse tables, defined once: DuckDB's DDL, the Arrow schemas and BigQuery's
 schema are all derived from ``TABLES``.
 
+Columns added in a later release come last, so that a file or dataset made before is
+brought up to date by adding them (``Warehouse`` and ``BigQuerySink.ensure_tables`` do).
+
 Every table has a deterministic ``id`` (a hash of what makes the row unique), so a row
 written twice is the same row. Each is day-partitioned in BigQuery on its event time —
 the time a row is written about, close to the time it is written, so streaming inserts
@@ -95,6 +98,9 @@ def _c(name: str, type_: str, description: str, required: bool = False,
     return Column(name, type_, description, required, rollup)
 
 
+_ALLOCATION = ("The pod's value of the configured allocation dimension (config: allocation, "
+               "e.g. a cost-center label or annotation); null for none.")
+
 GPU_USAGE = Table(
     "gpu_usage",
     "One row per GPU (or MIG instance), pod and state per warehouse interval.",
@@ -135,6 +141,7 @@ GPU_USAGE = Table(
         _c("price_usd_per_hour", FLOAT, "Hourly price after discount; null if unpriced.",
            rollup="mean"),
         _c("cost_usd", FLOAT, "Cost of the row's GPU-seconds; null if unpriced.", rollup="sum"),
+        _c("allocation", STRING, _ALLOCATION),
     ),
     partition_by="time",
     cluster_by=("cluster", "namespace", "node_pool"),
@@ -168,6 +175,7 @@ GPU_PODS = Table(
         _c("priority_class", STRING, "PriorityClass name."),
         _c("queue", STRING, "Kueue queue name."),
         _c("updated", TIMESTAMP, "When this state was observed.", True),
+        _c("allocation", STRING, _ALLOCATION),
     ),
     partition_by="updated",
     cluster_by=("cluster", "namespace", "team"),

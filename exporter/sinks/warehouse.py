@@ -78,7 +78,7 @@ _STAGE_TYPES = {
     "win": "DOUBLE", **dict.fromkeys((
         "device_id", "pod_uid", "state", "node", "node_pool", "zone", "gpu_model",
         "provisioning", "gpu_uuid", "gpu_index", "mig_profile", "namespace", "pod", "team",
-        "workload", "reason"), "VARCHAR"),
+        "workload", "reason", "allocation"), "VARCHAR"),
     **dict.fromkeys(("gpu_seconds", "utilized", "cost", "price", *FIELDS,
                      "memory_used_bytes", "memory_total_bytes"), "DOUBLE"),
     "last_xid": "BIGINT", "clock_event_reasons": "BIGINT",
@@ -95,7 +95,7 @@ _STAGE_OF_DEVICE = {
     "memory_used_bytes": "memory_used_bytes", "memory_total_bytes": "memory_total_bytes"}
 """Staged columns taken from the row's device, and its attribute."""
 _STAGE_OF_OWNER = {"namespace": "namespace", "pod": "name", "team": "team",
-                   "workload": "workload"}
+                   "workload": "workload", "allocation": "allocation"}
 """... from the row's owner (NULL for none)."""
 _STAGE_OF_ROW = {"gpu_seconds": "seconds", "utilized": "utilized_seconds",
                  "cost": "cost_usd"}
@@ -113,7 +113,8 @@ SELECT md5(concat_ws('|', {{cluster}}, win, device_id, pod_uid, state)) AS id,
        CASE WHEN count(utilized) > 0 THEN sum(utilized) / sum(gpu_seconds) END,
        {_WEIGHTED},
        max(memory_used_bytes), max(memory_total_bytes), max(last_xid),
-       bit_or(clock_event_reasons), any_value(price), sum(cost)
+       bit_or(clock_event_reasons), any_value(price), sum(cost),
+       nullif(any_value(allocation), '')
 FROM {{source}}
 GROUP BY win, device_id, pod_uid, state
 """
@@ -267,6 +268,24 @@ def _drop_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
     return keyed
 
 
+def _add_columns(con: duckdb.DuckDBPyConnection, name: str, table: Table) -> list[str]:
+    """Bring table ``name``, a ``table`` of a file made by an earlier release, up to date:
+    add the columns it lacks, which come last (``schema``); the names of those added."""
+    have = [c for (c,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        f"AND schema_name = 'main' AND table_name = {literal(name)} ORDER BY column_index"
+    ).fetchall()]
+    if not have or have == table.names:
+        return []
+    if have != table.names[:len(have)]:
+        raise duckdb.CatalogException(
+            f"table {name} has columns {have}, not a beginning of {table.names}")
+    added = table.columns[len(have):]
+    for c in added:
+        con.execute(f"ALTER TABLE {name} ADD COLUMN {c.name} {table.duckdb_types[c.name]}")
+    return [c.name for c in added]
+
+
 def _locked[**P, R](method: Callable[Concatenate[Warehouse, P], R]
                    ) -> Callable[Concatenate[Warehouse, P], R]:
     """Run ``method`` holding the warehouse's lock: one writer at a time, whichever thread
@@ -311,6 +330,11 @@ class Warehouse:
         self._raw: dict[float, str] = {_day_of(t): t for t in sorted(tables)
                                        if t.startswith(_RAW_PREFIX)}
         """UTC day -> the table of its rows at the warehouse interval."""
+        for name in (HOURLY, *self._raw.values()):
+            _add_columns(self.con, name, GPU_USAGE)
+        for table in TABLES:
+            if table is not GPU_USAGE and table.name in tables:
+                _add_columns(self.con, table.name, table)
         self._usage_view()
         (self._hourly_has_raw,) = self.con.execute(
             f"SELECT EXISTS (SELECT 1 FROM {HOURLY} WHERE interval_seconds < 3600)"
@@ -499,7 +523,8 @@ class Warehouse:
     @_locked
     def add_pods(self, pods: Iterable[PodInfo], now: float,
                  team_of: Callable[[PodInfo], str],
-                 model_of: Callable[[PodInfo], str] = lambda p: p.accelerator or "") -> None:
+                 model_of: Callable[[PodInfo], str] = lambda p: p.accelerator or "",
+                 allocation_of: Callable[[PodInfo], str] = lambda p: "") -> None:
         """Buffer a row for each GPU pod whose state changed. ``model_of`` gives its GPU
         model (its selector's, else its node's); a pod keeps the last model known for it
         once its node is gone."""
@@ -520,7 +545,8 @@ class Warehouse:
                 "node": p.node, "phase": p.phase, "created": _ts(p.created_unix),
                 "scheduled": _ts(p.scheduled_unix), "finished": _ts(p.finished_unix),
                 "queue_wait_seconds": wait, "reason": p.reason, "priority": p.priority,
-                "priority_class": p.priority_class, "queue": p.queue, "updated": _ts(now)}
+                "priority_class": p.priority_class, "queue": p.queue, "updated": _ts(now),
+                "allocation": allocation_of(p) or None}
 
     @_locked
     def finish_vanished(self, present: Collection[str], now: float) -> int:
@@ -765,7 +791,8 @@ class Warehouse:
         for day, wins in days.items():
             table = self._raw_table(day)
             files = [str(f) for win in wins for f in complete[win]]
-            source = f"read_parquet([{', '.join(map(duck.quote, files))}])"
+            source = (f"read_parquet([{', '.join(map(duck.quote, files))}], "
+                      "union_by_name = true)")  # a file staged by an earlier release
             between = f"time BETWEEN {at(wins[0])} AND {at(wins[-1])}"
             self._append(GPU_USAGE, _AGGREGATE.format(
                              cluster=literal(self.cluster),

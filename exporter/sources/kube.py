@@ -23,7 +23,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -87,9 +87,12 @@ def _workload(meta: Obj, labels: dict[str, str]) -> tuple[str, str]:
     return name, kind
 
 
-def pod_info(obj: Obj) -> PodInfo:
+def pod_info(obj: Obj, annotations: Collection[str] = ()) -> PodInfo:
+    """The pod as the exporter keeps it; of its annotations, only those named (the others,
+    ``kubectl.kubernetes.io/last-applied-configuration`` among them, can be large)."""
     meta, spec, status = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
     labels = meta.get("labels") or {}
+    notes = (meta.get("annotations") or {}) if annotations else {}
     gpus = 0
     ports: dict[str, int] = {}
     for c in spec.get("containers") or []:
@@ -123,6 +126,7 @@ def pod_info(obj: Obj) -> PodInfo:
         accelerator=(spec.get("nodeSelector") or {}).get("cloud.google.com/gke-accelerator"),
         reason=reason, container_ports=ports, ip=status.get("podIP"),
         deleted_unix=_ts(meta.get("deletionTimestamp")),
+        annotations={k: str(notes[k]) for k in annotations if k in notes},
     )
 
 
@@ -150,8 +154,11 @@ class KubeSource:
     def __init__(self, api: KubeClient, *, watch_timeout: float = 300.0,
                  watchdog: float = 120.0, request_timeout: float = 30.0,
                  backoff: Callable[[], Backoff] = Backoff,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 annotations: Collection[str] = ()) -> None:
         self._api = api
+        self._annotations = tuple(annotations)
+        """The pod annotations kept (``allocation.annotation``)."""
         self._clock = clock
         self._watch_timeout = watch_timeout
         self._watchdog = watchdog
@@ -216,7 +223,7 @@ class KubeSource:
             self.nodes[name] = node_info(obj)
 
     def _apply_pod(self, etype: str, obj: Obj) -> None:
-        info = pod_info(obj)
+        info = pod_info(obj, self._annotations)
         if etype == "DELETED":
             self.pods.pop(info.uid, None)
             self.deleted_pods[info.uid] = info
@@ -235,7 +242,7 @@ class KubeSource:
         if kind == "pods":
             fresh = {}
             for obj in items:
-                info = pod_info(obj)
+                info = pod_info(obj, self._annotations)
                 fresh[info.uid] = info
             for uid, old in self.pods.items():
                 if uid not in fresh:

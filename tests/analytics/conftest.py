@@ -28,8 +28,10 @@ HOUR = 3600.0
 
 
 def owners() -> dict[tuple[str, str], compute.Owner]:
-    return {("ns-a", "train-0"): compute.Owner("uid-a", "ns-a", "train-0", "alpha", "train"),
-            (HOSTILE, HOSTILE): compute.Owner("uid-h", HOSTILE, HOSTILE, HOSTILE, HOSTILE)}
+    return {("ns-a", "train-0"): compute.Owner("uid-a", "ns-a", "train-0", "alpha", "train",
+                                               "cc-100"),
+            (HOSTILE, HOSTILE): compute.Owner("uid-h", HOSTILE, HOSTILE, HOSTILE, HOSTILE,
+                                              HOSTILE)}
 
 
 def hour_rows(start: float, busy: float) -> list[compute.UsageRow]:

@@ -48,6 +48,26 @@ def test_tables_are_created_partitioned_and_clustered(emulator: Emulator,
         bq.query_and_wait(f"SELECT count(*) FROM `{sink.ref('gpu_usage')}`")
 
 
+def test_tables_made_by_an_earlier_release_gain_the_new_columns(
+        emulator: Emulator, bq: bigquery.Client, tmp_path: Path) -> None:
+    """A dataset whose tables lack the columns a later release added (``allocation``)
+    gets them, last and nullable, and takes the new rows; its rows are kept."""
+    from exporter.sinks.bigquery import table_definition
+
+    cfg = sink_config(emulator)
+    bq.create_dataset(f"{cfg.project}.{cfg.dataset}")
+    for table in TABLES:
+        old = table_definition(table, f"{cfg.project}.{cfg.dataset}.{table.name}")
+        old.schema = [f for f in old.schema if f.name != "allocation"]
+        bq.create_table(old)
+    wh = warehouse_with_rows(tmp_path / "w.duckdb")
+    sink = BigQuerySink(cfg, wh.open_outbox())
+    assert sink.drain()
+    for table in TABLES:
+        assert [f.name for f in bq.get_table(sink.ref(table.name)).schema] == table.names
+        assert rows_of(bq, cfg, table.name, table.partition_by) == duck_rows(wh.con, table.name)
+
+
 def test_bigquery_rows_equal_duckdb_rows(emulator: Emulator, bq: bigquery.Client,
                                          tmp_path: Path) -> None:
     wh = warehouse_with_rows(tmp_path / "w.duckdb")

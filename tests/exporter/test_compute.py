@@ -60,6 +60,26 @@ def test_team(pod_labels: dict[str, str], ns_labels: dict[str, str], team: str) 
     assert compute.team_of(pod_labels, "ns", {"ns": ns_labels}, "team") == team
 
 
+CC, NOTE = "cost-center", "billing.example.com/cost-center"
+
+
+@pytest.mark.parametrize(("pod_labels", "pod_notes", "ns_labels", "label", "note", "value"), [
+    ({CC: "cc-1"}, {NOTE: "cc-2"}, {CC: "cc-3"}, CC, NOTE, "cc-1"),  # the pod's label first
+    ({}, {NOTE: "cc-2"}, {CC: "cc-3"}, CC, NOTE, "cc-2"),            # then its annotation
+    ({}, {}, {CC: "cc-3"}, CC, NOTE, "cc-3"),                         # then its namespace's
+    ({}, {}, {}, CC, NOTE, ""),                                       # none
+    ({CC: ""}, {}, {CC: "cc-3"}, CC, None, "cc-3"),                   # an empty label: none
+    ({}, {NOTE: "cc-2"}, {CC: "cc-3"}, None, NOTE, "cc-2"),           # an annotation alone
+    ({}, {}, {NOTE: "cc-3"}, None, NOTE, ""),                         # namespaces: labels only
+    ({CC: "cc-1"}, {}, {}, None, None, ""),                           # not configured
+])
+def test_allocation(pod_labels: dict[str, str], pod_notes: dict[str, str],
+                    ns_labels: dict[str, str], label: str | None, note: str | None,
+                    value: str) -> None:
+    assert compute.allocation_of(pod_labels, pod_notes, "ns", {"ns": ns_labels}, label,
+                                 note) == value
+
+
 @pytest.mark.parametrize(("cost", "utilized", "expected"), [
     (10.0, 3600.0, 10.0),       # fully used: the list price
     (10.0, 1800.0, 20.0),       # half used: a useful GPU-hour costs twice as much

@@ -43,6 +43,8 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
     ("prices: {discounts: {p: 1.5}}", "discount for pool 'p' must be in [0, 1)"),
     ("sla: {target: 1.5}", "sla.target: Input should be less than 1"),
     ("[1, 2]", "a config is a YAML mapping"),
+    ("allocation: {label: 'cost center'}", "allocation.label: String should match pattern"),
+    ("allocation: {annotation: '/x'}", "allocation.annotation: String should match pattern"),
     ("dcgm: {prometheus: {url: 'http://p:9090'}, cloud_monitoring: {project: my-proj-1}}",
      "choose one DCGM source"),
     ("{cluster: 'a\" OR x', dcgm: {cloud_monitoring: {project: my-proj-1}}}",

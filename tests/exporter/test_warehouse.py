@@ -322,3 +322,47 @@ def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_mont
     late.add(one)
     late.seed_months(again.team_month_costs())
     assert dict(late.month_cost) == {team: pytest.approx(cost + one[0].cost_usd)}
+
+
+def test_a_file_from_before_the_allocation_columns_is_brought_up_to_date(
+        tmp_path: Path) -> None:
+    """A file, and an interval it staged, from before the ``allocation`` columns open with
+    the columns added last and the rows kept (no allocation); new rows carry it."""
+    from tests.exporter.test_compute import OWNERS, PRICE, pod
+
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path, "c", interval=60.0)
+    for t in (0.0, 30.0, 60.0):
+        wh.add_usage(rows(t))
+    wh.add_pods([pod()], 60.0, lambda p: "team-x")
+    wh.flush(90.0)   # [60, 120) stays staged
+    wh.close()
+    con = duck.connect(path)   # the file as the earlier release left it
+    for (table,) in con.execute("SELECT table_name FROM duckdb_columns() WHERE "
+                                "column_name = 'allocation' AND NOT internal").fetchall():
+        if table in {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()"
+                                               ).fetchall()}:
+            con.execute(f"ALTER TABLE {table} DROP COLUMN allocation")
+    for staged in (tmp_path / "w.duckdb.staging").glob("*.parquet"):
+        old = duck.quote(str(staged))
+        con.execute(f"COPY (SELECT * EXCLUDE (allocation) FROM read_parquet({old})) "
+                    f"TO {duck.quote(str(staged) + '.old')} (FORMAT parquet)")
+        Path(str(staged) + ".old").replace(staged)
+    con.close()
+
+    opened = Warehouse(path, "c", interval=60.0)
+    for table in TABLES:
+        described = opened.con.execute(f"DESCRIBE {table.name}").fetchall()
+        assert [r[0] for r in described] == table.names
+    owners = {k: compute.Owner(o.uid, o.namespace, o.name, o.team, o.workload, "cc-1")
+              for k, o in OWNERS.items()}
+    st = compute.device_states({"n1": node()}, {"n1": [reading(
+        pods=("a",), DCGM_FI_PROF_GR_ENGINE_ACTIVE=0.5)]}, frozenset(), {}, owners, PRICE, {})
+    opened.add_usage(compute.usage_rows(st, 90.0, 30.0) + compute.usage_rows(st, 120.0, 30.0))
+    opened.add_pods([pod(uid="v")], 150.0, lambda p: "team-x", allocation_of=lambda p: "cc-1")
+    opened.flush(180.0)
+    assert opened.con.execute("SELECT epoch(time), allocation FROM gpu_usage ORDER BY 1"
+                              ).fetchall() == [(0.0, None), (60.0, "cc-1"), (120.0, "cc-1")]
+    assert opened.con.execute("SELECT pod_uid, allocation FROM gpu_pods ORDER BY 1"
+                              ).fetchall() == [("u", None), ("v", "cc-1")]
+    assert count(opened) == (3, 150.0)

@@ -149,12 +149,17 @@ def test_pod_info_from_api_objects(make_scenario: Callable[..., Scenario]) -> No
     c = Cluster(make_scenario(workloads=[
         *make_scenario().model_dump()["workloads"],
         {"name": "web", "kind": "serving", "namespace": "team-a", "accelerator": "nvidia-l4",
-         "sharing": "time-sharing", "replicas": 1}]))
+         "sharing": "time-sharing", "replicas": 1,
+         "annotations": {"billing.example.com/cost-center": "cc-7", "other": "x" * 5000}}]))
     c.advance(30)
     objs = {o["metadata"]["name"]: o for o in c.store.list_objects("Pod")}
-    web = pod_info(next(o for n, o in objs.items() if n.startswith("web-")))
+    web_obj = next(o for n, o in objs.items() if n.startswith("web-"))
+    web = pod_info(web_obj)
     assert (web.workload, web.owner_kind, web.gpus, web.phase) == ("web", "Deployment", 1,
                                                                    "Running")
+    assert web.annotations == {}   # annotations are kept only when named
+    assert pod_info(web_obj, ["billing.example.com/cost-center", "absent"]).annotations == {
+        "billing.example.com/cost-center": "cc-7"}
     assert web.scheduled_unix == web.created_unix == c.start + 30 or web.scheduled_unix == c.start
     dcgm = pod_info(next(o for n, o in objs.items() if n.startswith("dcgm-exporter")))
     assert dcgm.gpus == 0 and dcgm.container_ports == {"metrics": 9400}
