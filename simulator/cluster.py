@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from exporter.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
 from simulator import objects
+from simulator.kueue import KueueState, QueuedWorkload
 from simulator.profiles import PROFILES, Activity
 from simulator.rng import key, mix, uuid_str
 from simulator.scenario import Fault, Pool, Scenario, Workload, pool_selects
@@ -125,6 +127,12 @@ class Job:
     run_seconds: float
     key: int
     retries: int = 0
+    queued: QueuedWorkload | None = None
+    """Its Kueue Workload, when a LocalQueue queues it."""
+    suspended: bool = False
+    """Evicted by Kueue: its pods are deleted, not replaced, until it is admitted again."""
+    succeeded: int = 0
+    """Pods of its current run that succeeded."""
 
 
 @dataclass(slots=True, eq=False)
@@ -202,6 +210,10 @@ class Cluster:
         self._ends: list[tuple[float, int, Pod]] = []  # (completion time, tiebreak, pod)
         self._end_seq = itertools.count()
         self._faulty: dict[str, Node] = {}  # nodes with a fault in progress
+        self.kueue = KueueState(scenario.kueue, self.start, self.seed) \
+            if scenario.kueue is not None else None
+        self._kueue_objects: dict[tuple[str, str], str] = {}
+        """(kind, key) -> the last ClusterQueue or LocalQueue object put, as JSON."""
         self._bootstrap()
 
     # ----------------------------------------------------------------- public API
@@ -234,7 +246,8 @@ class Cluster:
             job.profile = profile
         if run_seconds is not None:
             job.run_seconds = float(math.ceil(run_seconds / self.step) * self.step)
-        self._create_pods(job)
+        self._start_job(job)
+        self._admit()
         self._schedule()
         self._flush()
         return [p for p in self.pods.values() if p.job is job]
@@ -281,6 +294,7 @@ class Cluster:
         self._evict_not_ready(t)
         self._provision_due(t)
         self._arrive(t)
+        self._admit()
         self._schedule()
         self._autoscale(t)
         self._flush()
@@ -439,7 +453,8 @@ class Cluster:
             self.pending.append(pod)
             self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
             self.truth.pod_created(pod.uid, pod.namespace, pod.name, pod.team, pod.workload_name,
-                                   job.profile, w.accelerator, self.now)
+                                   job.profile, w.accelerator, self.now,
+                                   job.queued.uid if job.queued is not None else None)
 
     def _arrive(self, t: float) -> None:
         for w in self.scenario.workloads:
@@ -449,9 +464,41 @@ class Cluster:
             while due <= t + 1e-9:
                 ordinal = self._pod_counter
                 job = self._new_job(w, "Job", ordinal)
-                self._create_pods(job)
+                self._start_job(job)
                 due += self._interarrival(rng, w)
             self._arrivals[w.name] = (rng, due)
+
+    def _start_job(self, job: Job) -> None:
+        """A new Job: its pods, or, when a LocalQueue queues it, a Workload and no pod until
+        Kueue admits it."""
+        w = job.workload
+        lq = self.kueue.local_queue(w.namespace, w.queue) if self.kueue is not None else None
+        if self.kueue is None or lq is None:
+            self._create_pods(job)
+            return
+        priority = self.scenario.priority_classes[w.priority_class]
+        job.queued = self.kueue.submit(job, lq, priority, self.now)
+        self.truth.workload_created(job.queued.uid, w.namespace, job.queued.name,
+                                    self._teams[w.namespace], lq.name, lq.cluster_queue,
+                                    job.queued.gpus, self.now)
+
+    def _admit(self) -> None:
+        """Kueue's pass: the Jobs it evicts lose their pods; those it admits get theirs."""
+        if self.kueue is None:
+            return
+        admitted, evicted = self.kueue.admit(self.now)
+        for wl in evicted:
+            job = wl.job
+            job.suspended = True
+            for pod in [p for p in self.pods.values() if p.job is job]:
+                if pod.phase not in ("Succeeded", "Failed"):
+                    self._remove(pod)
+            job.suspended = False
+            self.truth.workload_evicted(wl.uid, self.now)
+        for wl in admitted:
+            wl.job.succeeded = 0
+            self._create_pods(wl.job)
+            self.truth.workload_admitted(wl.uid, wl.queued_at, self.now)
 
     def _finish(self, pod: Pod, phase: str, reason: str, exit_code: int,
                 message: str | None) -> None:
@@ -470,6 +517,11 @@ class Cluster:
         self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
         self._to_delete.append((self.now + self.scenario.completed_pod_ttl, pod))
         self.truth.pod_finished(pod.uid, self.now, phase, reason)
+        job = pod.job
+        if phase == "Succeeded" and job.queued is not None and self.kueue is not None:
+            job.succeeded += 1
+            if job.succeeded >= job.workload.pods:
+                self.kueue.finish(job.queued, self.now, "Succeeded")
         if phase == "Failed":
             self._replace(pod, ran)
 
@@ -477,6 +529,8 @@ class Cluster:
         """What the pod's controller does when it fails (or is deleted) after ``ran``
         seconds: a new pod with the same index, or none when the job is out of retries."""
         job = pod.job
+        if job.suspended:
+            return  # Kueue evicted it: it runs again once admitted again
         if job.owner_kind == "StatefulSet":  # recreated under the same name at once
             pod.deleted = True
             k = f"{pod.namespace}/{pod.name}"
@@ -490,6 +544,8 @@ class Cluster:
             left = None if pod.remaining_seconds is None else max(
                 float(self.step), pod.remaining_seconds - ran)
             self._create_pods(job, remaining=left, only_index=pod.index)
+        elif job.queued is not None and self.kueue is not None:
+            self.kueue.finish(job.queued, self.now, "Failed")
 
     def _release(self, pod: Pod) -> None:
         node = pod.node
@@ -766,6 +822,30 @@ class Cluster:
             else:
                 self.store.put("Pod", objects.pod(pod, self.scenario))
         self._dirty_pods.clear()
+        if self.kueue is not None:
+            self._flush_kueue(self.kueue)
+
+    def _flush_kueue(self, kueue: KueueState) -> None:
+        """The Workloads that changed, and the queues whose status did. A finished Workload
+        goes with its Job, ``completed_pod_ttl`` after it ended (the Job's TTL)."""
+        for uid in sorted(kueue.dirty, key=lambda u: kueue.dirty[u].name):
+            self.store.put("Workload", kueue.workload_object(kueue.dirty[uid]))
+        kueue.dirty.clear()
+        ttl = self.scenario.completed_pod_ttl
+        for uid, wl in list(kueue.workloads.items()):
+            if wl.finished_at is not None and wl.finished_at + ttl <= self.now:
+                self.store.delete("Workload", f"{wl.namespace}/{wl.name}")
+                del kueue.workloads[uid]
+        queues: list[tuple[str, str, dict[str, Any]]] = [
+            ("ClusterQueue", q.name, kueue.cluster_queue_object(q))
+            for q in kueue.cluster_queues.values()]
+        queues += [("LocalQueue", f"{q.namespace}/{q.name}", kueue.local_queue_object(q))
+                   for q in kueue.local_queues.values()]
+        for kind, name, obj in queues:
+            text = json.dumps(obj, sort_keys=True)
+            if self._kueue_objects.get((kind, name)) != text:
+                self._kueue_objects[kind, name] = text
+                self.store.put(kind, obj)
 
     def close(self) -> None:
         """Close open truth segments at ``now`` (call before reading the truth)."""

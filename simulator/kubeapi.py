@@ -37,6 +37,13 @@ RESOURCES = {
     "pods": ("Pod", True, ["po"]),
     "namespaces": ("Namespace", False, ["ns"]),
 }
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+KUEUE_RESOURCES = {
+    # Kueue's CRDs, as served since Kueue 0.16 (v1beta2 the storage version)
+    "workloads": ("Workload", True, ["kwl", "kueueworkload", "kueueworkloads"]),
+    "clusterqueues": ("ClusterQueue", False, ["cq"]),
+    "localqueues": ("LocalQueue", True, ["queue", "queues", "lq"]),
+}
 _JSON = "application/json"
 _FAULT_STATUS = frozenset({403, 429, 503})
 DEFAULT_WATCH_TIMEOUT = 1800.0
@@ -58,8 +65,10 @@ class KubeApi:
     """aiohttp routes for the API subset; ``now`` is the simulator's clock."""
 
     def __init__(self, store: ApiStore, now: Callable[[], float], version: str,
-                 bookmark_interval: float = 10.0) -> None:
+                 bookmark_interval: float = 10.0, kueue: bool = False) -> None:
         self.store = store
+        self.kueue = kueue
+        """Whether Kueue's CRDs are installed (``kueue.x-k8s.io`` is served)."""
         self.now = now
         self.version = version
         self.bookmark_interval = bookmark_interval
@@ -113,6 +122,12 @@ class KubeApi:
             web.get("/api/v1/{plural}/{name}", self._item),
             web.get("/api/v1/namespaces/{namespace}/{plural}", self._collection),
             web.get("/api/v1/namespaces/{namespace}/{plural}/{name}", self._item),
+            web.get("/apis/{group}/{version}", self._group_version),
+            web.get("/apis/{group}/{version}/{plural}", self._collection),
+            web.get("/apis/{group}/{version}/{plural}/{name}", self._item),
+            web.get("/apis/{group}/{version}/namespaces/{namespace}/{plural}", self._collection),
+            web.get("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
+                    self._item),
         ]
 
     @web.middleware
@@ -171,7 +186,27 @@ class KubeApi:
                                             "serverAddress": request.host}]})
 
     async def _apis(self, _: web.Request) -> web.Response:
-        return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+        version = {"groupVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "version": KUEUE_VERSION}
+        groups = [{"name": KUEUE_GROUP, "versions": [version], "preferredVersion": version}] \
+            if self.kueue else []
+        return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+
+    async def _group_version(self, request: web.Request) -> web.Response:
+        if not self._serves(request):
+            raise web.HTTPNotFound()
+        resources = [
+            {"name": plural, "singularName": kind.lower(), "namespaced": namespaced,
+             "kind": kind, "verbs": ["get", "list", "watch"], "shortNames": short}
+            for plural, (kind, namespaced, short) in KUEUE_RESOURCES.items()]
+        return web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
+                                  "groupVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                                  "resources": resources})
+
+    def _serves(self, request: web.Request) -> bool:
+        """Whether the request's group and version (none: the core group) are served."""
+        group = request.match_info.get("group")
+        return group is None or (self.kueue and group == KUEUE_GROUP
+                                 and request.match_info.get("version") == KUEUE_VERSION)
 
     async def _api_v1(self, _: web.Request) -> web.Response:
         resources = [
@@ -188,9 +223,10 @@ class KubeApi:
     def _resource(self, request: web.Request) -> tuple[str, str | None]:
         plural = request.match_info["plural"]
         namespace = request.match_info.get("namespace")
-        if plural not in RESOURCES:
+        served = RESOURCES if "group" not in request.match_info else KUEUE_RESOURCES
+        if not self._serves(request) or plural not in served:
             raise web.HTTPNotFound()
-        kind, namespaced, _ = RESOURCES[plural]
+        kind, namespaced, _ = served[plural]
         if namespace is not None and not namespaced:
             raise web.HTTPNotFound()
         return kind, namespace
@@ -253,7 +289,7 @@ class KubeApi:
             body = tables.table(kind, items, self.now(), meta["resourceVersion"])
             body["metadata"] = meta
             return web.json_response(body)
-        return web.json_response({"kind": f"{kind}List", "apiVersion": "v1",
+        return web.json_response({"kind": f"{kind}List", "apiVersion": _api_version(kind),
                                   "metadata": meta, "items": items})
 
     async def _watch(self, request: web.Request, kind: str,
@@ -307,7 +343,7 @@ class KubeApi:
                     if bookmarks and time.monotonic() >= next_bookmark and \
                             time.monotonic() >= self.hang_until:
                         await _send(response, "BOOKMARK", {
-                            "kind": kind, "apiVersion": "v1",
+                            "kind": kind, "apiVersion": _api_version(kind),
                             "metadata": {"resourceVersion": str(self.store.resource_version)}})
                     next_bookmark = time.monotonic() + self.bookmark_interval
                     continue
@@ -357,6 +393,11 @@ async def _next_event(queue: asyncio.Queue[Event], ended: asyncio.Event,
 async def _send(response: web.StreamResponse, etype: str, obj: Obj) -> None:
     await response.write(json.dumps({"type": etype, "object": obj},
                                     separators=(",", ":")).encode() + b"\n")
+
+
+def _api_version(kind: str) -> str:
+    kueue = {k for k, _, _ in KUEUE_RESOURCES.values()}
+    return f"{KUEUE_GROUP}/{KUEUE_VERSION}" if kind in kueue else "v1"
 
 
 def _wants_table(request: web.Request) -> bool:

@@ -154,6 +154,8 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
         labels["statefulset.kubernetes.io/pod-name"] = p.name
     if w.queue:
         labels["kueue.x-k8s.io/queue-name"] = w.queue
+    if job.queued is not None:  # what Kueue sets on the pods of a Job it admitted
+        labels["kueue.x-k8s.io/podset"] = "main"
     selector: dict[str, str] = {"cloud.google.com/gke-accelerator": w.accelerator} \
         if w.accelerator_selector else {}
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -242,8 +244,10 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
                              "uid": job.uid, "controller": True,
                              "blockOwnerDeletion": True}],
     }
-    if w.annotations:
+    if w.annotations or job.queued is not None:
         meta["annotations"] = dict(w.annotations)
+        if job.queued is not None:
+            meta["annotations"]["kueue.x-k8s.io/workload"] = job.queued.name
     if p.deletion_at is not None:  # terminating: deleted gracefully, removed at this time
         meta["deletionTimestamp"] = rfc3339(p.deletion_at)
         meta["deletionGracePeriodSeconds"] = p.deletion_grace_seconds

@@ -240,6 +240,42 @@ class Fault(_Model):
         return int(self.node.split("/")[1]) if self.node is not None else 0
 
 
+class FlavorQuota(_Model):
+    """A ClusterQueue's GPU quota in one ResourceFlavor: the flavor of an accelerator
+    (named after it, selecting its nodes by ``cloud.google.com/gke-accelerator``)."""
+
+    accelerator: Accelerator
+    nominal_gpus: int = Field(ge=0)
+    """``nominalQuota`` of ``nvidia.com/gpu``."""
+    borrowing_limit_gpus: int | None = Field(default=None, ge=0)
+    """``borrowingLimit``: the most it may borrow from its cohort's unused quota; None:
+    unlimited (within a cohort), no borrowing without one."""
+
+
+class ClusterQueue(_Model):
+    name: DnsName
+    cohort: DnsName | None = None
+    """``spec.cohortName``: ClusterQueues of a cohort lend each other their unused quota."""
+    flavors: list[FlavorQuota] = Field(min_length=1)
+    preemption: Literal["Never", "LowerPriority"] = "Never"
+    """``preemption.withinClusterQueue``: whether a workload that does not fit evicts
+    admitted ones of lower priority in its ClusterQueue."""
+
+
+class LocalQueue(_Model):
+    name: DnsName
+    namespace: DnsName
+    cluster_queue: DnsName
+
+
+class Kueue(_Model):
+    """Kueue's queues: Jobs of a workload whose ``queue`` names a LocalQueue here are
+    created suspended, with a Workload; their pods are created once it is admitted."""
+
+    cluster_queues: list[ClusterQueue] = Field(min_length=1)
+    local_queues: list[LocalQueue] = Field(default_factory=list)
+
+
 class Profiling(_Model):
     """Which optional DCGM fields the simulated dcgm-exporters emit.
 
@@ -284,6 +320,8 @@ class Scenario(_Model):
     workloads: list[Workload] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
     dcgm_service: DcgmService = DcgmService()
+    kueue: Kueue | None = None
+    """Kueue installed, with these queues; None: no Kueue (a ``queue`` is a label only)."""
 
     @field_validator("start")
     @classmethod
@@ -322,6 +360,7 @@ class Scenario(_Model):
             if w.gpus_per_pod > biggest:
                 raise ValueError(f"{where}: gpus_per_pod {w.gpus_per_pod} exceeds the largest "
                                  f"matching node ({biggest} nvidia.com/gpu)")
+        self._kueue_references()
         for i, f in enumerate(self.faults):
             if f.pool_name not in pools:
                 raise ValueError(f"faults[{i}]: pool {f.pool_name!r} is not one of "
@@ -338,6 +377,44 @@ class Scenario(_Model):
                 raise ValueError(f"dcgm_service: pool {name!r} is not one of "
                                  f"{', '.join(sorted(pools))}")
         return self
+
+    def _kueue_references(self) -> None:
+        """Each Kueue-managed workload's LocalQueue exists in its namespace, and its
+        ClusterQueue has a flavor of its accelerator."""
+        if self.kueue is None:
+            return
+        k = self.kueue
+        _unique("kueue.cluster_queues", [q.name for q in k.cluster_queues])
+        _unique("kueue.local_queues", [f"{q.namespace}/{q.name}" for q in k.local_queues])
+        cqs = {q.name: q for q in k.cluster_queues}
+        namespaces = {n.name for n in self.namespaces}
+        for q in k.cluster_queues:
+            _unique(f"kueue.cluster_queues ({q.name}).flavors", [f.accelerator for f in q.flavors])
+            if q.cohort is None and any(f.borrowing_limit_gpus is not None for f in q.flavors):
+                raise ValueError(f"kueue.cluster_queues ({q.name}): borrowing_limit_gpus "
+                                 "needs a cohort")
+        for lq in k.local_queues:
+            if lq.cluster_queue not in cqs:
+                raise ValueError(f"kueue.local_queues ({lq.name}): cluster_queue "
+                                 f"{lq.cluster_queue!r} is not one of {', '.join(sorted(cqs))}")
+            if lq.namespace not in namespaces:
+                raise ValueError(f"kueue.local_queues ({lq.name}): namespace {lq.namespace!r} "
+                                 "is not a namespace of the scenario")
+        local = {(q.namespace, q.name): q for q in k.local_queues}
+        for w in self.workloads:
+            if w.queue is None:
+                continue
+            where = f"workloads ({w.name})"
+            queue = local.get((w.namespace, w.queue))
+            if queue is None:
+                raise ValueError(f"{where}: queue {w.queue!r} is not a LocalQueue of "
+                                 f"namespace {w.namespace}")
+            if w.replicas is not None:
+                raise ValueError(f"{where}: Kueue queues the workloads' Jobs: a queue needs "
+                                 "arrivals_per_day, not replicas")
+            if w.accelerator not in {f.accelerator for f in cqs[queue.cluster_queue].flavors}:
+                raise ValueError(f"{where}: ClusterQueue {queue.cluster_queue} has no quota for "
+                                 f"{w.accelerator}")
 
     def scaled(self, nodes: int) -> Scenario:
         """The same cluster grown or shrunk to about ``nodes`` nodes, load scaled alike."""
@@ -364,7 +441,15 @@ class Scenario(_Model):
                 assert w.replicas is not None
                 workloads.append(w.model_copy(update={"replicas":
                                                       max(1, round(w.replicas * factor))}))
-        return self.model_copy(update={"pools": pools, "workloads": workloads})
+        kueue = self.kueue
+        if kueue is not None:  # quotas grow with the cluster
+            kueue = kueue.model_copy(update={"cluster_queues": [q.model_copy(update={
+                "flavors": [f.model_copy(update={
+                    "nominal_gpus": round(f.nominal_gpus * factor),
+                    "borrowing_limit_gpus": None if f.borrowing_limit_gpus is None
+                    else round(f.borrowing_limit_gpus * factor)}) for f in q.flavors]})
+                for q in kueue.cluster_queues]})
+        return self.model_copy(update={"pools": pools, "workloads": workloads, "kueue": kueue})
 
 
 def _pool_units_per_node(pool: Pool) -> int:

@@ -75,7 +75,7 @@ class SimulatorServer:
         self.store = ApiStore(history=history)
         self.cluster = Cluster(scenario, self.store, dcgm_port=self.dcgm_port)
         self.api = KubeApi(self.store, lambda: self.cluster.now, scenario.kubernetes_version,
-                           bookmark_interval=bookmark_interval)
+                           bookmark_interval=bookmark_interval, kueue=scenario.kueue is not None)
         self._api_runner: web.AppRunner | None = None
         self._api_site: web.TCPSite | None = None
         self._reopen: asyncio.Task[None] | None = None
@@ -320,7 +320,15 @@ class SimulatorServer:
             web.post("/sim/api-faults", self._api_fault),
             web.get("/sim/truth", self._truth),
             web.get("/sim/targets", self._targets),
+            web.get("/sim/kueue/metrics", self._kueue_metrics),
         ]
+
+    async def _kueue_metrics(self, _: web.Request) -> web.Response:
+        """What Kueue's own controller exports for the simulated events (404 without Kueue)."""
+        if self.cluster.kueue is None:
+            raise web.HTTPNotFound(text="this scenario has no Kueue")
+        return web.Response(text=self.cluster.kueue.exposition(),
+                            content_type="text/plain", charset="utf-8")
 
     def status(self) -> dict[str, Any]:
         c = self.cluster

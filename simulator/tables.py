@@ -19,7 +19,15 @@ _COLUMNS: dict[str, list[tuple[str, str, int]]] = {
             ("Age", "", 0), ("IP", "", 1), ("Node", "", 1), ("Nominated Node", "", 1),
             ("Readiness Gates", "", 1)],
     "Namespace": [("Name", "name", 0), ("Status", "", 0), ("Age", "", 0)],
+    # Kueue's printer columns (``+kubebuilder:printcolumn`` of its v1beta2 types)
+    "Workload": [("Name", "name", 0), ("Queue", "", 0), ("Reserved in", "", 0),
+                 ("Admitted", "", 0), ("Finished", "", 0), ("Age", "date", 0)],
+    "ClusterQueue": [("Name", "name", 0), ("Cohort", "", 0), ("Strategy", "", 1),
+                     ("Pending Workloads", "", 0), ("Admitted Workloads", "", 1)],
+    "LocalQueue": [("Name", "name", 0), ("ClusterQueue", "", 0), ("Pending Workloads", "", 0),
+                   ("Admitted Workloads", "", 0)],
 }
+_INTEGER = frozenset({"Restarts", "Pending Workloads", "Admitted Workloads"})
 
 
 def human_duration(seconds: float) -> str:
@@ -51,7 +59,7 @@ def _age(obj: Obj, now: float) -> str:
 
 
 def column_definitions(kind: str) -> list[Obj]:
-    return [{"name": name, "type": "integer" if name == "Restarts" else "string",
+    return [{"name": name, "type": "integer" if name in _INTEGER else "string",
              "format": fmt, "description": name, "priority": prio}
             for name, fmt, prio in _COLUMNS[kind]]
 
@@ -85,6 +93,18 @@ def _cells(kind: str, obj: Obj, now: float) -> list[Any]:
                 sum(c.get("restartCount", 0) for c in statuses), _age(obj, now),
                 status.get("podIP", "<none>"), obj["spec"].get("nodeName", "<none>"),
                 "<none>", "<none>"]
+    if kind == "Workload":
+        cond = {c["type"]: c["status"] for c in status.get("conditions", [])}
+        return [meta["name"], obj["spec"].get("queueName", ""),
+                status.get("admission", {}).get("clusterQueue", ""), cond.get("Admitted", ""),
+                cond.get("Finished", ""), _age(obj, now)]
+    if kind == "ClusterQueue":
+        return [meta["name"], obj["spec"].get("cohortName", ""),
+                obj["spec"].get("queueingStrategy", ""), status.get("pendingWorkloads", 0),
+                status.get("admittedWorkloads", 0)]
+    if kind == "LocalQueue":
+        return [meta["name"], obj["spec"].get("clusterQueue", ""),
+                status.get("pendingWorkloads", 0), status.get("admittedWorkloads", 0)]
     return [meta["name"], status.get("phase", "Active"), _age(obj, now)]
 
 

@@ -88,6 +88,25 @@ class PodRecord:
     node: str | None = None
     phase: str = "Pending"
     reason: str | None = None
+    workload_uid: str | None = None
+    """Its Kueue Workload, when Kueue queued its Job."""
+
+
+@dataclass(slots=True)
+class WorkloadRecord:
+    """A Kueue Workload: when it was created and each admission (with where Kueue's wait
+    started: creation, or its first requeue)."""
+
+    uid: str
+    namespace: str
+    name: str
+    team: str | None
+    local_queue: str
+    cluster_queue: str
+    gpus: int
+    created_at: float
+    admissions: list[tuple[float, float]] = field(default_factory=list)
+    evictions: list[float] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -138,6 +157,8 @@ class GroundTruth:
     interruptions: list[Interruption]
     profiles: dict[str, str] = field(default_factory=dict)
     """Workload name -> its workload profile (the label a bottleneck diagnosis should find)."""
+    workloads: dict[str, WorkloadRecord] = field(default_factory=dict)
+    """Kueue Workloads created before the window's end, by uid."""
 
     def seconds_by(self, *fields: str, state: str | None = None) -> dict[tuple[Any, ...], float]:
         """Sum GPU-seconds grouped by the named ``GpuSeconds`` fields."""
@@ -155,6 +176,17 @@ class GroundTruth:
         until = rec.scheduled_at if rec.scheduled_at is not None else self.end
         return max(0.0, until - rec.created_at)
 
+    def total_wait(self, uid: str) -> float | None:
+        """The wait a user feels for the pod: from its Kueue Workload's creation (the Job's
+        submission) when Kueue queued it, else from the pod's, to its scheduling."""
+        rec = self.pods.get(uid)
+        if rec is None:
+            return None
+        wl = self.workloads.get(rec.workload_uid or "")
+        start = wl.created_at if wl is not None else rec.created_at
+        until = rec.scheduled_at if rec.scheduled_at is not None else self.end
+        return max(0.0, until - start)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "start": self.start,
@@ -162,8 +194,10 @@ class GroundTruth:
             "gpu_seconds": [asdict(r) for r in self.gpu_seconds],
             "device_utilization": self.device_utilization,
             "pod_utilization": self.pod_utilization,
-            "pods": {uid: {**asdict(p), "queue_wait_seconds": self.queue_wait(uid)}
+            "pods": {uid: {**asdict(p), "queue_wait_seconds": self.queue_wait(uid),
+                           "total_wait_seconds": self.total_wait(uid)}
                      for uid, p in self.pods.items()},
+            "workloads": {uid: asdict(w) for uid, w in self.workloads.items()},
             "incidents": [asdict(i) for i in self.incidents],
             "interruptions": [asdict(i) for i in self.interruptions],
             "profiles": self.profiles,
@@ -179,6 +213,7 @@ class TruthLog:
         self._step = int(scenario.step)
         self.segments: list[Segment] = []
         self.pods: dict[str, PodRecord] = {}
+        self.workloads: dict[str, WorkloadRecord] = {}
         self.incidents: list[Incident] = []
         self.interruptions: list[Interruption] = []
         self._open: dict[tuple[str, str], Incident] = {}
@@ -203,8 +238,21 @@ class TruthLog:
         self.segments.append(Segment(device, start, end, down, occupants))
 
     def pod_created(self, uid: str, namespace: str, name: str, team: str | None,
-                    workload: str, profile: str, accelerator: str, t: float) -> None:
-        self.pods[uid] = PodRecord(uid, namespace, name, team, workload, profile, accelerator, t)
+                    workload: str, profile: str, accelerator: str, t: float,
+                    workload_uid: str | None = None) -> None:
+        self.pods[uid] = PodRecord(uid, namespace, name, team, workload, profile, accelerator, t,
+                                   workload_uid=workload_uid)
+
+    def workload_created(self, uid: str, namespace: str, name: str, team: str | None,
+                         local_queue: str, cluster_queue: str, gpus: int, t: float) -> None:
+        self.workloads[uid] = WorkloadRecord(uid, namespace, name, team, local_queue,
+                                             cluster_queue, gpus, t)
+
+    def workload_admitted(self, uid: str, queued_at: float, t: float) -> None:
+        self.workloads[uid].admissions.append((queued_at, t))
+
+    def workload_evicted(self, uid: str, t: float) -> None:
+        self.workloads[uid].evictions.append(t)
 
     def pod_ref(self, uid: str, name: str, namespace: str, team: str | None, workload: str,
                 profile: str, pod_key: int, running_at: float, multi_gpu: bool) -> PodRef:
@@ -317,6 +365,7 @@ class TruthLog:
             pods=pods, incidents=incidents,
             interruptions=[i for i in self.interruptions if start <= i.at < end],
             profiles={rec.workload: rec.profile for rec in pods.values()},
+            workloads={uid: w for uid, w in self.workloads.items() if w.created_at < end},
         )
 
 
