@@ -28,7 +28,7 @@ Definitions (each next to its test in ``tests/analytics/test_figures.py``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -254,16 +254,27 @@ def _seconds(t: pd.Series) -> pd.Series:
     return (pd.to_datetime(t, utc=True) - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
 
 
+def _with_kueue(pod_states: pd.DataFrame) -> pd.DataFrame:
+    """Pod states with ``queued`` and ``admission_wait_seconds`` (a warehouse from before
+    Kueue's columns: its creation, and none)."""
+    p = pod_states
+    if "queued" not in p.columns:
+        p = p.assign(queued=p.created)
+    if "admission_wait_seconds" not in p.columns:
+        p = p.assign(admission_wait_seconds=np.nan)
+    return p
+
+
 def queue(pod_states: pd.DataFrame, week: Week) -> pd.DataFrame:
     """Wait percentiles (seconds) by team and GPU model, of the pods scheduled in the week,
     and the GPU-hours pods spent pending in the week."""
     cols = columns("queue")
     if pod_states.empty:
         return pd.DataFrame(columns=cols)
-    p = pod_states.assign(team=pod_states.team.fillna("(none)"),
-                          gpu_model=pod_states.gpu_model.fillna("(any)"))
+    p = _with_kueue(pod_states)
+    p = p.assign(team=p.team.fillna("(none)"), gpu_model=p.gpu_model.fillna("(any)"))
     start, end = week.start.timestamp(), week.end.timestamp()
-    created = _seconds(p.created)
+    created = _seconds(p.queued)
     # a wait ends when the pod is scheduled, or ends unscheduled (deleted while pending)
     until = _seconds(p.scheduled).fillna(_seconds(p.finished)).fillna(end).clip(upper=end)
     waited = (until.clip(lower=start) - created.clip(lower=start)).clip(lower=0)
@@ -278,13 +289,59 @@ def queue(pod_states: pd.DataFrame, week: Week) -> pd.DataFrame:
         if not len(waits) and not pending:
             continue
         q = np.percentile(waits, [50, 90, 99]) if len(waits) else [np.nan] * 3
-        rows.append((team, model, len(waits), *q, pending))
+        mine = in_week[(in_week.team == team) & (in_week.gpu_model == model)]
+        total = float(mine.queue_wait_seconds.sum())
+        share = float(mine.admission_wait_seconds.fillna(0).clip(upper=mine.queue_wait_seconds)
+                      .sum()) / total if total > 0 and mine.admission_wait_seconds.notna().any() \
+            else np.nan
+        rows.append((team, model, len(waits), *q, pending, share))
     return pd.DataFrame(rows, columns=cols).sort_values(
         ["p90_seconds", "team"], ascending=[False, True], ignore_index=True)
 
 
+KUEUE = """
+WITH queued AS (SELECT * FROM pod_states WHERE cluster_queue IS NOT NULL),
+run AS (SELECT * FROM queued WHERE scheduled >= $start AND scheduled < $end),
+held AS (SELECT q.cluster_queue, sum(p.gpu_seconds) AS gpu_seconds
+         FROM pods p JOIN queued q ON p.cluster = q.cluster AND p.pod_uid = q.pod_uid
+         GROUP BY q.cluster_queue),
+waits AS (SELECT cluster_queue,
+                 count(DISTINCT (namespace, coalesce(workload, pod))) AS workloads,
+                 count(*) AS pods,
+                 quantile_cont(admission_wait_seconds, 0.5) AS admission_p50_seconds,
+                 quantile_cont(admission_wait_seconds, 0.9) AS admission_p90_seconds,
+                 quantile_cont(queue_wait_seconds, 0.5) AS p50_seconds,
+                 quantile_cont(queue_wait_seconds, 0.9) AS p90_seconds
+          FROM run GROUP BY cluster_queue)
+SELECT cluster_queue, coalesce(w.workloads, 0) AS workloads, coalesce(w.pods, 0) AS pods,
+       admission_p50_seconds, admission_p90_seconds, p50_seconds, p90_seconds,
+       coalesce(h.gpu_seconds, 0) / 3600.0 AS gpu_hours,
+       coalesce(h.gpu_seconds, 0) / $week_seconds AS mean_gpus
+FROM waits w FULL JOIN held h USING (cluster_queue)
+ORDER BY p90_seconds DESC NULLS LAST, cluster_queue
+"""
+"""Per ClusterQueue: the waits of the pods it admitted that were scheduled in the week,
+and the GPU time of every pod it admitted (the ``pods`` table is the week's)."""
+
+
+def kueue(ws: Workspace, week: Week, quotas: pd.DataFrame) -> pd.DataFrame:
+    """``KUEUE``, with each ClusterQueue's GPU quota (``queries.QUOTAS``) and the share of
+    it its pods held; empty on a cluster without Kueue."""
+    start, end = week.start, week.end
+    out = ws.frame(KUEUE, {"start": start, "end": end,
+                           "week_seconds": (end - start).total_seconds()})
+    nominal = quotas.set_index("cluster_queue").nominal_gpus.astype(float) \
+        if not quotas.empty else pd.Series(dtype=float)
+    out["nominal_gpus"] = out.cluster_queue.map(nominal).astype(float)
+    out["quota_share"] = np.where(out.nominal_gpus > 0,
+                                 out.mean_gpus / out.nominal_gpus.where(out.nominal_gpus > 0, 1),
+                                 np.nan)
+    return out.astype({"workloads": int, "pods": int})[columns("kueue")]
+
+
 QUEUE_STATES = """
-SELECT team, gpu_model, created, scheduled, finished, gpus, queue_wait_seconds
+SELECT team, gpu_model, queued, scheduled, finished, gpus, queue_wait_seconds,
+       admission_wait_seconds
 FROM pod_states
 """
 """What ``queue`` reads of every pod's latest state (in the workspace)."""
@@ -306,8 +363,8 @@ def longest_waits(pod_states: pd.DataFrame, week: Week, n: int = TOP) -> pd.Data
     cols = columns("longest_waits")
     if pod_states.empty:
         return pd.DataFrame(columns=cols)
-    p = pod_states
-    created = _seconds(p.created)
+    p = _with_kueue(pod_states)
+    created = _seconds(p.queued)
     sched = _seconds(p.scheduled)
     end = week.end.timestamp()
     ended = p.scheduled.notna() & (sched >= week.start.timestamp()) & (sched < end)
@@ -779,16 +836,32 @@ over this: its unallocated capacity is not to be removed, and with none the pool
 small."""
 
 
-def long_queues(queue: pd.DataFrame) -> dict[str, tuple[float, float]]:
-    """GPU models with a long queue: model -> (worst team's p90 wait in seconds, GPU-hours
-    pending in the week)."""
-    out: dict[str, tuple[float, float]] = {}
+class LongQueue(NamedTuple):
+    p90_seconds: float
+    """The worst team's 90th-percentile wait."""
+    pending_gpu_hours: float
+    admission_share: float
+    """Share of the waits spent waiting for Kueue's admission (0 without Kueue)."""
+
+    @property
+    def quota_bound(self) -> bool:
+        """Most of the wait was for Kueue's quota, not for a node."""
+        return self.admission_share >= 0.5
+
+
+def long_queues(queue: pd.DataFrame) -> dict[str, LongQueue]:
+    """GPU models with a long queue, the worst team's p90 wait over ``QUEUE_LONG_SECONDS``."""
+    out: dict[str, LongQueue] = {}
     if queue.empty:
         return out
     for model, g in queue.groupby("gpu_model"):
         p90 = float(g.p90_seconds.max()) if g.p90_seconds.notna().any() else 0.0
         if p90 > QUEUE_LONG_SECONDS:
-            out[str(model)] = (p90, float(g.pending_gpu_hours.sum()))
+            weights = g.pods.astype(float) * g.p50_seconds.fillna(0).astype(float)
+            shares = g.admission_share.fillna(0).astype(float)
+            share = float((shares * weights).sum() / weights.sum()) if weights.sum() > 0 \
+                else float(shares.max())
+            out[str(model)] = LongQueue(p90, float(g.pending_gpu_hours.sum()), share)
     return out
 
 
@@ -812,8 +885,17 @@ def actions(unallocated: pd.DataFrame, queue: pd.DataFrame, availability: pd.Dat
     waiting = long_queues(queue)
     for r in unallocated.itertuples():
         where = f"{r.node_pool} ({r.gpu_model}, {r.provisioning})"
-        if r.gpu_model in waiting:
-            p90, pending = waiting[str(r.gpu_model)]
+        if r.gpu_model in waiting and waiting[str(r.gpu_model)].quota_bound:
+            q = waiting[str(r.gpu_model)]
+            fixes.append((
+                "raise the Kueue quota", where, np.nan, np.nan,
+                f"{r.gpu_hours:,.0f} GPU-hours (${r.cost_usd:,.2f}) unallocated while "
+                f"{r.gpu_model} Jobs waited {q.admission_share:.0%} of their wait for Kueue's "
+                f"admission (p90 {fmt.duration(q.p90_seconds)}): the ClusterQueues' quota "
+                "held them back, not the pool — raise their nominalQuota, or let them "
+                "borrow in a cohort; do not remove this capacity"))
+        elif r.gpu_model in waiting:
+            p90, pending, _ = waiting[str(r.gpu_model)]
             fixes.append((
                 "let the waiting pods use this pool", where, np.nan, np.nan,
                 f"{r.gpu_hours:,.0f} GPU-hours (${r.cost_usd:,.2f}) unallocated while "
@@ -826,16 +908,18 @@ def actions(unallocated: pd.DataFrame, queue: pd.DataFrame, availability: pd.Dat
                 f"{r.gpu_hours:,.0f} GPU-hours unallocated and no {r.gpu_model} queue: "
                 "the cluster autoscaler (or a lower minimum) would have removed them"))
     have_capacity = set(unallocated.gpu_model)
-    for model, (p90, pending) in sorted(waiting.items()):
+    for model, q in sorted(waiting.items()):
         if model in have_capacity:
             continue
         price = prices.get((model, "on-demand"))
+        quota = (f"; {q.admission_share:.0%} of the wait was for Kueue's admission: raise "
+                 "the ClusterQueues' quota with it") if q.quota_bound else ""
         fixes.append((
             "add capacity", model, np.nan,
-            pending * price if price is not None else np.nan,
-            f"p90 wait {fmt.duration(p90)}, {pending:,.0f} GPU-hours pending and no "
-            f"unallocated {model} capacity: the pool is too small — raise the autoscaler's "
-            "maximum, add nodes, or take spot or flex-start capacity"))
+            q.pending_gpu_hours * price if price is not None else np.nan,
+            f"p90 wait {fmt.duration(q.p90_seconds)}, {q.pending_gpu_hours:,.0f} GPU-hours "
+            f"pending and no unallocated {model} capacity: the pool is too small — raise the "
+            f"autoscaler's maximum, add nodes, or take spot or flex-start capacity{quota}"))
     for r in availability.itertuples():
         if not r.meets_target:
             fixes.append((

@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from analytics.store import Param, Store, batches
-from analytics.week import POD_LOOKBACK, Week
+from analytics.week import POD_LOOKBACK, QUOTA_LOOKBACK, Week
 from analytics.workspace import Workspace
 from exporter.bottleneck import STALL_GR, THROTTLE_BITS
 
@@ -96,12 +96,24 @@ GROUP BY cluster, namespace, pod_uid
 
 POD_STATES = """
 SELECT cluster, pod_uid, namespace, pod, team, workload, owner_kind, gpu_model, gpus,
-       created, scheduled, finished, queue_wait_seconds, phase, reason, priority_class
+       created, scheduled, finished, queue_wait_seconds, phase, reason, priority_class,
+       COALESCE(queued, created) AS queued, admission_wait_seconds, cluster_queue
 FROM {gpu_pods}
 WHERE updated >= @lookback AND updated < @end AND (@cluster IS NULL OR cluster = @cluster)
   AND (@team IS NULL OR team = @team)
 QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, pod_uid ORDER BY updated DESC) = 1
 """
+
+QUOTAS = """
+SELECT cluster_queue, SUM(nominal_gpus) AS nominal_gpus
+FROM (SELECT cluster, cluster_queue, flavor, nominal_gpus FROM {kueue_quotas}
+      WHERE updated >= @quota_since AND updated < @end
+        AND (@cluster IS NULL OR cluster = @cluster)
+      QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, cluster_queue, flavor
+                                 ORDER BY updated DESC) = 1)
+GROUP BY cluster_queue
+"""
+"""Each Kueue ClusterQueue's GPU quota (all flavors) as last seen in the week."""
 
 AVAILABILITY = """
 SELECT node_pool, gpu_model,
@@ -131,6 +143,7 @@ def fetch(store: Store, week: Week, team: str | None = None,
         "daily": store.query(DAILY, base),
         "availability": store.query(AVAILABILITY, platform),
         "incidents": store.query(INCIDENTS, platform),
+        "quotas": store.query(QUOTAS, platform | {"quota_since": week.start - QUOTA_LOOKBACK}),
     }
 
 

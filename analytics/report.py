@@ -84,6 +84,7 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
         "idle_offenders": figures.idle_offenders_of(ws),
         "unallocated_by_pool": unallocated,
         "queue": figures.queue(ws.frame(figures.QUEUE_STATES), week),
+        "kueue": figures.kueue(ws, week, f["quotas"]),
         "longest_waits": figures.longest_waits_of(ws.chunks("SELECT * FROM pod_states"),
                                                   week),
         "availability": figures.availability(f["availability"], sla_target),
@@ -97,6 +98,8 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
     if team is None:  # what to do with the platform's capacity, its queues and its SLA
         tables["actions"] = figures.actions(unallocated, tables["queue"],
                                             tables["availability"], tables["savings"], prices)
+    if tables["kueue"].empty:  # a cluster without Kueue
+        tables.pop("kueue")
     if team is not None:  # capacity, availability and incidents are the platform's
         for name in ("unallocated_by_pool", "availability", "incidents"):
             tables.pop(name)

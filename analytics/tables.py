@@ -128,19 +128,44 @@ TABLES: tuple[ReportTable, ...] = (
                 "GPU time no pod held, per pool, model and provisioning.",
                 (_POOL, _MODEL, _PROVISIONING, _GPU_HOURS, _COST)),
     ReportTable("queue", "Queue wait by team and GPU model",
-                "Wait from creation to scheduling of the pods scheduled in the week.",
+                "Wait from creation to scheduling of the pods scheduled in the week; for a "
+                "pod of a Job Kueue queued, from the Job's submission (its Workload's "
+                "creation): the wait for admission, then for a node.",
                 (_TEAM, _MODEL,
                  _c("pods", "count", "Pods scheduled in the week."),
                  _c("p50_seconds", "seconds", "Median wait."),
                  _c("p90_seconds", "seconds", "90th percentile of the wait."),
                  _c("p99_seconds", "seconds", "99th percentile of the wait."),
                  _c("pending_gpu_hours", "hours", "GPU-hours requested while pending in the "
-                    "week."))),
+                    "week."),
+                 _c("admission_share", "ratio", "Share of the wait spent waiting for Kueue's "
+                    "admission (quota), the rest for scheduling (capacity); blank without "
+                    "Kueue."))),
+    ReportTable("kueue", "Kueue queues",
+                "Per ClusterQueue, of the pods of the Jobs it admitted that were scheduled "
+                "in the week: the wait for admission and the whole wait to the first run, "
+                "and the GPU time they held. Only on a cluster with Kueue.",
+                (_c("cluster_queue", "text", "Kueue ClusterQueue."),
+                 _c("workloads", "count", "Jobs (Workloads) whose pods were scheduled in the "
+                    "week."),
+                 _c("pods", "count", "Their pods."),
+                 _c("admission_p50_seconds", "seconds", "Median wait for admission (from "
+                    "the Workload's creation, or its last requeue)."),
+                 _c("admission_p90_seconds", "seconds", "90th percentile of it."),
+                 _c("p50_seconds", "seconds", "Median wait from submission to scheduling."),
+                 _c("p90_seconds", "seconds", "90th percentile of it."),
+                 _GPU_HOURS,
+                 _c("mean_gpus", "count", "GPUs its pods held on average over the week."),
+                 _c("nominal_gpus", "count", "Its nominal quota of nvidia.com/gpu, all "
+                    "flavors, as last seen in the week (blank: unknown)."),
+                 _c("quota_share", "ratio", "mean_gpus / nominal_gpus: over 100 % is borrowed "
+                    "from its cohort (blank without a quota)."))),
     ReportTable("longest_waits", "Longest waits",
                 "The longest waits that ended in the week, or go on at its end.",
                 (_NAMESPACE, _POD, _TEAM, _MODEL,
                  _c("gpus", "count", "GPUs the pod requests."),
-                 _c("wait_seconds", "seconds", "Creation to scheduling, or to the week's end."),
+                 _c("wait_seconds", "seconds", "Creation (for a Job Kueue queued, its "
+                    "submission) to scheduling, or to the week's end."),
                  _c("state", "text", "`scheduled` or `still pending`."))),
     ReportTable("availability", "Availability against the SLA",
                 "Per pool and GPU model, against `sla.target`.",

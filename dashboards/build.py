@@ -270,6 +270,27 @@ def queue() -> dict[str, Any]:
                 f"[{RANGE}])) > 0" for q in (0.5, 0.9)],
               f"sum by (team, model) (increase(gke_gpu_queue_wait_seconds_count{{{TEAM}}}"
               f"[{RANGE}])) > 0", w=24),
+        # Kueue: the wait before a Job has pods (empty on a cluster without Kueue)
+        series("Kueue: Workloads waiting for admission", "Jobs Kueue holds (no pod exists for "
+               "them yet) and the GPUs they ask for, by ClusterQueue.", "none",
+               (f"sum by (cluster_queue) (gke_gpu_kueue_pending_workloads{{{SEL}}})",
+                "{{cluster_queue}} workloads"),
+               (f"sum by (cluster_queue) (gke_gpu_kueue_pending_gpus{{{SEL}}})",
+                "{{cluster_queue}} GPUs")),
+        series("Kueue: quota in use", "GPUs the ClusterQueue's admitted Workloads hold, "
+               "against its nominal quota, by flavor (above the quota: borrowed from its "
+               "cohort).", "none",
+               (f"sum by (cluster_queue, flavor) (gke_gpu_kueue_used_gpus{{{SEL}}})",
+                "{{cluster_queue}} {{flavor}} used"),
+               (f"sum by (cluster_queue, flavor) (gke_gpu_kueue_quota_gpus{{{SEL}}})",
+                "{{cluster_queue}} {{flavor}} quota")),
+        series("Kueue: admission wait p90 (rolling hour)", "Of the Workloads admitted in the "
+               "hour before each point, by ClusterQueue (Kueue's own measure).", "s",
+               (f"histogram_quantile(0.9, sum by (cluster_queue, le) (increase("
+                f"gke_gpu_kueue_admission_wait_seconds_bucket{{{SEL}}}[{ROLLING}]))) and on "
+                f"(cluster_queue) sum by (cluster_queue) (increase("
+                f"gke_gpu_kueue_admission_wait_seconds_count{{{SEL}}}[{ROLLING}])) > 0",
+                "{{cluster_queue}}")),
     ], team=True)
 
 

@@ -37,8 +37,8 @@ def _duration(text: str) -> float:
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", metavar="FILE|NAME",
                    help="scenario YAML, or an embedded one: default (the demo cluster), "
-                        "fleet (8-GPU training fleet, for scale) or europe (H200 and L4 "
-                        "in europe-west1)")
+                        "fleet (8-GPU training fleet, for scale), kueue (the default, two "
+                        "teams' Jobs queued by Kueue) or europe (H200 and L4 in europe-west1)")
     p.add_argument("--seed", type=int, help="override the scenario's random seed")
     p.add_argument("--nodes", type=int, metavar="N",
                    help="scale the cluster to about N nodes (load scales alike)")

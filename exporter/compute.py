@@ -25,7 +25,11 @@ allocation state    ``unavailable`` (node not Ready, whatever its dcgm-exporter 
                     did not answer is *unknown*: no state, no cost, no downtime.
 available GPUs      sum of allocatable GPUs of Ready nodes - system-reserved, in physical GPUs
                     (a time-shared GPU counts once, a MIG slice as its fraction).
-queue wait          creation to ``PodScheduled=True``; a pending pod's wait so far.
+queue wait          creation to ``PodScheduled=True``; a pending pod's wait so far. For a pod
+                    of a Job that Kueue queued: from its Workload's creation (the Job's
+                    submission), the wait for admission included.
+admission wait      Kueue: a Workload's creation, or its last requeue, to its admission
+                    (``Admitted=True``), as Kueue's own histogram measures it.
 cost                hourly price(model, region, provisioning) x (1 - discount) x hours x
                     fraction of the GPU; a time-shared GPU's cost split evenly among the
                     pods on it; unallocated and unavailable GPU time to the pool.
@@ -74,6 +78,16 @@ UNCOUNTED_NODE_GPUS = 16
 most any GPU machine type has (a2-megagpu-16g)."""
 FIELDS_READ = (GR_ENGINE, GPU_UTIL, XID, FB_USED, FB_FREE, FB_RESERVED)
 """The DCGM fields these definitions read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """How Kueue let a pod's Job in: its Workload's creation, its admission wait (None while
+    waiting) and the ClusterQueue."""
+
+    queued_unix: float
+    wait_seconds: float | None
+    cluster_queue: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +225,18 @@ def team_of(pod_labels: Mapping[str, str], namespace: str,
             or namespace)
 
 
-def queue_wait_seconds(pod: PodInfo, now: float) -> float:
-    """Creation to scheduling; for a pod still pending, its age at ``now``."""
+def queue_wait_seconds(pod: PodInfo, now: float, queued_unix: float | None = None) -> float:
+    """Creation (``queued_unix``: its Kueue Workload's creation, when Kueue queued its
+    Job) to scheduling; for a pod still pending, its wait until ``now``."""
     end = pod.scheduled_unix if pod.scheduled_unix is not None else now
-    return max(0.0, end - pod.created_unix)
+    return max(0.0, end - min(pod.created_unix, queued_unix or pod.created_unix))
+
+
+def admission_wait_seconds(queued_unix: float, admitted_unix: float | None,
+                           now: float) -> float:
+    """Kueue's wait: from creation or the last requeue to admission; for a Workload still
+    waiting, its wait until ``now``."""
+    return max(0.0, (admitted_unix if admitted_unix is not None else now) - queued_unix)
 
 
 def effective_cost_per_utilized_hour(cost_usd: float, utilized_gpu_seconds: float) -> float | None:

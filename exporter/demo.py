@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 from exporter.sinks.schema import TABLES
 
 KINDS = {"nodes": "Node", "pods": "Pod", "namespaces": "Namespace"}
+KUEUE_KINDS = {"workloads": "Workload", "clusterqueues": "ClusterQueue",
+               "localqueues": "LocalQueue"}
 
 
 DEMO_ALLOCATION = {"label": "cost-center", "annotation": "billing.example.com/cost-center",
@@ -65,8 +67,9 @@ def demo_config(scenario: Scenario, kubeconfig: Path, out: Path,
 async def caught_up(sim: SimulatorServer, exporter: Exporter) -> None:
     """Wait until the exporter's watches have applied every change the simulator made."""
     store, kube = sim.store, exporter.kube
+    kinds = KINDS | (KUEUE_KINDS if kube.kueue else {})
     while any(kube.resource_versions[k] < store.last_version(kind)  # noqa: ASYNC110
-              for k, kind in KINDS.items()):
+              for k, kind in kinds.items()):
         await asyncio.sleep(0.001)
 
 

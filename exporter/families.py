@@ -33,8 +33,16 @@ from exporter.health import (
     ReportStats,
     SourceHealth,
 )
-from exporter.records import KUBE_ERROR_REASONS, REJECT_REASONS, NodeInfo, PodInfo, gpu_model
-from exporter.totals import QUEUE_BUCKETS, GroupKey, Totals
+from exporter.records import (
+    KUBE_ERROR_REASONS,
+    REJECT_REASONS,
+    ClusterQueueInfo,
+    NodeInfo,
+    PodInfo,
+    WorkloadInfo,
+    gpu_model,
+)
+from exporter.totals import QUEUE_BUCKETS, GroupKey, Totals, WaitHistogram
 
 if TYPE_CHECKING:
     from exporter.bottleneck import Diagnosis
@@ -108,10 +116,19 @@ class MetricsView:
     catalog: CatalogStats | None = None
     allocation: str | None = None
     """The allocation dimension's pod label or annotation, when one is configured."""
+    kueue: bool = False
+    """Whether the cluster runs Kueue (its API is served)."""
+    workloads: Sequence[QueuedWorkload] = ()
+    """Kueue's Workloads, each with its team and ClusterQueue."""
+    cluster_queues: Mapping[str, ClusterQueueInfo] = field(default_factory=dict)
 
 
 def _always(_: MetricsView) -> bool:
     return True
+
+
+def _has_kueue(v: MetricsView) -> bool:
+    return v.kueue
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +167,9 @@ READING_LABELS = ("cluster", "node", "pool", "model", "gpu", "uuid")
 labels the drill-down chooses by: at 8,000 GPUs each label costs ~0.5 MB a scrape."""
 NODE_LABELS = ("cluster", "node", "pool", "model", "provisioning")
 QUEUE_LABELS = ("cluster", "namespace", "team", "model")
+KUEUE_LABELS = ("cluster", "cluster_queue", "local_queue", "namespace", "team")
+KUEUE_QUEUE_LABELS = ("cluster", "cluster_queue", "local_queue", "namespace")
+KUEUE_FLAVOR_LABELS = ("cluster", "cluster_queue", "cohort", "flavor")
 GROUP_LABELS = ("cluster", "state", "namespace", "team", "pool", "model", "provisioning")
 COST_GROUP = ("cluster", "namespace", "team", "pool", "model", "provisioning")
 SOURCE_LABELS = ("cluster", "source", "target")
@@ -262,9 +282,21 @@ def _available_gpus(v: MetricsView) -> list[Sample]:
 # ---------------------------------------------------------------------------- queue
 
 
+@dataclass(frozen=True, slots=True)
+class QueuedWorkload:
+    """A Kueue Workload as the queue figures group it."""
+
+    workload: WorkloadInfo
+    team: str
+    cluster_queue: str
+
+
 @dataclass(slots=True)
 class _Pending:
-    pods: dict[Labels, int] = field(default_factory=lambda: defaultdict(int))
+    """What waits, by label set: pods (or Workloads), the GPUs they ask for, the longest
+    wait so far."""
+
+    count: dict[Labels, int] = field(default_factory=lambda: defaultdict(int))
     gpus: dict[Labels, int] = field(default_factory=lambda: defaultdict(int))
     oldest: dict[Labels, float] = field(default_factory=dict)
 
@@ -276,27 +308,64 @@ def _pending(v: MetricsView) -> _Pending:
         if p.gpus <= 0 or p.phase != "Pending" or p.scheduled_unix is not None:
             continue
         key = (v.cluster, p.namespace, v.owner(p).team, gpu_model(p, v.nodes))
-        out.pods[key] += 1
+        out.count[key] += 1
         out.gpus[key] += p.gpus
         out.oldest[key] = max(out.oldest.get(key, 0.0), compute.queue_wait_seconds(p, v.now))
+    for q in v.workloads:  # GPU demand Kueue has not admitted yet: no pod exists for it
+        w = q.workload
+        if not w.pending or w.gpus <= 0:
+            continue
+        key = (v.cluster, w.namespace, q.team, w.accelerator or "")
+        out.gpus[key] += w.gpus
+        out.oldest[key] = max(out.oldest.get(key, 0.0), max(0.0, v.now - w.created_unix))
     return out
 
 
-def _pending_of(table: Callable[[_Pending], Mapping[Labels, float]]
+@_per_view
+def _kueue_pending(v: MetricsView) -> _Pending:
+    out = _Pending()
+    for q in v.workloads:
+        w = q.workload
+        if not w.pending:
+            continue
+        key = (v.cluster, q.cluster_queue, w.local_queue, w.namespace)
+        out.count[key] += 1
+        out.gpus[key] += w.gpus
+        cq = (v.cluster, q.cluster_queue)
+        out.oldest[cq] = max(out.oldest.get(cq, 0.0), compute.admission_wait_seconds(
+            w.queued_unix, None, v.now))
+    return out
+
+
+def _histograms(hists: Mapping[Any, WaitHistogram], cluster: str
+                ) -> Iterator[HistogramSample]:
+    for key in sorted(hists):
+        h = hists[key]
+        counts = [(str(b), h.buckets[i]) for i, b in enumerate(QUEUE_BUCKETS)]
+        counts.append(("+Inf", h.count))
+        yield (cluster, *key), Buckets(tuple(counts), h.total_seconds)
+
+
+def _quotas(value: Callable[[Any], float | None]) -> Callable[[MetricsView], list[Sample]]:
+    """A sample per ClusterQueue and GPU flavor of ``value`` (of its ``FlavorQuota``)."""
+    def samples(v: MetricsView) -> list[Sample]:
+        return [((v.cluster, name, q.cohort, flavor), x)
+                for name, q in sorted(v.cluster_queues.items())
+                for flavor, f in sorted(q.flavors.items()) if (x := value(f)) is not None]
+    return samples
+
+
+def _pending_of(table: Callable[[_Pending], Mapping[Labels, float]],
+                waiting: Callable[[MetricsView], _Pending] = _pending
                 ) -> Callable[[MetricsView], list[Sample]]:
     def samples(v: MetricsView) -> list[Sample]:
-        values = table(_pending(v))
+        values = table(waiting(v))
         return [(key, values[key]) for key in sorted(values)]
     return samples
 
 
 def _queue_waits(v: MetricsView) -> Iterator[HistogramSample]:
-    hists = v.totals.queue_hist
-    for key in sorted(hists):
-        h = hists[key]
-        counts = [(str(b), h.buckets[i]) for i, b in enumerate(QUEUE_BUCKETS)]
-        counts.append(("+Inf", h.count))
-        yield (v.cluster, *key), Buckets(tuple(counts), h.total_seconds)
+    return _histograms(v.totals.queue_hist, v.cluster)
 
 
 # ---------------------------------------------------------------------------- cost
@@ -575,13 +644,40 @@ FAMILIES: tuple[Family, ...] = (
       "system-reserved, in physical GPUs.", ("cluster",), _available_gpus,
       cloud_monitoring=True),
     F("pending_pods", "gauge", "pods", "GPU pods waiting to be scheduled.", QUEUE_LABELS,
-      _pending_of(lambda p: p.pods), cloud_monitoring=True),
-    F("pending_gpus", "gauge", "gpus", "GPUs requested by pending pods.", QUEUE_LABELS,
+      _pending_of(lambda p: p.count), cloud_monitoring=True),
+    F("pending_gpus", "gauge", "gpus", "GPUs requested by pending pods, and by Kueue "
+      "Workloads not admitted yet (their pods do not exist).", QUEUE_LABELS,
       _pending_of(lambda p: p.gpus), cloud_monitoring=True),
-    F("oldest_pending_seconds", "gauge", "seconds", "Age of the oldest pending GPU pod.",
+    F("oldest_pending_seconds", "gauge", "seconds", "Wait so far of the oldest pending GPU "
+      "pod or Kueue Workload not admitted yet (from the Workload's creation).",
       QUEUE_LABELS, _pending_of(lambda p: p.oldest), cloud_monitoring=True),
     F("queue_wait_seconds", "histogram", "seconds", "Time from pod creation to "
-      "PodScheduled=True, GPU pods scheduled since start.", QUEUE_LABELS, _queue_waits),
+      "PodScheduled=True, GPU pods scheduled since start; for a pod of a Job Kueue queued, "
+      "from its Workload's creation (admission included).", QUEUE_LABELS, _queue_waits),
+    F("kueue_admission_wait_seconds", "histogram", "seconds", "Kueue: time from a "
+      "Workload's creation, or its last requeue, to its admission, each admission since "
+      "start (as kueue_admission_wait_time_seconds measures it).", KUEUE_LABELS,
+      lambda v: _histograms(v.totals.admission_hist, v.cluster), present=_has_kueue),
+    F("kueue_pending_workloads", "gauge", "", "Kueue Workloads not admitted yet.",
+      KUEUE_QUEUE_LABELS, _pending_of(lambda p: p.count, _kueue_pending), present=_has_kueue),
+    F("kueue_pending_gpus", "gauge", "gpus", "GPUs those Workloads ask for.",
+      KUEUE_QUEUE_LABELS, _pending_of(lambda p: p.gpus, _kueue_pending), present=_has_kueue),
+    F("kueue_oldest_pending_seconds", "gauge", "seconds", "Wait so far of the ClusterQueue's "
+      "oldest Workload not admitted yet (since its creation or last requeue).",
+      ("cluster", "cluster_queue"), _pending_of(lambda p: p.oldest, _kueue_pending),
+      present=_has_kueue),
+    F("kueue_quota_gpus", "gauge", "gpus", "A ClusterQueue's nominal quota of nvidia.com/gpu "
+      "in a flavor.", KUEUE_FLAVOR_LABELS, _quotas(lambda f: f.nominal_gpus),
+      present=_has_kueue),
+    F("kueue_borrowing_limit_gpus", "gauge", "gpus", "The most GPUs of a flavor the "
+      "ClusterQueue may borrow from its cohort (absent: no limit).", KUEUE_FLAVOR_LABELS,
+      _quotas(lambda f: f.borrowing_limit_gpus), present=_has_kueue),
+    F("kueue_used_gpus", "gauge", "gpus", "GPUs of a flavor the ClusterQueue's admitted "
+      "Workloads hold (its flavorsUsage).", KUEUE_FLAVOR_LABELS,
+      _quotas(lambda f: f.used_gpus), present=_has_kueue),
+    F("kueue_borrowed_gpus", "gauge", "gpus", "Of those, the GPUs beyond its nominal quota: "
+      "borrowed from its cohort.", KUEUE_FLAVOR_LABELS, _quotas(lambda f: f.borrowed_gpus),
+      present=_has_kueue),
     F("cost_usd", "counter", "usd", "GPU cost by allocation state and owner; unallocated "
       "and unavailable time goes to the pool.", GROUP_LABELS, _by_group(lambda t: t.cost_usd),
       cloud_monitoring=True),
@@ -659,6 +755,10 @@ FAMILIES: tuple[Family, ...] = (
       (*SOURCE_LABELS, "reason"), _errors),
     F("exporter_kubernetes_relists", "counter", "", "Relists by cause: expired (410), "
       "watchdog (silent watch).", ("cluster", "resource", "cause"), _relists),
+    F("exporter_kubernetes_rejected_objects", "counter", "", "Kubernetes objects skipped "
+      "because they could not be read (a Kueue Workload with a malformed quantity, say), "
+      "by resource; each logged once per episode.", ("cluster", "resource"),
+      lambda v: [((v.cluster, kind), n) for kind, n in sorted(v.kube.rejected_objects.items())]),
     F("exporter_rejected_samples", "counter", "", "DCGM samples dropped, by reason.",
       ("cluster", "reason"), _rejected),
     F("exporter_rows_written", "counter", "", "Rows written to the warehouse, by sink "

@@ -145,3 +145,66 @@ class TargetScrape:
     bytes_read: int
     complete: bool = True
     """Whether the devices are every GPU of their nodes (per-container sources: not)."""
+
+
+# ---------------------------------------------------------------------------- Kueue
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    uid: str
+    namespace: str
+    name: str
+    local_queue: str
+    cluster_queue: str | None
+    """The ClusterQueue it reserves quota in (``status.admission``); None before."""
+    created_unix: float
+    queued_unix: float
+    """Where Kueue's wait starts: creation, else the last ``Requeued`` transition."""
+    admitted_unix: float | None
+    """``Admitted=True``'s transition; None while it waits."""
+    finished_unix: float | None
+    gpus: int
+    """``nvidia.com/gpu`` of all its pods: each pod set's count x its pods' request."""
+    accelerator: str | None
+    """The GPU model its pods select (``cloud.google.com/gke-accelerator``), if they do."""
+    priority: int
+    priority_class: str
+    owner_kind: str
+    owner_name: str
+    """The object Kueue made it for (a Job, a JobSet...): its pods' top-level owner."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Its first pod set's template labels (a ``team``, say)."""
+
+    @property
+    def pending(self) -> bool:
+        return self.admitted_unix is None and self.finished_unix is None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuota:
+    nominal_gpus: float
+    borrowing_limit_gpus: float | None
+    """None: no limit (within its cohort)."""
+    used_gpus: float
+    """``flavorsUsage``: GPUs of its admitted Workloads."""
+    borrowed_gpus: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueueInfo:
+    name: str
+    cohort: str
+    flavors: dict[str, FlavorQuota]
+    """Per ResourceFlavor with an ``nvidia.com/gpu`` quota."""
+    pending_workloads: int
+    admitted_workloads: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueueInfo:
+    namespace: str
+    name: str
+    cluster_queue: str
+    pending_workloads: int
+    admitted_workloads: int

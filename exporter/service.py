@@ -25,7 +25,7 @@ from exporter import compute, logs, memory
 from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, Window, decide
 from exporter.config import Config
 from exporter.errors import SourceError
-from exporter.families import DEVICE_READINGS, MetricsView
+from exporter.families import DEVICE_READINGS, MetricsView, QueuedWorkload
 from exporter.health import (
     CatalogStats,
     CloudMonitoringStats,
@@ -35,7 +35,7 @@ from exporter.health import (
 )
 from exporter.placement import Placement
 from exporter.prices import Commitment, PriceBook, effective_prices, unused_commitment
-from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, gpu_model
+from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, WorkloadInfo, gpu_model
 from exporter.sinks import Sink
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
@@ -114,6 +114,8 @@ class Exporter:
         self.states: list[compute.DeviceState] = []
         self.state_time: float | None = None
         self.diagnoses: dict[str, tuple[compute.Owner, Diagnosis]] = {}
+        self._workload_index: dict[tuple[str, str, str], WorkloadInfo] = {}
+        """Kueue's Workloads by (namespace, kind, name) of the object they were made for."""
         self.open_incidents: dict[tuple[str, str], tuple[float, str, str]] = {}
         """(GPU UUID, reason) -> (start, node, pool) of each GPU now unavailable."""
         if warehouse is not None:  # go on from where the last run stopped
@@ -360,7 +362,8 @@ class Exporter:
         self._interrupted_pods.discard(pod.uid)
         if self.warehouse is not None:
             self.warehouse.add_pods([deleted_pod(pod, now)], now, self._team,
-                                    lambda p: gpu_model(p, self.kube.nodes), self._allocation)
+                                    lambda p: gpu_model(p, self.kube.nodes), self._allocation,
+                                    self.admission_of)
             self.warehouse.forget_pod(pod.uid)
         self._windows.pop(pod.uid, None)
         self.diagnoses.pop(pod.uid, None)
@@ -459,12 +462,58 @@ class Exporter:
                 self.warehouse.add_event(node, pool, gpu_uuid, reason, start, now)
 
     def _queue(self, now: float) -> None:
+        self._index_workloads()
         waited = self.totals.waited
         for pod in self.kube.pods.values():
             self._interrupted(pod)
             if pod.gpus > 0 and pod.scheduled_unix is not None and pod.uid not in waited:
-                key = (pod.namespace, self._team(pod), gpu_model(pod, self.kube.nodes))
-                self.totals.observe_wait(pod.uid, key, compute.queue_wait_seconds(pod, now))
+                group = (pod.namespace, self._team(pod), gpu_model(pod, self.kube.nodes))
+                wl = self.workload_of(pod)
+                self.totals.observe_wait(pod.uid, group, compute.queue_wait_seconds(
+                    pod, now, wl.created_unix if wl else None))
+        admitted = self.totals.admitted
+        for uid in [u for u in admitted if u not in self.kube.workloads]:
+            del admitted[uid]
+        for wl in self.kube.workloads.values():
+            if wl.admitted_unix is not None:
+                key = (self.cluster_queue_of(wl), wl.local_queue, wl.namespace,
+                       self.workload_team(wl))
+                wait = compute.admission_wait_seconds(wl.queued_unix, wl.admitted_unix, now)
+                self.totals.observe_admission(wl.uid, wl.admitted_unix, key, wait)
+
+    # ------------------------------------------------------------------ Kueue
+
+    def _index_workloads(self) -> None:
+        self._workload_index = {(w.namespace, w.owner_kind, w.owner_name): w
+                                for w in self.kube.workloads.values()}
+
+    def workload_of(self, pod: PodInfo) -> WorkloadInfo | None:
+        """The Kueue Workload of the pod's Job (or JobSet), if Kueue queued it."""
+        if not self._workload_index:
+            return None
+        jobset = pod.labels.get("jobset.sigs.k8s.io/jobset-name")
+        if jobset:
+            return self._workload_index.get((pod.namespace, "JobSet", jobset))
+        return self._workload_index.get((pod.namespace, pod.owner_kind, pod.workload))
+
+    def admission_of(self, pod: PodInfo) -> compute.Admission | None:
+        wl = self.workload_of(pod)
+        if wl is None:
+            return None
+        wait = None if wl.admitted_unix is None else compute.admission_wait_seconds(
+            wl.queued_unix, wl.admitted_unix, wl.admitted_unix)
+        return compute.Admission(wl.created_unix, wait, self.cluster_queue_of(wl))
+
+    def workload_team(self, wl: WorkloadInfo) -> str:
+        return compute.team_of(wl.labels, wl.namespace, self.kube.namespace_labels,
+                               self.config.team_label)
+
+    def cluster_queue_of(self, wl: WorkloadInfo) -> str:
+        """The ClusterQueue that admitted it, else its LocalQueue's ("" if unknown)."""
+        if wl.cluster_queue:
+            return wl.cluster_queue
+        lq = self.kube.local_queues.get((wl.namespace, wl.local_queue))
+        return lq.cluster_queue if lq else ""
 
     def _bottlenecks(self, now: float, states: Sequence[compute.DeviceState]) -> None:
         window = self.config.bottleneck_window
@@ -529,7 +578,9 @@ class Exporter:
 
         try:
             warehouse.add_pods(list(self.kube.pods.values()), now, self._team,
-                               lambda p: gpu_model(p, nodes), self._allocation)
+                               lambda p: gpu_model(p, nodes), self._allocation,
+                               self.admission_of)
+            warehouse.add_quotas(self.kube.cluster_queues.values(), now)
             await asyncio.get_running_loop().run_in_executor(self._warehouse_thread, write)
         except Exception as exc:
             self.warehouse_error = f"{type(exc).__name__}: {exc}"
@@ -598,4 +649,8 @@ class Exporter:
             catalog=self.catalog,
             allocation=(self.config.allocation.label or self.config.allocation.annotation)
             if self.config.allocation.enabled else None,
+            kueue=bool(self.kube.kueue),
+            workloads=[QueuedWorkload(w, self.workload_team(w), self.cluster_queue_of(w))
+                       for w in self.kube.workloads.values()],
+            cluster_queues=dict(self.kube.cluster_queues),
         )

@@ -78,6 +78,11 @@ class Totals:
     """Allocation value ("" for none) -> cost of the GPU time its pods held."""
     queue_hist: dict[tuple[str, str, str], WaitHistogram] = field(default_factory=dict)
     """Queue waits of scheduled pods by (namespace, team, GPU model), each pod once."""
+    admission_hist: dict[tuple[str, str, str, str], WaitHistogram] = field(default_factory=dict)
+    """Kueue admission waits by (ClusterQueue, LocalQueue, namespace, team), each
+    admission once."""
+    admitted: dict[str, float] = field(default_factory=dict)
+    """Workload uid -> the admission last observed (a requeued one is admitted again)."""
     waited: set[str] = field(default_factory=set)
     ended: collections.deque[str] = field(default_factory=collections.deque)
     """Pods gone from the cluster, oldest first: the per-pod sums of the last
@@ -95,6 +100,13 @@ class Totals:
             return
         self.waited.add(uid)
         self.queue_hist.setdefault(key, WaitHistogram()).observe(seconds)
+
+    def observe_admission(self, uid: str, admitted: float, key: tuple[str, str, str, str],
+                          seconds: float) -> None:
+        if self.admitted.get(uid) == admitted:
+            return
+        self.admitted[uid] = admitted
+        self.admission_hist.setdefault(key, WaitHistogram()).observe(seconds)
 
     def add(self, rows: Sequence[compute.UsageRow]) -> None:
         if rows:

@@ -514,7 +514,7 @@ def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Scenari
         raise ScenarioError(_format_error(source, exc)) from None
 
 
-EMBEDDED = ("default", "fleet", "europe")
+EMBEDDED = ("default", "fleet", "europe", "kueue")
 """Scenarios shipped in the package, loadable by name."""
 
 

@@ -125,10 +125,13 @@ def test_probes_and_graceful_shutdown(objects: Objects) -> None:
 
 def test_rbac_is_read_only(objects: Objects) -> None:
     rules = objects["ClusterRole"]["rules"]
+    readable = {"": {"pods", "nodes", "namespaces"},
+                "kueue.x-k8s.io": {"workloads", "clusterqueues", "localqueues"}}
     for rule in rules:
-        assert rule["apiGroups"] == [""]
+        (group,) = rule["apiGroups"]
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
-        assert set(rule["resources"]) <= {"pods", "nodes", "namespaces"}
+        assert set(rule["resources"]) <= readable[group]
+    assert {g for r in rules for g in r["apiGroups"]} == set(readable)
     (subject,) = objects["ClusterRoleBinding"]["subjects"]
     assert subject["name"] == objects["ServiceAccount"]["metadata"]["name"]
     assert objects["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"] == \

@@ -64,7 +64,7 @@ def _values(result: list[object]) -> list[tuple[str, str]]:
 
 @pytest.mark.timeout(240)
 async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path: Path) -> None:
-    sim = SimulatorServer(load_scenario("default"))
+    sim = SimulatorServer(load_scenario("kueue"))  # the default, with Kueue
     await sim.start()
     procs: list[asyncio.subprocess.Process] = []
     try:
@@ -83,7 +83,8 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
         async with aiohttp.ClientSession() as s:
             await asyncio.sleep(3)  # the exporter's first cycles, before the faults
             await post_faults(s, api)
-            for workload in ("jupyter", "scratch"):  # pods scheduled while it watches
+            # pods scheduled while it watches; a Job Kueue admits (ranking's A100 quota)
+            for workload in ("jupyter", "scratch", "ranker-train"):
                 sim.cluster.submit(workload)
             for _ in range(3):
                 await sim.advance(sim.cluster.step)

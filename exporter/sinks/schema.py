@@ -169,13 +169,19 @@ GPU_PODS = Table(
         _c("scheduled", TIMESTAMP, "When PodScheduled turned true."),
         _c("finished", TIMESTAMP, "When it ended: its containers' end, else its deletion "
            "(deletionTimestamp, else when the exporter saw it gone)."),
-        _c("queue_wait_seconds", FLOAT, "scheduled - created."),
+        _c("queue_wait_seconds", FLOAT, "scheduled - queued: the wait before admission "
+           "included."),
         _c("reason", STRING, "Termination reason (Terminated for a spot preemption)."),
         _c("priority", INTEGER, "Pod priority."),
         _c("priority_class", STRING, "PriorityClass name."),
         _c("queue", STRING, "Kueue queue name."),
         _c("updated", TIMESTAMP, "When this state was observed.", True),
         _c("allocation", STRING, _ALLOCATION),
+        _c("queued", TIMESTAMP, "When its wait began: its creation, or, for a pod of a Job "
+           "Kueue queued, its Workload's (the Job's submission)."),
+        _c("admission_wait_seconds", FLOAT, "Kueue: its Workload's creation (or last "
+           "requeue) to admission; null for a pod Kueue did not queue."),
+        _c("cluster_queue", STRING, "Kueue ClusterQueue that admitted its Workload."),
     ),
     partition_by="updated",
     cluster_by=("cluster", "namespace", "team"),
@@ -199,5 +205,23 @@ AVAILABILITY_EVENTS = Table(
     cluster_by=("cluster", "node_pool"),
 )
 
-TABLES = (GPU_USAGE, GPU_PODS, AVAILABILITY_EVENTS)
+KUEUE_QUOTAS = Table(
+    "kueue_quotas",
+    "One row per Kueue ClusterQueue and GPU flavor each day, and whenever its quota "
+    "changes: its latest row (by updated) is its quota.",
+    (
+        _c("id", STRING, "Hash of cluster, ClusterQueue, flavor, quota and day.", True),
+        _c("cluster", STRING, "Cluster name.", True),
+        _c("cluster_queue", STRING, "Kueue ClusterQueue.", True),
+        _c("cohort", STRING, "Its cohort (spec.cohortName); empty for none."),
+        _c("flavor", STRING, "ResourceFlavor with an nvidia.com/gpu quota."),
+        _c("nominal_gpus", FLOAT, "nominalQuota of nvidia.com/gpu."),
+        _c("borrowing_limit_gpus", FLOAT, "borrowingLimit; null: none set."),
+        _c("updated", TIMESTAMP, "When this quota was observed.", True),
+    ),
+    partition_by="updated",
+    cluster_by=("cluster", "cluster_queue"),
+)
+
+TABLES = (GPU_USAGE, GPU_PODS, AVAILABILITY_EVENTS, KUEUE_QUOTAS)
 BY_NAME = {t.name: t for t in TABLES}

@@ -58,8 +58,8 @@ import duckdb
 
 from exporter import duck
 from exporter.bottleneck import CLOCK_REASONS
-from exporter.compute import XID, DeviceIdentity, UsageRow
-from exporter.records import DELETED, PodInfo
+from exporter.compute import XID, Admission, DeviceIdentity, UsageRow
+from exporter.records import DELETED, ClusterQueueInfo, PodInfo
 from exporter.sinks import outbox
 from exporter.sinks.batch_files import Encoded, at, literal, read_csv, write_csv, write_parquet
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
@@ -69,6 +69,7 @@ from exporter.sinks.schema import (
     FIELDS,
     GPU_PODS,
     GPU_USAGE,
+    KUEUE_QUOTAS,
     TABLES,
     Column,
     Table,
@@ -365,6 +366,8 @@ class Warehouse:
         self._pod_signatures: dict[str, tuple[Any, ...]] = {}
         self._pod_models: dict[str, str] = {}
         self._events: list[dict[str, Any]] = []
+        self._quotas: dict[str, dict[str, Any]] = {}
+        self._quota_signatures: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.rows_written: dict[str, int] = defaultdict(int)
         self.rows_removed: dict[tuple[str, str], int] = {
             (GPU_USAGE.name, "rolled_up"): 0, (GPU_USAGE.name, "unstaged"): 0,
@@ -524,7 +527,8 @@ class Warehouse:
     def add_pods(self, pods: Iterable[PodInfo], now: float,
                  team_of: Callable[[PodInfo], str],
                  model_of: Callable[[PodInfo], str] = lambda p: p.accelerator or "",
-                 allocation_of: Callable[[PodInfo], str] = lambda p: "") -> None:
+                 allocation_of: Callable[[PodInfo], str] = lambda p: "",
+                 admission_of: Callable[[PodInfo], Admission | None] = lambda p: None) -> None:
         """Buffer a row for each GPU pod whose state changed. ``model_of`` gives its GPU
         model (its selector's, else its node's); a pod keeps the last model known for it
         once its node is gone."""
@@ -536,7 +540,9 @@ class Warehouse:
                 continue  # unchanged since it was last written
             self._pod_signatures[p.uid] = signature
             model = self._pod_models[p.uid] = model_of(p) or self._pod_models.get(p.uid, "")
-            wait = None if p.scheduled_unix is None else p.scheduled_unix - p.created_unix
+            kueue = admission_of(p)
+            queued = min(p.created_unix, kueue.queued_unix) if kueue else p.created_unix
+            wait = None if p.scheduled_unix is None else p.scheduled_unix - queued
             self._pods[p.uid] = {
                 "id": row_id(self.cluster, p.uid, *signature), "cluster": self.cluster,
                 "pod_uid": p.uid, "namespace": p.namespace, "pod": p.name,
@@ -546,7 +552,26 @@ class Warehouse:
                 "scheduled": _ts(p.scheduled_unix), "finished": _ts(p.finished_unix),
                 "queue_wait_seconds": wait, "reason": p.reason, "priority": p.priority,
                 "priority_class": p.priority_class, "queue": p.queue, "updated": _ts(now),
-                "allocation": allocation_of(p) or None}
+                "allocation": allocation_of(p) or None, "queued": _ts(queued),
+                "admission_wait_seconds": kueue.wait_seconds if kueue else None,
+                "cluster_queue": (kueue.cluster_queue or None) if kueue else None}
+
+    @_locked
+    def add_quotas(self, queues: Iterable[ClusterQueueInfo], now: float) -> None:
+        """Buffer a row for each ClusterQueue GPU flavor whose quota changed, or that has
+        no row of this UTC day yet (so the last quota outlives the retention)."""
+        day = now - now % DAY
+        for q in queues:
+            for flavor, f in q.flavors.items():
+                signature = (q.cohort, f.nominal_gpus, f.borrowing_limit_gpus, day)
+                if self._quota_signatures.get((q.name, flavor)) == signature:
+                    continue
+                self._quota_signatures[q.name, flavor] = signature
+                self._quotas[f"{q.name}/{flavor}"] = {
+                    "id": row_id(self.cluster, q.name, flavor, *signature),
+                    "cluster": self.cluster, "cluster_queue": q.name, "cohort": q.cohort,
+                    "flavor": flavor, "nominal_gpus": f.nominal_gpus,
+                    "borrowing_limit_gpus": f.borrowing_limit_gpus, "updated": _ts(now)}
 
     @_locked
     def finish_vanished(self, present: Collection[str], now: float) -> int:
@@ -776,6 +801,9 @@ class Warehouse:
         if self._events:
             self._append(AVAILABILITY_EVENTS, "SELECT * FROM _batch", batch=self._events)
             self._events.clear()
+        if self._quotas:
+            self._append(KUEUE_QUOTAS, "SELECT * FROM _batch", batch=self._quotas.values())
+            self._quotas.clear()
 
     def _write_usage(self, now: float) -> None:
         """Aggregate every staged interval that ended by ``now`` into its day's table, a day

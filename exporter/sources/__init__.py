@@ -1,11 +1,11 @@
 """The sources: each reads one outside system and hands on records (``exporter.records``),
 never its wire format.
 
-The cluster's nodes, pods and namespaces come from a ``ClusterSource``
-(``kube.KubeSource``: list and watch). The GPU readings come from one ``ReadingSource``:
-``dcgm.DcgmSource`` scrapes each node's dcgm-exporter, ``prometheus_api.PrometheusApiSource``
-asks a Prometheus that scrapes them, and ``cloud_monitoring.CloudMonitoringSource`` reads
-what GKE keeps in Cloud Monitoring.
+The cluster's nodes, pods and namespaces (and Kueue's Workloads and queues, where Kueue
+runs: ``kueue``) come from a ``ClusterSource`` (``kube.KubeSource``: list and watch). The
+GPU readings come from one ``ReadingSource``: ``dcgm.DcgmSource`` scrapes each node's
+dcgm-exporter, ``prometheus_api.PrometheusApiSource`` asks a Prometheus that scrapes them,
+and ``cloud_monitoring.CloudMonitoringSource`` reads what GKE keeps in Cloud Monitoring.
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ from typing import Protocol
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
 from exporter.health import KubeHealth, WatchStats
-from exporter.records import NodeInfo, PodInfo, TargetScrape
+from exporter.records import (
+    ClusterQueueInfo,
+    LocalQueueInfo,
+    NodeInfo,
+    PodInfo,
+    TargetScrape,
+    WorkloadInfo,
+)
 
 Failure = SourceUnavailable | SourceTimeout | SourceDataError
 """How a target fails: no answer, no answer in time, or an answer with nothing usable."""
@@ -55,6 +62,22 @@ class ClusterSource(KubeHealth, Protocol):
     @property
     def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
         """Namespace -> its labels."""
+
+    @property
+    def workloads(self) -> Mapping[str, WorkloadInfo]:
+        """Kueue Workload UID -> workload (empty without Kueue)."""
+
+    @property
+    def cluster_queues(self) -> Mapping[str, ClusterQueueInfo]:
+        """Kueue ClusterQueue name -> queue."""
+
+    @property
+    def local_queues(self) -> Mapping[tuple[str, str], LocalQueueInfo]:
+        """(namespace, name) -> Kueue LocalQueue."""
+
+    @property
+    def kueue(self) -> bool | None:
+        """Whether the cluster serves Kueue's API; None until asked."""
 
     @property
     def synced(self) -> Mapping[str, asyncio.Event]:

@@ -34,15 +34,29 @@ from exporter.backoff import Backoff
 from exporter.errors import SourceDataError, SourceError, SourceTimeout, SourceUnavailable
 from exporter.health import WatchStats
 from exporter.logs import Episodes, ctx
-from exporter.records import DELETED, NodeInfo, PodInfo
+from exporter.records import (
+    DELETED,
+    ClusterQueueInfo,
+    LocalQueueInfo,
+    NodeInfo,
+    PodInfo,
+    WorkloadInfo,
+)
+from exporter.sources import kueue
 from exporter.sources.kube_client import CredentialError, KubeClient
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
-PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces"}
+PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces",
+         **{k: f"/apis/{kueue.GROUP_VERSION}/{k}"
+            for k in ("workloads", "clusterqueues", "localqueues")}}
 """Each kind's collection, at the cluster scope."""
+KUEUE_KINDS = ("workloads", "clusterqueues", "localqueues")
+"""Watched when Kueue's API is served (its CRDs installed)."""
+KUEUE_PROBE_INTERVAL = 600.0
+"""How often a cluster without Kueue is asked again whether it has it now."""
 
 
 def _ts(value: str | None) -> float | None:
@@ -179,6 +193,17 @@ class KubeSource:
         """When each kind last heard from the API (a list, a watch event or bookmark, a
         watch the server ended), on ``clock``; absent before its first list."""
         self._tasks: list[asyncio.Task[None]] = []
+        self.workloads: dict[str, WorkloadInfo] = {}
+        """Kueue's Workloads by uid (empty without Kueue)."""
+        self.cluster_queues: dict[str, ClusterQueueInfo] = {}
+        self.local_queues: dict[tuple[str, str], LocalQueueInfo] = {}
+        self.kueue: bool | None = None
+        """Whether the cluster serves Kueue's API; None until asked."""
+        self._paths = dict(PATHS)
+        """Each kind's collection (Kueue's at the version the cluster serves)."""
+        self._kueue_asked = asyncio.Event()
+        self.rejected_objects: dict[str, int] = {}
+        """Objects of a kind skipped because they could not be read, by kind."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -187,7 +212,59 @@ class KubeSource:
             asyncio.create_task(self._run("nodes", self._apply_node)),
             asyncio.create_task(self._run("pods", self._apply_pod)),
             asyncio.create_task(self._run("namespaces", self._apply_namespace)),
+            asyncio.create_task(self._find_kueue()),
         ]
+
+    async def _find_kueue(self) -> None:
+        """Watch Kueue's Workloads and queues once its API is served (``v1beta2``, else the
+        ``v1beta1`` of Kueue before 0.15); ask again every ``KUEUE_PROBE_INTERVAL`` while it
+        is not (absent Kueue, nothing else changes), sooner after an answer that says
+        neither."""
+        backoff = self._backoff()
+        while True:
+            found: str | None = None
+            unknown: str | None = None
+            for version in kueue.GROUP_VERSIONS:
+                try:
+                    resp = await self._api.get(f"/apis/{version}",
+                                               total_seconds=self._request_timeout)
+                    status = resp.status
+                    resp.release()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    unknown = _translate("workloads", "discover", exc,
+                                         self._request_timeout).reason
+                    break
+                if status == 200:
+                    found = version
+                    break
+                if status != 404:
+                    unknown = f"HTTP {status}"
+                    break
+            self._kueue_asked.set()   # the view goes on, with or without Kueue
+            if unknown is not None:
+                self._episodes.failed(("kueue", "discovery"), self._clock(),
+                                      "kueue discovery failed", error=unknown)
+                await asyncio.sleep(backoff.next())
+                continue
+            self._episodes.recovered(("kueue", "discovery"), self._clock(),
+                                     "kueue discovery recovered")
+            if found is None:
+                self.kueue = False
+                await asyncio.sleep(KUEUE_PROBE_INTERVAL)
+                continue
+            self.kueue = True
+            for kind in KUEUE_KINDS:
+                self._paths[kind] = f"/apis/{found}/{kind}"
+                self.stats[kind] = WatchStats()
+                self.synced[kind] = asyncio.Event()
+                self.up[kind] = False
+                self.resource_versions[kind] = 0
+            self._tasks += [asyncio.create_task(self._run(k, self._apply_kueue(k)))
+                            for k in KUEUE_KINDS]
+            log.info("kueue found: watching its workloads and queues", extra=ctx(api=found))
+            return
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -198,8 +275,10 @@ class KubeSource:
         self._tasks = []
 
     async def wait_synced(self) -> None:
-        """Return once every kind has been listed at least once."""
-        for ev in self.synced.values():
+        """Return once every kind has been listed at least once (Kueue's too, when the
+        cluster has it)."""
+        await self._kueue_asked.wait()
+        for ev in list(self.synced.values()):
             await ev.wait()
 
     def age(self, kind: str) -> float | None:
@@ -237,9 +316,51 @@ class KubeSource:
         else:
             self.namespace_labels[name] = dict(obj["metadata"].get("labels") or {})
 
+    def _kueue_object(self, kind: str, obj: Obj) -> tuple[Any, Any] | None:
+        """(key, record) of a Kueue object; None (counted, logged once) if unreadable."""
+        try:
+            if kind == "workloads":
+                w = kueue.workload_info(obj)
+                return w.uid, w
+            if kind == "clusterqueues":
+                q = kueue.cluster_queue_info(obj)
+                return q.name, q
+            lq = kueue.local_queue_info(obj)
+            return (lq.namespace, lq.name), lq
+        except (SourceDataError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            self.rejected_objects[kind] = self.rejected_objects.get(kind, 0) + 1
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            self._episodes.failed((kind, "object"), self._clock(), "kubernetes object skipped",
+                                  resource=kind, name=str(name), error=str(exc)[:300])
+            return None
+
+    def _kueue_table(self, kind: str) -> dict[Any, Any]:
+        tables: dict[str, dict[Any, Any]] = {
+            "workloads": self.workloads, "clusterqueues": self.cluster_queues,
+            "localqueues": self.local_queues}
+        return tables[kind]
+
+    def _apply_kueue(self, kind: str) -> Callable[[str, Obj], None]:
+        def apply(etype: str, obj: Obj) -> None:
+            got = self._kueue_object(kind, obj)
+            if got is None:
+                return
+            table = self._kueue_table(kind)
+            if etype == "DELETED":
+                table.pop(got[0], None)
+            else:
+                table[got[0]] = got[1]
+        return apply
+
     def _replace(self, kind: str, items: list[Obj]) -> None:
         """A fresh list replaces the store; objects gone from it count as deleted."""
-        if kind == "pods":
+        if kind in KUEUE_KINDS:
+            table = self._kueue_table(kind)
+            fresh = dict(got for o in items if (got := self._kueue_object(kind, o)))
+            table.clear()
+            table.update(fresh)
+        elif kind == "pods":
             fresh = {}
             for obj in items:
                 info = pod_info(obj, self._annotations)
@@ -290,7 +411,7 @@ class KubeSource:
                 await asyncio.sleep(delay)
 
     async def _list(self, kind: str) -> str:
-        resp = await self._api.get(PATHS[kind], total_seconds=self._request_timeout)
+        resp = await self._api.get(self._paths[kind], total_seconds=self._request_timeout)
         if resp.status != 200:
             raise await _http_error(kind, "list", resp)
         try:
@@ -315,7 +436,7 @@ class KubeSource:
                       "timeoutSeconds": str(int(self._watch_timeout))}
             try:  # the watchdog covers the request too: a stalled server hangs it
                 async with asyncio.timeout(self._watchdog):
-                    resp = await self._api.get(PATHS[kind], params,
+                    resp = await self._api.get(self._paths[kind], params,
                                                total_seconds=self._watch_timeout + 30)
             except TimeoutError:
                 stats.watchdog_relists += 1

@@ -18,6 +18,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from exporter import compute
+from exporter.records import ClusterQueueInfo, FlavorQuota
 from exporter.sinks.warehouse import Warehouse
 from tests.exporter.test_compute import PRICE, node, pod, reading
 
@@ -65,8 +66,14 @@ def build_warehouse(path: Path, cluster: str = "c", weeks: int = 2) -> Path:
                  pod(uid="uid-h", namespace=HOSTILE, name=HOSTILE, workload=HOSTILE,
                      created_unix=W46 + 8 * 86400, scheduled_unix=W46 + 8 * 86400 + 60,
                      labels={"team": HOSTILE})],
-                W46 + 9 * 86400, lambda p: p.labels.get("team", "alpha"))
+                W46 + 9 * 86400, lambda p: p.labels.get("team", "alpha"),
+                # the training pod's Job waited 15 minutes for Kueue, then 10 for a node
+                admission_of=lambda p: compute.Admission(p.created_unix - 900, 900.0,
+                                                         "research")
+                if p.uid == "uid-a" else None)
     wh.add_event("n1", "p", "GPU-free", "xid", W46 + 10 * 86400, W46 + 10 * 86400 + 1800)
+    wh.add_quotas([ClusterQueueInfo("research", "", {"nvidia-l4": FlavorQuota(2, None, 1, 0)},
+                                    0, 1)], W46 + 9 * 86400)
     wh.flush(W46 + 14 * 86400)
     wh.close()
     return path

@@ -137,11 +137,13 @@ def test_idle_offenders_rank_by_idle_gpu_hours_under_a_utilisation_ceiling() -> 
     assert list(figures.idle_offenders_of(ws).pod) == ["notebook", "dear", "small"]
 
 
-def _queue(*rows: tuple[str, str, float, float]) -> pd.DataFrame:
-    """(team, model, p90 wait s, pending GPU-hours) as ``figures.queue`` gives them."""
-    return pd.DataFrame([(t, m, 10, p90 / 2, p90, p90, pending) for t, m, p90, pending in rows],
+def _queue(*rows: tuple[Any, ...]) -> pd.DataFrame:
+    """(team, model, p90 wait s, pending GPU-hours[, share of the wait for Kueue's
+    admission]) as ``figures.queue`` gives them."""
+    return pd.DataFrame([(t, m, 10, p90 / 2, p90, p90, pending, share[0] if share else np.nan)
+                         for t, m, p90, pending, *share in rows],
                         columns=["team", "gpu_model", "pods", "p50_seconds", "p90_seconds",
-                                 "p99_seconds", "pending_gpu_hours"])
+                                 "p99_seconds", "pending_gpu_hours", "admission_share"])
 
 
 IDLE_H100 = pd.DataFrame([("h100", "nvidia-h100-80gb", "on-demand", 100.0, 1000.0)],
@@ -170,7 +172,16 @@ SLA = pd.DataFrame([("h100", "nvidia-h100-80gb", 0.99, 0.995, 8.0, -1.0, False),
     (NO_POOL, _queue(("a", "nvidia-h100-80gb", 22 * 3600, 300), ("b", "nvidia-l4", 60, 0)),
      [("add capacity", None, 300 * 10.0), ("move batch Jobs to spot", 50.0, None),
       ("right-size workloads", 20.0, None)]),
-], ids=["idle pool", "idle pool while its model queues", "pool too small"])
+    # idle GPUs while Kueue held the Jobs for quota: the quota is the fix, not the pool
+    (IDLE_H100, _queue(("a", "nvidia-h100-80gb", 22 * 3600, 300, 0.9)),
+     [("raise the Kueue quota", None, None),
+      ("move batch Jobs to spot", 50.0, None), ("right-size workloads", 20.0, None)]),
+    # Kueue waits a little, the nodes most: still the pool
+    (IDLE_H100, _queue(("a", "nvidia-h100-80gb", 22 * 3600, 300, 0.2)),
+     [("let the waiting pods use this pool", None, None),
+      ("move batch Jobs to spot", 50.0, None), ("right-size workloads", 20.0, None)]),
+], ids=["idle pool", "idle pool while its model queues", "pool too small",
+        "idle pool while Kueue holds Jobs for quota", "Kueue admits, the nodes lack"])
 def test_what_to_do_reconciles_levers_with_queues(unallocated: pd.DataFrame,
                                                   queue: pd.DataFrame,
                                                   expected: list[tuple[Any, ...]]) -> None:

@@ -140,7 +140,9 @@ def test_csvs_concatenate_across_weeks_and_clusters(small_warehouse: Path,
             store.close()
         render.write(r, tmp_path / label)
         weeks[label] = r
-    for name in weeks["2026-W47"].tables:
+    # the Kueue table only where a week has pods Kueue admitted (the second one here)
+    assert weeks["2026-W47"].tables.keys() - weeks["2026-W46"].tables.keys() == {"kueue"}
+    for name in weeks["2026-W46"].tables:
         files = [(tmp_path / label / f"{name}.csv").read_text() for label in weeks]
         headers = {f.splitlines()[0] for f in files}
         assert len(headers) == 1 and headers.pop().startswith("week,cluster,")

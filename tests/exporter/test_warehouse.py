@@ -337,12 +337,14 @@ def test_a_file_from_before_the_allocation_columns_is_brought_up_to_date(
     wh.add_pods([pod()], 60.0, lambda p: "team-x")
     wh.flush(90.0)   # [60, 120) stays staged
     wh.close()
-    con = duck.connect(path)   # the file as the earlier release left it
-    for (table,) in con.execute("SELECT table_name FROM duckdb_columns() WHERE "
-                                "column_name = 'allocation' AND NOT internal").fetchall():
-        if table in {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()"
-                                               ).fetchall()}:
-            con.execute(f"ALTER TABLE {table} DROP COLUMN allocation")
+    con = duck.connect(path)   # the file as the release before them left it
+    base = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    for table in base:
+        schema = next((t for t in TABLES if t.name == table or
+                       (t.name == "gpu_usage" and table.startswith("gpu_usage"))), None)
+        if schema is not None and "allocation" in schema.names:
+            for column in schema.names[schema.names.index("allocation"):]:
+                con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     for staged in (tmp_path / "w.duckdb.staging").glob("*.parquet"):
         old = duck.quote(str(staged))
         con.execute(f"COPY (SELECT * EXCLUDE (allocation) FROM read_parquet({old})) "

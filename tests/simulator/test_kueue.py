@@ -191,3 +191,34 @@ async def test_kubectl_lists_workloads_and_queues(make_server: Callable[..., Any
         ("team-a", "research", "research"), ("team-b", "batch", "batch")}
     out = await kubectl(config, "get", "cq", "research", "-o", "jsonpath={.spec.cohortName}")
     assert out == "gpus"
+
+
+async def test_kubernetes_asyncio_lists_and_watches_workloads(make_server: Callable[..., Any],
+                                                              tmp_path: Path) -> None:
+    from kubernetes_asyncio import client, config, watch
+
+    sim: SimulatorServer = await make_server(kueue_scenario())
+    sim.cluster.submit("train", run_seconds=3600)
+    kubeconfig = sim.write_outputs(tmp_path).kubeconfig
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    async with api:
+        custom = client.CustomObjectsApi(api)
+        listed = await custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2",
+                                                         "workloads")
+        assert [w["spec"]["queueName"] for w in listed["items"]] == ["research"]
+        queues = await custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2",
+                                                         "clusterqueues")
+        assert {q["metadata"]["name"] for q in queues["items"]} == {"research", "batch"}
+        sim.cluster.submit("half", run_seconds=600)
+        await sim.advance(sim.cluster.step)
+        seen = []
+        async with watch.Watch().stream(
+                custom.list_namespaced_custom_object, "kueue.x-k8s.io", "v1beta2", "team-b",
+                "workloads", resource_version=listed["metadata"]["resourceVersion"],
+                timeout_seconds=2) as stream:
+            async for event in stream:
+                seen.append((event["type"], event["object"]["spec"]["queueName"]))
+                break
+        assert seen == [("ADDED", "batch")]
+    out = await kubectl(kubeconfig, "get", "workloads,clusterqueues", "-A")
+    assert "workload.kueue.x-k8s.io/" in out and "clusterqueue.kueue.x-k8s.io/research" in out

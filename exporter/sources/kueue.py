@@ -1,0 +1,125 @@
+"""Kueue's objects as the exporter keeps them: Workloads, ClusterQueues and LocalQueues of
+``kueue.x-k8s.io/v1beta2`` (served since Kueue 0.15, the storage version since 0.16), read
+with the v1beta1 names where they differ (``cohort``, ``flavorUsage``,
+``priorityClassName``), so that a cluster on an older Kueue reads the same.
+
+A Workload's wait, as Kueue measures it (``QueuedWaitTime``), runs from its creation, or
+from its ``Requeued`` condition's transition (an eviction), to its ``Admitted`` condition's
+(quota reserved and every admission check ready).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from exporter.errors import SourceDataError
+from exporter.records import ClusterQueueInfo, FlavorQuota, LocalQueueInfo, WorkloadInfo
+
+Obj = dict[str, Any]
+GROUP_VERSION = "kueue.x-k8s.io/v1beta2"
+GROUP_VERSIONS = (GROUP_VERSION, "kueue.x-k8s.io/v1beta1")
+"""The versions asked for, in order: v1beta2 (Kueue 0.15 and later), v1beta1 (before)."""
+GPU = "nvidia.com/gpu"
+ACCELERATOR = "cloud.google.com/gke-accelerator"
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?)(m|k|Ki|M|Mi|G|Gi)?$")
+_SCALE = {None: 1.0, "m": 1e-3, "k": 1e3, "Ki": 1024.0, "M": 1e6, "Mi": 1024.0 ** 2,
+          "G": 1e9, "Gi": 1024.0 ** 3}
+
+
+def _ts(value: object) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def quantity(value: object, what: str) -> float:
+    """A Kubernetes quantity (``8``, ``"8"``, ``"500m"``, ``"2Ki"``) as a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    m = _QUANTITY.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise SourceDataError("kubernetes", what, f"not a quantity: {value!r}")
+    return float(m.group(1)) * _SCALE[m.group(2)]
+
+
+def _conditions(status: Obj) -> dict[str, Obj]:
+    return {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+
+
+def _true_since(conditions: dict[str, Obj], kind: str) -> float | None:
+    c = conditions.get(kind)
+    return _ts(c.get("lastTransitionTime")) if c and c.get("status") == "True" else None
+
+
+def workload_info(obj: Obj) -> WorkloadInfo:
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    name = f"{meta.get('namespace', '')}/{meta['name']}"
+    conditions = _conditions(status)
+    created = _ts(meta.get("creationTimestamp")) or 0.0
+    requeued = conditions.get("Requeued")
+    queued = (_ts(requeued.get("lastTransitionTime")) if requeued else None) or created
+    gpus = 0.0
+    accelerator = None
+    labels: dict[str, str] = {}
+    for i, ps in enumerate(spec.get("podSets") or []):
+        pod_spec = (ps.get("template") or {}).get("spec") or {}
+        per_pod = 0.0
+        for c in pod_spec.get("containers") or []:
+            res = c.get("resources") or {}
+            want = (res.get("limits") or {}).get(GPU) or (res.get("requests") or {}).get(GPU)
+            per_pod += quantity(want, f"workload {name}") if want is not None else 0.0
+        gpus += per_pod * int(ps.get("count", 1))
+        accelerator = accelerator or (pod_spec.get("nodeSelector") or {}).get(ACCELERATOR)
+        if i == 0:
+            labels = dict(((ps.get("template") or {}).get("metadata") or {}).get("labels") or {})
+    owners = meta.get("ownerReferences") or []
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
+    ref = spec.get("priorityClassRef") or {}
+    return WorkloadInfo(
+        uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta["name"],
+        local_queue=str(spec.get("queueName") or ""),
+        cluster_queue=(status.get("admission") or {}).get("clusterQueue") or None,
+        created_unix=created, queued_unix=queued,
+        admitted_unix=_true_since(conditions, "Admitted"),
+        finished_unix=_true_since(conditions, "Finished"),
+        gpus=round(gpus), accelerator=accelerator, priority=int(spec.get("priority") or 0),
+        priority_class=str(ref.get("name") or spec.get("priorityClassName") or ""),
+        owner_kind=str(owner.get("kind") or ""), owner_name=str(owner.get("name") or ""),
+        labels=labels)
+
+
+def cluster_queue_info(obj: Obj) -> ClusterQueueInfo:
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    what = f"clusterqueue {meta['name']}"
+    used: dict[str, tuple[float, float]] = {}
+    for f in status.get("flavorsUsage") or []:
+        for r in f.get("resources") or []:
+            if r.get("name") == GPU:
+                used[f["name"]] = (quantity(r.get("total", 0), what),
+                                   quantity(r.get("borrowed", 0), what))
+    flavors = {}
+    for group in spec.get("resourceGroups") or []:
+        for f in group.get("flavors") or []:
+            for r in f.get("resources") or []:
+                if r.get("name") != GPU:
+                    continue
+                limit = r.get("borrowingLimit")
+                total, borrowed = used.get(f["name"], (0.0, 0.0))
+                flavors[f["name"]] = FlavorQuota(
+                    quantity(r.get("nominalQuota", 0), what),
+                    None if limit is None else quantity(limit, what), total, borrowed)
+    return ClusterQueueInfo(
+        name=meta["name"], cohort=str(spec.get("cohortName") or spec.get("cohort") or ""),
+        flavors=flavors, pending_workloads=int(status.get("pendingWorkloads") or 0),
+        admitted_workloads=int(status.get("admittedWorkloads") or 0))
+
+
+def local_queue_info(obj: Obj) -> LocalQueueInfo:
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    return LocalQueueInfo(
+        namespace=meta.get("namespace", ""), name=meta["name"],
+        cluster_queue=str(spec.get("clusterQueue") or ""),
+        pending_workloads=int(status.get("pendingWorkloads") or 0),
+        admitted_workloads=int(status.get("admittedWorkloads") or 0))
