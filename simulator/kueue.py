@@ -332,14 +332,17 @@ class KueueState:
             "metadata": {"name": cq.name, "uid": uuid_str(self.seed, key("cq/" + cq.name)),
                          "creationTimestamp": _ts(self.start), "generation": 1},
             "spec": spec,
-            "status": {"pendingWorkloads": pending, "reservingWorkloads": admitted,
-                       "admittedWorkloads": admitted, "flavorsReservation": usage,
-                       "flavorsUsage": usage,
-                       "conditions": [{"type": "Active", "status": "True", "reason": "Ready",
-                                       "message": "Can admit new workloads",
-                                       "lastTransitionTime": _ts(self.start),
-                                       "observedGeneration": 1}]},
+            "status": self._queue_status(pending, admitted, usage, "Can admit new workloads"),
         }
+
+    def _queue_status(self, pending: int, admitted: int, usage: list[Obj], ready: str) -> Obj:
+        """A ClusterQueue's or LocalQueue's status: counts, GPU usage, Active since start."""
+        return {"pendingWorkloads": pending, "reservingWorkloads": admitted,
+                "admittedWorkloads": admitted, "flavorsReservation": usage,
+                "flavorsUsage": usage,
+                "conditions": [{"type": "Active", "status": "True", "reason": "Ready",
+                                "message": ready, "lastTransitionTime": _ts(self.start),
+                                "observedGeneration": 1}]}
 
     def local_queue_object(self, lq: LocalQueue) -> Obj:
         def mine(w: QueuedWorkload) -> bool:
@@ -360,13 +363,8 @@ class KueueState:
                          "uid": uuid_str(self.seed, key(f"lq/{lq.namespace}/{lq.name}")),
                          "creationTimestamp": _ts(self.start), "generation": 1},
             "spec": {"clusterQueue": lq.cluster_queue, "stopPolicy": "None"},
-            "status": {"pendingWorkloads": pending, "reservingWorkloads": admitted,
-                       "admittedWorkloads": admitted, "flavorsReservation": usage,
-                       "flavorsUsage": usage,
-                       "conditions": [{"type": "Active", "status": "True", "reason": "Ready",
-                                       "message": "Can submit new workloads to localQueue",
-                                       "lastTransitionTime": _ts(self.start),
-                                       "observedGeneration": 1}]},
+            "status": self._queue_status(pending, admitted, usage,
+                                         "Can submit new workloads to localQueue"),
         }
 
     # ------------------------------------------------------------------ Kueue's metrics
