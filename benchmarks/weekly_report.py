@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from exporter import duck
-from exporter.sinks.schema import AVAILABILITY_EVENTS, GPU_PODS, GPU_USAGE
+from exporter.sinks.schema import TABLES
 from exporter.sinks.warehouse import CURRENT_PODS_VIEW
 
 START = "2026-11-16 00:00:00+00"
@@ -27,35 +27,47 @@ MODELS = "['nvidia-h100-80gb', 'nvidia-tesla-a100', 'nvidia-l4', 'nvidia-tesla-t
 def generate(path: Path, gpus: int, minutes: int = 10080) -> int:
     """``gpu_usage`` rows for ``gpus`` GPUs x ``minutes`` from START, and their pods."""
     con = duck.connect(path)
-    con.execute(GPU_USAGE.duckdb_ddl())
-    con.execute(GPU_PODS.duckdb_ddl())
-    con.execute(AVAILABILITY_EVENTS.duckdb_ddl())
+    for table in TABLES:
+        con.execute(table.duckdb_ddl())
     con.execute(CURRENT_PODS_VIEW)
-    cols = ", ".join(GPU_USAGE.names)
+    # by name: a column of a later release is left to its default (NULL)
     con.execute(f"""
-        INSERT INTO gpu_usage ({cols})
-        SELECT md5(g || '|' || m), TIMESTAMPTZ '{START}' + to_minutes(m), 60, 'fleet',
-               'node-' || (g // 8), 'pool-' || (g // 8 % 6), 'us-central1-a',
-               {MODELS}[1 + g % 4], CASE WHEN g % 5 = 0 THEN 'spot' ELSE 'on-demand' END,
-               'GPU-' || g, (g % 8)::VARCHAR, NULL, 'GPU-' || g,
-               CASE WHEN alloc THEN 'ns-' || (g % 40) END,
-               CASE WHEN alloc THEN 'job-' || g || '-' || (m // 360) || '-0' END,
-               CASE WHEN alloc THEN 'uid-' || g || '-' || (m // 360) END,
-               CASE WHEN alloc THEN 'team-' || (g % 12) END,
-               CASE WHEN alloc THEN 'job-' || g || '-' || (m // 360) END,
-               CASE WHEN alloc THEN 'allocated' ELSE 'unallocated' END, NULL,
-               60, util, util, util * 0.8, 0.5, util * 0.4, 0.3, 1e9, 1e9, 0, 0, util * 100,
-               300, 60, 40e9, 80e9, 0, 0, price, 60 * price / 3600
+        INSERT INTO gpu_usage BY NAME
+        SELECT md5(g || '|' || m) AS id, TIMESTAMPTZ '{START}' + to_minutes(m) AS time,
+               60 AS interval_seconds, 'fleet' AS cluster, 'node-' || (g // 8) AS node,
+               'pool-' || (g // 8 % 6) AS node_pool, 'us-central1-a' AS zone,
+               {MODELS}[1 + g % 4] AS gpu_model,
+               CASE WHEN g % 5 = 0 THEN 'spot' ELSE 'on-demand' END AS provisioning,
+               'GPU-' || g AS gpu_uuid, (g % 8)::VARCHAR AS gpu_index,
+               'GPU-' || g AS device_id,
+               CASE WHEN alloc THEN 'ns-' || (g % 40) END AS namespace,
+               CASE WHEN alloc THEN 'job-' || g || '-' || (m // 360) || '-0' END AS pod,
+               CASE WHEN alloc THEN 'uid-' || g || '-' || (m // 360) END AS pod_uid,
+               CASE WHEN alloc THEN 'team-' || (g % 12) END AS team,
+               CASE WHEN alloc THEN 'job-' || g || '-' || (m // 360) END AS workload,
+               CASE WHEN alloc THEN 'allocated' ELSE 'unallocated' END AS state,
+               60 AS gpu_seconds, util AS utilization, util AS gr_engine_active,
+               util * 0.8 AS sm_active, 0.5 AS sm_occupancy, util * 0.4 AS tensor_active,
+               0.3 AS dram_active, 1e9 AS pcie_tx_bytes_per_second,
+               1e9 AS pcie_rx_bytes_per_second, 0 AS nvlink_tx_bytes_per_second,
+               0 AS nvlink_rx_bytes_per_second, util * 100 AS gpu_util_percent,
+               300 AS power_watts, 60 AS temperature_celsius, 40e9 AS memory_used_bytes,
+               80e9 AS memory_total_bytes, 0 AS last_xid, 0 AS clock_event_reasons,
+               price AS price_usd_per_hour, 60 * price / 3600 AS cost_usd
         FROM (SELECT g, m, hash(g, m // 360) % 10 < 8 AS alloc,
                      (hash(g, m) % 1000) / 1000.0 AS util,
                      [11.06, 2.93, 0.71, 0.35][1 + g % 4] AS price
               FROM range({gpus}) r(g), range({minutes}) t(m))""")
     con.execute(f"""
-        INSERT INTO gpu_pods
-        SELECT md5(uid), 'fleet', uid, 'ns-' || (g % 40), 'job-' || g || '-' || j || '-0',
-               'team-' || (g % 12), 'job-' || g || '-' || j, 'Job', 1, {MODELS}[1 + g % 4],
-               'node-' || (g // 8), 'Running', t - INTERVAL 10 MINUTE, t, t + INTERVAL 6 HOUR,
-               600, NULL, 0, '', NULL, t
+        INSERT INTO gpu_pods BY NAME
+        SELECT md5(uid) AS id, 'fleet' AS cluster, uid AS pod_uid,
+               'ns-' || (g % 40) AS namespace, 'job-' || g || '-' || j || '-0' AS pod,
+               'team-' || (g % 12) AS team, 'job-' || g || '-' || j AS workload,
+               'Job' AS owner_kind, 1 AS gpus, {MODELS}[1 + g % 4] AS gpu_model,
+               'node-' || (g // 8) AS node, 'Running' AS phase,
+               t - INTERVAL 10 MINUTE AS created, t AS scheduled,
+               t + INTERVAL 6 HOUR AS finished, 600 AS queue_wait_seconds, 0 AS priority,
+               '' AS priority_class, t AS updated
         FROM (SELECT g, j, 'uid-' || g || '-' || j AS uid,
                      TIMESTAMPTZ '{START}' + to_minutes(j * 360) AS t
               FROM range({gpus}) r(g), range({max(1, minutes // 360)}) s(j))""")

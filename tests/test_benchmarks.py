@@ -40,3 +40,12 @@ def test_the_warehouse_soak_writes_rolls_up_and_reopens() -> None:
     days = [line.split() for line in out.splitlines() if re.match(r"\s+[12] ", line)]
     assert [d[1] for d in days] == ["144,000", "288,000"]    # 100 GPUs x 1,440 minutes
     assert "written again: 0 rows added" in out
+
+
+def test_the_weekly_report_benchmark_builds_the_report_on_the_present_schema() -> None:
+    out = bench("benchmarks/weekly_report.py", "--gpus", "8")
+    assert "8 GPUs: 80,640 gpu_usage rows generated" in out   # 8 GPUs x 10,080 minutes
+    report = re.search(r"report: [\d.]+ s wall .* peak RSS (\d+) MiB; ([\d,]+) pods, "
+                       r"([\d,]+) workloads", out)
+    assert report is not None, out
+    assert int(report[1]) > 0 and int(report[2].replace(",", "")) > 0
