@@ -21,7 +21,7 @@ import pyarrow as pa
 import sqlglot
 
 from exporter import duck
-from exporter.sinks.schema import BY_NAME
+from exporter.sinks.schema import BY_NAME, TABLES
 
 if TYPE_CHECKING:  # a heavy import, needed only for BigQuery
     from google.cloud import bigquery
@@ -68,6 +68,28 @@ def _tables(sql: str, qualify: Any) -> str:
     return _PLACEHOLDER.sub(table, sql)
 
 
+def _present_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Give a file written by an earlier release the tables and columns of this one, as
+    temporary views over what it holds: a table it lacks is empty, a column it lacks is
+    NULL (what the exporter adds to the file when it next opens it for writing)."""
+    held: dict[str, set[str]] = {}
+    row = con.execute("SELECT current_database()").fetchone()
+    catalog = str(row[0]) if row else "main"
+    for table, column in con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_catalog = current_database() AND table_schema = 'main'").fetchall():
+        held.setdefault(table, set()).add(column)
+    for table in TABLES:
+        have = held.get(table.name)
+        if have is not None and have >= set(table.names):
+            continue
+        types = table.duckdb_types
+        columns = ", ".join(n if have and n in have else f"NULL::{types[n]} AS {n}"
+                            for n in table.names)
+        source = f' FROM "{catalog}".main.{table.name}' if have else " LIMIT 0"
+        con.execute(f"CREATE TEMP VIEW {table.name} AS SELECT {columns}{source}")
+
+
 class DuckDBStore:
     """The warehouse file, read-only."""
 
@@ -79,6 +101,7 @@ class DuckDBStore:
             self.con.execute("SET TimeZone = 'UTC'")
         elif path is not None:
             self.con = duck.connect(path, read_only=True, memory_limit=MEMORY_LIMIT)
+            _present_schema(self.con)
         else:
             raise ValueError("DuckDBStore needs a path or a connection")
         self.con.execute("SET enable_progress_bar = false")

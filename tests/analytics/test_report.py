@@ -15,8 +15,10 @@ from analytics.store import DuckDBStore
 from analytics.week import parse_week
 from analytics.weekly import team_dir
 from analytics.workspace import Table
+from exporter import duck
 from exporter.config import load_config
 from exporter.prices import load_price_book
+from exporter.sinks.schema import BY_NAME, KUEUE_QUOTAS
 from tests.analytics.conftest import HOSTILE
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "report.md"
@@ -199,3 +201,30 @@ def test_config_rejects_line_breaks_in_headers() -> None:
                 {"team_recipients": {"alpha": ["not-an-address"]}}):
         with pytest.raises(ConfigError):
             load_config(None, {"report": bad})
+
+
+EARLIER_RELEASE = {"gpu_usage": ("allocation",),
+                   "gpu_pods": ("allocation", "queued", "admission_wait_seconds",
+                                "cluster_queue"),
+                   "availability_events": ()}
+"""The tables of a warehouse file written before Kueue and allocation, less what it lacked."""
+
+
+def test_a_file_of_an_earlier_release_reports_as_if_its_new_columns_were_null(
+        small_warehouse: Path, tmp_path: Path) -> None:
+    old, nulled = tmp_path / "old.duckdb", tmp_path / "nulled.duckdb"
+    for path, earlier in ((old, True), (nulled, False)):
+        con = duck.connect(path)
+        con.execute(f"ATTACH '{small_warehouse}' AS present (READ_ONLY)")
+        for table, lacked in EARLIER_RELEASE.items():
+            types = BY_NAME[table].duckdb_types
+            cols = ", ".join(f"NULL::{types[c]} AS {c}" for c in lacked)
+            change = (f" EXCLUDE ({', '.join(lacked)})" if earlier else f" REPLACE ({cols})"
+                      ) if lacked else ""
+            con.execute(f"CREATE TABLE {table} AS SELECT *{change} FROM present.{table}")
+        if not earlier:
+            con.execute(KUEUE_QUOTAS.duckdb_ddl())
+        con.close()
+    text = render.markdown(report(old))
+    assert text == render.markdown(report(nulled))
+    assert text != render.markdown(report(small_warehouse))  # what the earlier one lacked
