@@ -72,19 +72,15 @@ def _present_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Give a file written by an earlier release the tables and columns of this one, as
     temporary views over what it holds: a table it lacks is empty, a column it lacks is
     NULL (what the exporter adds to the file when it next opens it for writing)."""
-    held: dict[str, set[str]] = {}
+    held = duck.held_columns(con)
     row = con.execute("SELECT current_database()").fetchone()
     catalog = str(row[0]) if row else "main"
-    for table, column in con.execute(
-            "SELECT table_name, column_name FROM information_schema.columns "
-            "WHERE table_catalog = current_database() AND table_schema = 'main'").fetchall():
-        held.setdefault(table, set()).add(column)
     for table in TABLES:
-        have = held.get(table.name)
-        if have is not None and have >= set(table.names):
+        have = set(held.get(table.name, ()))
+        if have >= set(table.names):
             continue
         types = table.duckdb_types
-        columns = ", ".join(n if have and n in have else f"NULL::{types[n]} AS {n}"
+        columns = ", ".join(n if n in have else f"NULL::{types[n]} AS {n}"
                             for n in table.names)
         source = f' FROM "{catalog}".main.{table.name}' if have else " LIMIT 0"
         con.execute(f"CREATE TEMP VIEW {table.name} AS SELECT {columns}{source}")

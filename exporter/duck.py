@@ -57,3 +57,15 @@ def connect(path: Path | str = ":memory:", *, read_only: bool = False,
         raise
     con.execute("SET TimeZone = 'UTC'")
     return con
+
+
+def held_columns(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
+    """The columns of each table and view of the connection's file (schema ``main``), in
+    their order."""
+    held: dict[str, list[str]] = {}
+    for table, column in con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = "
+            "current_database() AND schema_name = 'main' ORDER BY table_name, column_index"
+    ).fetchall():
+        held.setdefault(table, []).append(column)
+    return held

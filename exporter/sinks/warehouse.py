@@ -272,10 +272,7 @@ def _drop_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
 def _add_columns(con: duckdb.DuckDBPyConnection, name: str, table: Table) -> list[str]:
     """Bring table ``name``, a ``table`` of a file made by an earlier release, up to date:
     add the columns it lacks, which come last (``schema``); the names of those added."""
-    have = [c for (c,) in con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
-        f"AND schema_name = 'main' AND table_name = {literal(name)} ORDER BY column_index"
-    ).fetchall()]
+    have = duck.held_columns(con).get(name, [])
     if not have or have == table.names:
         return []
     if have != table.names[:len(have)]:
