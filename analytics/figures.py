@@ -265,13 +265,28 @@ def _with_kueue(pod_states: pd.DataFrame) -> pd.DataFrame:
     return p
 
 
-def queue(pod_states: pd.DataFrame, week: Week) -> pd.DataFrame:
+def _as_pod_states(awaiting: pd.DataFrame | None) -> pd.DataFrame:
+    """Kueue Workloads awaiting admission (``queries.AWAITING_ADMISSION``) as pod states
+    that were never scheduled: a Job waits as its pods would, from its submission (or last
+    requeue) with all its GPUs, until it is admitted, deleted or the week ends."""
+    if awaiting is None or awaiting.empty:
+        return pd.DataFrame()
+    never = pd.Series(pd.NaT, index=awaiting.index, dtype="datetime64[us, UTC]")
+    return awaiting.assign(pod=awaiting.owner_name.fillna(awaiting.workload),
+                           scheduled=never, queue_wait_seconds=np.nan,
+                           admission_wait_seconds=np.nan)
+
+
+def queue(pod_states: pd.DataFrame, week: Week,
+          awaiting: pd.DataFrame | None = None) -> pd.DataFrame:
     """Wait percentiles (seconds) by team and GPU model, of the pods scheduled in the week,
-    and the GPU-hours pods spent pending in the week."""
+    and the GPU-hours pods spent pending in the week, Jobs ``awaiting`` Kueue's admission
+    (no pod yet) included."""
     cols = columns("queue")
-    if pod_states.empty:
+    frames = [f for f in (pod_states, _as_pod_states(awaiting)) if not f.empty]
+    if not frames:
         return pd.DataFrame(columns=cols)
-    p = _with_kueue(pod_states)
+    p = pd.concat([_with_kueue(f) for f in frames], ignore_index=True)
     p = p.assign(team=p.team.fillna("(none)"), gpu_model=p.gpu_model.fillna("(any)"))
     start, end = week.start.timestamp(), week.end.timestamp()
     created = _seconds(p.queued)
@@ -347,10 +362,12 @@ FROM pod_states
 """What ``queue`` reads of every pod's latest state (in the workspace)."""
 
 
-def longest_waits_of(chunks: Iterable[pd.DataFrame], week: Week, n: int = TOP
-                     ) -> pd.DataFrame:
-    """``longest_waits`` of pod states that come in chunks: the longest of each chunk's."""
-    tops = [t for c in chunks if not (t := longest_waits(c, week, n)).empty]
+def longest_waits_of(chunks: Iterable[pd.DataFrame], week: Week, n: int = TOP,
+                     awaiting: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``longest_waits`` of pod states that come in chunks: the longest of each chunk's
+    (and of the Jobs ``awaiting`` Kueue's admission)."""
+    tops = [t for c in (*chunks, _as_pod_states(awaiting))
+            if not (t := longest_waits(c, week, n)).empty]
     if not tops:
         return longest_waits(pd.DataFrame(), week, n)
     out = pd.concat(tops, ignore_index=True)
@@ -369,8 +386,10 @@ def longest_waits(pod_states: pd.DataFrame, week: Week, n: int = TOP) -> pd.Data
     end = week.end.timestamp()
     ended = p.scheduled.notna() & (sched >= week.start.timestamp()) & (sched < end)
     pending = p.scheduled.isna() & p.finished.isna() & (created < end)
+    awaiting = p.workload_uid.notna() if "workload_uid" in p.columns else False
     out = p.assign(wait_seconds=np.where(ended, sched - created, end - created),
-                   state=np.where(ended, "scheduled", "still pending"))
+                   state=np.where(ended, "scheduled",
+                                  np.where(awaiting, "awaiting admission", "still pending")))
     out = out[ended | pending].sort_values(["wait_seconds", "pod"], ascending=[False, True])
     return out[cols].head(n).reset_index(drop=True)
 

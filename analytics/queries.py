@@ -104,6 +104,18 @@ WHERE updated >= @lookback AND updated < @end AND (@cluster IS NULL OR cluster =
 QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, pod_uid ORDER BY updated DESC) = 1
 """
 
+AWAITING_ADMISSION = """
+SELECT cluster, workload_uid, namespace, workload, owner_name, team, gpu_model, gpus,
+       queued, finished, cluster_queue
+FROM (SELECT * FROM {kueue_workloads}
+      WHERE updated >= @lookback AND updated < @end AND (@cluster IS NULL OR cluster = @cluster)
+        AND (@team IS NULL OR team = @team)
+      QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, workload_uid ORDER BY updated DESC) = 1)
+WHERE admitted IS NULL AND gpus > 0 AND (finished IS NULL OR finished >= @start)
+"""
+"""The Kueue Workloads that were waiting for admission in the week and not admitted by its
+end, as last seen by then: Jobs that have no pod yet, whose wait no pod row shows."""
+
 QUOTAS = """
 SELECT cluster_queue, SUM(nominal_gpus) AS nominal_gpus
 FROM (SELECT cluster, cluster_queue, flavor, nominal_gpus FROM {kueue_quotas}
@@ -144,6 +156,8 @@ def fetch(store: Store, week: Week, team: str | None = None,
         "availability": store.query(AVAILABILITY, platform),
         "incidents": store.query(INCIDENTS, platform),
         "quotas": store.query(QUOTAS, platform | {"quota_since": week.start - QUOTA_LOOKBACK}),
+        "awaiting_admission": store.query(AWAITING_ADMISSION,
+                                          base | {"lookback": week.start - POD_LOOKBACK}),
     }
 
 

@@ -137,7 +137,8 @@ TABLES: tuple[ReportTable, ...] = (
                  _c("p90_seconds", "seconds", "90th percentile of the wait."),
                  _c("p99_seconds", "seconds", "99th percentile of the wait."),
                  _c("pending_gpu_hours", "hours", "GPU-hours requested while pending in the "
-                    "week."),
+                    "week, by pods and by Jobs Kueue had not admitted yet (no pod: all "
+                    "their GPUs, from submission or last requeue)."),
                  _c("admission_share", "ratio", "Share of the wait spent waiting for Kueue's "
                     "admission (quota), the rest for scheduling (capacity); blank without "
                     "Kueue."))),
@@ -162,11 +163,15 @@ TABLES: tuple[ReportTable, ...] = (
                     "from its cohort (blank without a quota)."))),
     ReportTable("longest_waits", "Longest waits",
                 "The longest waits that ended in the week, or go on at its end.",
-                (_NAMESPACE, _POD, _TEAM, _MODEL,
-                 _c("gpus", "count", "GPUs the pod requests."),
+                (_NAMESPACE,
+                 _c("pod", "text", "Pod name; for a Job still awaiting Kueue's admission "
+                    "(it has no pod yet), the Job's."),
+                 _TEAM, _MODEL,
+                 _c("gpus", "count", "GPUs the pod requests (the Job, all its pods)."),
                  _c("wait_seconds", "seconds", "Creation (for a Job Kueue queued, its "
-                    "submission) to scheduling, or to the week's end."),
-                 _c("state", "text", "`scheduled` or `still pending`."))),
+                    "submission or last requeue) to scheduling, or to the week's end."),
+                 _c("state", "text", "`scheduled`, `still pending` or `awaiting admission` "
+                    "(by Kueue)."))),
     ReportTable("availability", "Availability against the SLA",
                 "Per pool and GPU model, against `sla.target`.",
                 (_POOL, _MODEL,

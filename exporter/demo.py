@@ -125,9 +125,10 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
             print()
             print(summary_table(exporter))
             print()
-            print(f"Outputs in {out}/: warehouse.duckdb (gpu_usage, gpu_pods, "
-                  "availability_events), metrics.prom, kubeconfig, targets.txt")
-            print(await asyncio.to_thread(write_report, exporter, scenario, out))
+            report = await asyncio.to_thread(write_report, exporter, scenario, out)
+            print(f"Outputs in {out}/: warehouse.duckdb ({', '.join(written(exporter))}), "
+                  "metrics.prom, kubeconfig, targets.txt")
+            print(report)
             if emulator is not None and exporter.bigquery is not None:
                 print()
                 print(await asyncio.to_thread(bigquery_summary, exporter, exporter.bigquery,
@@ -151,6 +152,14 @@ def _fresh_outputs(out: Path) -> None:
     (out / "warehouse.duckdb").unlink(missing_ok=True)
     shutil.rmtree(out / "bigquery", ignore_errors=True)
     shutil.rmtree(out / "report", ignore_errors=True)
+
+
+def written(exporter: Exporter) -> list[str]:
+    """The warehouse tables the run wrote rows to."""
+    wh = exporter.warehouse
+    assert wh is not None
+    return [t.name for t in TABLES
+            if wh.con.execute(f"SELECT count(*) FROM {t.name}").fetchone() != (0,)]
 
 
 def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:

@@ -35,6 +35,9 @@ KUBE_ERROR_REASONS = frozenset({"http_403", "http_429", "http_503", "refused", "
 DELETED = "Deleted"
 """The phase a pod deleted before it ended keeps for good (Kubernetes has no word for it:
 its last phase was Pending, Running or Unknown)."""
+WORKLOAD_PENDING, WORKLOAD_ADMITTED, WORKLOAD_FINISHED = "Pending", "Admitted", "Finished"
+"""A Kueue Workload's states as the warehouse writes them (and ``DELETED``: deleted before it
+finished); the first two are open."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,12 @@ class WorkloadInfo:
     @property
     def pending(self) -> bool:
         return self.admitted_unix is None and self.finished_unix is None
+
+    @property
+    def state(self) -> str:
+        if self.finished_unix is not None:
+            return WORKLOAD_FINISHED
+        return WORKLOAD_PENDING if self.admitted_unix is None else WORKLOAD_ADMITTED
 
 
 @dataclass(frozen=True, slots=True)

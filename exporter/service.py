@@ -131,6 +131,8 @@ class Exporter:
         self._view_now: MetricsView | None = None
         self._vanished_unchecked = True
         """Pods that ended while no exporter watched are yet to be finished."""
+        self._vanished_workloads_unchecked = True
+        """And Kueue Workloads."""
         self._target_nodes: dict[str, set[str]] = {}
         """The nodes each target's last answer covered: unknown while it fails."""
         self._windows: dict[str, Window] = {}
@@ -568,12 +570,19 @@ class Exporter:
         present = None
         if self._vanished_unchecked and self.kube.synced["pods"].is_set():
             present = frozenset(self.kube.pods)
+        listed = self.kube.synced.get("workloads")
+        workloads_listed = listed is not None and listed.is_set()
+        present_workloads = None
+        if self._vanished_workloads_unchecked and workloads_listed:
+            present_workloads = frozenset(self.kube.workloads)
 
         def write() -> None:
             warehouse.add_usage(usage)
             warehouse.save_state(inventory, incidents)
             if present is not None:
                 warehouse.finish_vanished(present, now)
+            if present_workloads is not None:
+                warehouse.finish_vanished_workloads(present_workloads, now)
             warehouse.maybe_flush(now)
 
         try:
@@ -581,6 +590,8 @@ class Exporter:
                                lambda p: gpu_model(p, nodes), self._allocation,
                                self.admission_of)
             warehouse.add_quotas(self.kube.cluster_queues.values(), now)
+            warehouse.add_workloads(self.kube.workloads.values(), now, self.workload_team,
+                                    self.cluster_queue_of, workloads_listed)
             await asyncio.get_running_loop().run_in_executor(self._warehouse_thread, write)
         except Exception as exc:
             self.warehouse_error = f"{type(exc).__name__}: {exc}"
@@ -590,6 +601,8 @@ class Exporter:
             return
         if present is not None:
             self._vanished_unchecked = False  # once, on the first full pod list
+        if present_workloads is not None:
+            self._vanished_workloads_unchecked = False  # and on the first Workload list
         self.warehouse_error = None
         self._episodes.recovered((path, "warehouse"), now, "warehouse write recovered",
                                  target=path)

@@ -22,7 +22,7 @@ from exporter.prices import load_price_book
 from exporter.totals import Totals
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
-from simulator.truth import GroundTruth
+from simulator.truth import GroundTruth, WorkloadRecord
 from tests.conftest import scenario_data
 
 STEP = 60.0
@@ -78,6 +78,8 @@ class Run:
     exposition: dict[str, dict[str, Series]]
     kueue: dict[str, Any]
     report: WeeklyReport
+    workloads: dict[str, dict[str, Any]]
+    """Each Workload's latest ``kueue_workloads`` row."""
 
 
 async def run(out: Path) -> Run:
@@ -96,9 +98,15 @@ async def run(out: Path) -> Run:
             assert wh is not None
             wh.flush(sim.cluster.now, partial=True)
             cols = ["pod_uid", "queue_wait_seconds", "admission_wait_seconds", "cluster_queue",
-                    "team", "queued", "created"]
+                    "team", "queued", "created", "gpus"]
             pods = {r[0]: dict(zip(cols, r, strict=True)) for r in wh.con.execute(
                 f"SELECT {', '.join(cols)} FROM gpu_pods_current").fetchall()}
+            wl_cols = ["workload_uid", "state", "queued", "admitted", "gpus",
+                       "cluster_queue", "team"]
+            workloads = {r[0]: dict(zip(wl_cols, r, strict=True)) for r in wh.con.execute(
+                "SELECT workload_uid, state, epoch(queued), epoch(admitted), gpus, "
+                "cluster_queue, team FROM kueue_workloads QUALIFY row_number() OVER "
+                "(PARTITION BY workload_uid ORDER BY updated DESC) = 1").fetchall()}
             assert sim.cluster.kueue is not None
             kueue = {f.name: f for f in text_string_to_metric_families(
                 sim.cluster.kueue.exposition())}
@@ -106,7 +114,7 @@ async def run(out: Path) -> Run:
             report = build(DuckDBStore(con=wh.con), parse_week("2026-W47"),
                            load_price_book(None, scenario.region).prices, cfg.sla.target,
                            cfg.cluster)
-            return Run(exporter.totals, truth, pods, exposition, kueue, report)
+            return Run(exporter.totals, truth, pods, exposition, kueue, report, workloads)
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +216,69 @@ def test_the_reports_waits_per_team_equal_the_truth(day: Run) -> None:
     held = kueue.loc["research"]
     assert held.quota_share == pytest.approx(held.mean_gpus / 8)
     assert kueue.workloads.sum() >= 10 and (kueue.admission_p90_seconds > 0).all()
+
+
+def awaiting_since(w: WorkloadRecord) -> float | None:
+    """When the wait of a Workload not admitted at the end began (creation, or its first
+    requeue, as Kueue's ``Requeued`` condition keeps it); None if it is admitted."""
+    if not w.admissions:
+        return w.created_at
+    if w.evictions and w.evictions[-1] > w.admissions[-1][1]:
+        return w.evictions[0]
+    return None
+
+
+def test_each_workloads_last_state_is_the_truths(day: Run) -> None:
+    """Every Workload Kueue made has a row: waiting for admission (since its creation or
+    requeue) or admitted when the simulator admitted it, within one interval."""
+    waiting = 0
+    assert set(day.workloads) == set(day.truth.workloads)
+    for uid, w in day.truth.workloads.items():
+        ours = day.workloads[uid]
+        assert (ours["gpus"], ours["cluster_queue"]) == (w.gpus, w.cluster_queue), uid
+        since = awaiting_since(w)
+        if since is not None:
+            assert (ours["state"], ours["admitted"]) == ("Pending", None), uid
+            assert ours["queued"] == pytest.approx(since, abs=STEP), uid
+            waiting += 1
+        else:
+            assert ours["state"] in ("Admitted", "Finished"), uid
+            assert ours["admitted"] == pytest.approx(w.admissions[-1][1], abs=STEP), uid
+    assert waiting, "some Jobs still wait for admission at the end"
+
+
+def test_the_reports_pending_gpu_hours_count_jobs_not_admitted_yet(day: Run) -> None:
+    """Per team, the GPU-hours pending in the week: the pods' (from the Job's submission
+    for a Job Kueue queued) and those of the Jobs that have no pod yet, waiting for
+    admission with all their GPUs until the week's end, as the simulator's truth has it."""
+    teams = {"team-a": "alpha", "team-b": "team-b"}
+    start, end = day.report.week.start.timestamp(), day.report.week.end.timestamp()
+    want: dict[str, float] = {}
+    gpus: dict[str, float] = {}
+    for uid, rec in day.truth.pods.items():
+        if uid not in day.pods:
+            continue
+        wl = day.truth.workloads.get(rec.workload_uid or "")
+        since = wl.created_at if wl is not None else rec.created_at
+        until = rec.scheduled_at if rec.scheduled_at is not None else \
+            rec.finished_at if rec.finished_at is not None else end
+        team, n = teams[rec.namespace], day.pods[uid]["gpus"]  # what the pod asked for
+        want[team] = want.get(team, 0.0) + max(0.0, min(until, end) - max(since, start)) * n
+        gpus[team] = gpus.get(team, 0.0) + n
+    awaiting = 0.0
+    for w in day.truth.workloads.values():
+        began = awaiting_since(w)
+        if began is not None:
+            team = teams[w.namespace]
+            want[team] = want.get(team, 0.0) + (end - max(began, start)) * w.gpus
+            gpus[team] = gpus.get(team, 0.0) + w.gpus
+            awaiting += (end - max(began, start)) * w.gpus
+    got = day.report.frame("queue").groupby("team").pending_gpu_hours.sum()
+    assert awaiting > 0
+    for team, seconds in want.items():
+        assert got[team] == pytest.approx(seconds / 3600, abs=gpus[team] * STEP / 3600), team
+    longest = day.report.frame("longest_waits")
+    assert "awaiting admission" in set(longest.state)
 
 
 async def demo_day(out: Path) -> tuple[dict[str, tuple[float, float]], dict[str, list[float]]]:

@@ -223,5 +223,37 @@ KUEUE_QUOTAS = Table(
     cluster_by=("cluster", "cluster_queue"),
 )
 
-TABLES = (GPU_USAGE, GPU_PODS, AVAILABILITY_EVENTS, KUEUE_QUOTAS)
+KUEUE_WORKLOADS = Table(
+    "kueue_workloads",
+    "One row per Kueue Workload and state: a new row whenever it is admitted, requeued, "
+    "finished or deleted; its latest row (by updated) is its current state. A Workload "
+    "waiting for admission has no pod yet: this table is where its wait shows.",
+    (
+        _c("id", STRING, "Hash of cluster, Workload UID and the state.", True),
+        _c("cluster", STRING, "Cluster name.", True),
+        _c("workload_uid", STRING, "Workload UID.", True),
+        _c("namespace", STRING, "Namespace."),
+        _c("workload", STRING, "Workload name."),
+        _c("owner_kind", STRING, "Kind of the object Kueue queued (Job, JobSet, ...)."),
+        _c("owner_name", STRING, "Its name."),
+        _c("team", STRING, "Team (its pods' label, else namespace label, else namespace)."),
+        _c("local_queue", STRING, "LocalQueue it was submitted to."),
+        _c("cluster_queue", STRING, "ClusterQueue that admitted it, else its LocalQueue's."),
+        _c("gpus", INTEGER, "GPUs its pods request (nvidia.com/gpu), all pod sets."),
+        _c("gpu_model", STRING, "Accelerator its pods select; null for any."),
+        _c("priority_class", STRING, "WorkloadPriorityClass (or PriorityClass) name."),
+        _c("state", STRING, "Pending, Admitted, Finished, or Deleted: deleted before it "
+           "finished."),
+        _c("created", TIMESTAMP, "Creation time."),
+        _c("queued", TIMESTAMP, "When its wait began: its creation, or its last requeue."),
+        _c("admitted", TIMESTAMP, "When Admitted turned true; null while it waits."),
+        _c("finished", TIMESTAMP, "When Finished turned true, else its deletion (when the "
+           "exporter saw it gone)."),
+        _c("updated", TIMESTAMP, "When this state was observed.", True),
+    ),
+    partition_by="updated",
+    cluster_by=("cluster", "namespace", "team"),
+)
+
+TABLES = (GPU_USAGE, GPU_PODS, AVAILABILITY_EVENTS, KUEUE_QUOTAS, KUEUE_WORKLOADS)
 BY_NAME = {t.name: t for t in TABLES}

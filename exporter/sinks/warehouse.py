@@ -1,4 +1,5 @@
-"""The local warehouse: DuckDB tables ``gpu_usage``, ``gpu_pods``, ``availability_events``.
+"""The local warehouse: DuckDB tables ``gpu_usage``, ``gpu_pods``, ``availability_events``
+and, on a cluster with Kueue, ``kueue_quotas`` and ``kueue_workloads``.
 
 ``gpu_usage`` has one row per device, owner and warehouse interval (default 60 s):
 GPU-seconds, cost and time-weighted means of the DCGM readings. Each cycle's rows are
@@ -19,8 +20,8 @@ hourly rows (``HOURLY``). A write goes to its day's table and looks only at the 
 writes, so neither it nor DuckDB's checkpoint after it grows with the months behind it; the
 small ``gpu_pods`` and ``availability_events`` are looked up by the ids written. A file
 made when ``gpu_usage`` was one keyed table opens with the keys dropped and that table as
-``HOURLY``. ``gpu_pods`` keeps the latest state of each GPU pod; ``availability_events``
-one row per incident.
+``HOURLY``. ``gpu_pods`` keeps the latest state of each GPU pod, ``kueue_workloads`` of
+each Workload; ``availability_events`` one row per incident.
 
 Hourly, the retention rolls ``gpu_usage`` rows older than ``raw_retention`` up to one row per
 hour in ``HOURLY`` (how each column combines is declared in ``schema``), dropping each day's
@@ -59,7 +60,14 @@ import duckdb
 from exporter import duck
 from exporter.bottleneck import CLOCK_REASONS
 from exporter.compute import XID, Admission, DeviceIdentity, UsageRow
-from exporter.records import DELETED, ClusterQueueInfo, PodInfo
+from exporter.records import (
+    DELETED,
+    WORKLOAD_ADMITTED,
+    WORKLOAD_PENDING,
+    ClusterQueueInfo,
+    PodInfo,
+    WorkloadInfo,
+)
 from exporter.sinks import outbox
 from exporter.sinks.batch_files import Encoded, at, literal, read_csv, write_csv, write_parquet
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
@@ -70,6 +78,7 @@ from exporter.sinks.schema import (
     GPU_PODS,
     GPU_USAGE,
     KUEUE_QUOTAS,
+    KUEUE_WORKLOADS,
     TABLES,
     Column,
     Table,
@@ -210,6 +219,7 @@ _ROLLUP = "SELECT " + ", ".join({
 table's column order: totals and GPU-second-weighted means stay what they were."""
 
 DAY = 86400.0
+OPEN_WORKLOAD_STATES = (WORKLOAD_PENDING, WORKLOAD_ADMITTED)
 HOURLY = "gpu_usage_hourly"
 """The rolled-up ``gpu_usage`` rows (and a file's rows from before the daily tables)."""
 _RAW_PREFIX = "gpu_usage_raw_"
@@ -365,6 +375,10 @@ class Warehouse:
         self._events: list[dict[str, Any]] = []
         self._quotas: dict[str, dict[str, Any]] = {}
         self._quota_signatures: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._workloads: dict[str, dict[str, Any]] = {}
+        self._workload_rows: dict[str, dict[str, Any]] = {}
+        """Each Workload's last row, by uid: what a row for its deletion repeats."""
+        self._workload_signatures: dict[str, tuple[Any, ...]] = {}
         self.rows_written: dict[str, int] = defaultdict(int)
         self.rows_removed: dict[tuple[str, str], int] = {
             (GPU_USAGE.name, "rolled_up"): 0, (GPU_USAGE.name, "unstaged"): 0,
@@ -569,6 +583,70 @@ class Warehouse:
                     "cluster": self.cluster, "cluster_queue": q.name, "cohort": q.cohort,
                     "flavor": flavor, "nominal_gpus": f.nominal_gpus,
                     "borrowing_limit_gpus": f.borrowing_limit_gpus, "updated": _ts(now)}
+
+    @_locked
+    def add_workloads(self, workloads: Iterable[WorkloadInfo], now: float,
+                      team_of: Callable[[WorkloadInfo], str],
+                      cluster_queue_of: Callable[[WorkloadInfo], str],
+                      complete: bool) -> None:
+        """Buffer a row for each Kueue Workload whose state changed. With ``complete`` (the
+        Workloads are all the cluster has), one written before that is no longer among
+        them and had not finished gets a last row, ``Deleted`` at ``now``."""
+        present = set()
+        for w in workloads:
+            present.add(w.uid)
+            queue = cluster_queue_of(w)
+            signature = (w.state, w.queued_unix, w.admitted_unix, w.finished_unix, queue,
+                         w.gpus)
+            if self._workload_signatures.get(w.uid) == signature:
+                continue  # unchanged since it was last written
+            self._workload_signatures[w.uid] = signature
+            row = {
+                "cluster": self.cluster, "workload_uid": w.uid, "namespace": w.namespace,
+                "workload": w.name, "owner_kind": w.owner_kind or None,
+                "owner_name": w.owner_name or None, "team": team_of(w),
+                "local_queue": w.local_queue or None,
+                "cluster_queue": queue or None, "gpus": w.gpus,
+                "gpu_model": w.accelerator or None,
+                "priority_class": w.priority_class or None, "state": w.state,
+                "created": _ts(w.created_unix), "queued": _ts(w.queued_unix),
+                "admitted": _ts(w.admitted_unix), "finished": _ts(w.finished_unix)}
+            self._workload_state(row, now)
+        if complete:
+            for uid in [u for u in self._workload_rows if u not in present]:
+                last = self._workload_rows.pop(uid)
+                self._workload_signatures.pop(uid, None)
+                if last["state"] in OPEN_WORKLOAD_STATES:
+                    self._workload_state(last | {"state": DELETED, "finished": _ts(now)}, now,
+                                         last=True)
+
+    def _workload_state(self, row: dict[str, Any], now: float, last: bool = False) -> None:
+        """Buffer ``row`` (a ``kueue_workloads`` row, less its id and time) as observed at
+        ``now``; remembered unless it is the Workload's ``last``."""
+        row = {k: v for k, v in row.items() if k not in ("id", "updated")}
+        if not last:
+            self._workload_rows[row["workload_uid"]] = row
+        self._workloads[row["workload_uid"]] = row | {
+            "id": row_id(self.cluster, row["workload_uid"], row["state"], row["queued"],
+                         row["admitted"], row["finished"], row["cluster_queue"]),
+            "updated": _ts(now)}
+
+    @_locked
+    def finish_vanished_workloads(self, present: Collection[str], now: float) -> int:
+        """End the Workloads the table still shows waiting or admitted that the cluster no
+        longer lists: gone while no exporter watched. Their last row is written again with
+        state ``Deleted`` and ``finished`` at ``now``, when it was noticed."""
+        found = self.con.execute(
+            f"SELECT * FROM {KUEUE_WORKLOADS.name} WHERE cluster = {literal(self.cluster)} "
+            f"QUALIFY row_number() OVER (PARTITION BY workload_uid ORDER BY updated DESC) = 1")
+        names = [c[0] for c in found.description or ()]
+        rows = [dict(zip(names, values, strict=True)) for values in found.fetchall()]
+        listed = set(present)
+        gone = [r for r in rows
+                if r["state"] in OPEN_WORKLOAD_STATES and r["workload_uid"] not in listed]
+        for row in gone:
+            self._workload_state(row | {"state": DELETED, "finished": _ts(now)}, now, last=True)
+        return len(gone)
 
     @_locked
     def finish_vanished(self, present: Collection[str], now: float) -> int:
@@ -801,6 +879,10 @@ class Warehouse:
         if self._quotas:
             self._append(KUEUE_QUOTAS, "SELECT * FROM _batch", batch=self._quotas.values())
             self._quotas.clear()
+        if self._workloads:
+            self._append(KUEUE_WORKLOADS, "SELECT * FROM _batch",
+                         batch=self._workloads.values())
+            self._workloads.clear()
 
     def _write_usage(self, now: float) -> None:
         """Aggregate every staged interval that ended by ``now`` into its day's table, a day

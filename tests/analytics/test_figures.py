@@ -267,6 +267,50 @@ def test_a_wait_ends_when_scheduled_or_deleted(case: str, pod: tuple[Any, ...],
     assert list(figures.longest_waits(s, WEEK).state) == ([longest] if longest else [])
 
 
+def awaiting(job: str, queued: str, gpus: int, finished: str | None = None,
+             team: str = "t") -> pd.DataFrame:
+    """A Kueue Workload not admitted by the week's end, as ``AWAITING_ADMISSION`` reads it."""
+    return pd.DataFrame([{
+        "cluster": "c", "workload_uid": f"wl-{job}", "namespace": "ns",
+        "workload": f"job-{job}-1a2b3", "owner_name": job, "team": team,
+        "gpu_model": "nvidia-l4", "gpus": gpus, "queued": T(queued, tz="UTC"),
+        "finished": T(finished, tz="UTC") if finished else None, "cluster_queue": "cq"}])
+
+
+AWAITING = [
+    # (case, the Workload, its pending GPU-hours in the week, its longest-waits state)
+    ("awaiting admission at the week's end", awaiting("train", "2026-11-22 20:00", 8),
+     32.0, "awaiting admission"),
+    ("deleted before admission", awaiting("train", "2026-11-22 20:00", 8,
+                                          finished="2026-11-22 21:00"),
+     8.0, None),
+    ("submitted before the week", awaiting("train", "2026-11-09 00:00", 1),
+     168.0, "awaiting admission"),
+]
+
+
+@pytest.mark.parametrize(("case", "workload", "pending_gpu_hours", "longest"), AWAITING,
+                         ids=[c[0] for c in AWAITING])
+def test_a_job_awaiting_admission_waits_with_all_its_gpus(
+        case: str, workload: pd.DataFrame, pending_gpu_hours: float,
+        longest: str | None) -> None:
+    """A Job Kueue has not admitted has no pod: its wait counts from its submission (or
+    last requeue), with every GPU it asks for, beside the pods' of its team and model."""
+    pods = states(pod_state("p", "2026-11-22 22:00", None, gpus=2))  # 2 h x 2 GPUs
+    (row,) = figures.queue(pods, WEEK, workload).itertuples()
+    assert row.pending_gpu_hours == pytest.approx(4.0 + pending_gpu_hours)
+    assert row.pods == 0  # percentiles are of waits that ended in a scheduling
+    (alone,) = figures.queue(states(), WEEK, workload).itertuples()
+    assert alone.pending_gpu_hours == pytest.approx(pending_gpu_hours)
+    top = figures.longest_waits_of([pods], WEEK, awaiting=workload)
+    if longest is None:
+        assert list(top.pod) == ["p"]
+    else:
+        assert list(top.pod) == ["train", "p"]
+        assert top.state[0] == longest and top.gpus[0] == workload.gpus[0]
+        assert top.wait_seconds[0] == (WEEK.end - workload.queued[0]).total_seconds()
+
+
 @pytest.mark.parametrize(("down", "availability", "budget_left", "meets"), [
     (0.0, 1.0, 1.0, True),
     (0.0025 * 86400, 0.9975, 0.5, True),        # half the 0.5 % budget spent

@@ -15,7 +15,7 @@ from exporter.sinks.schema import GPU_USAGE, TABLES
 from exporter.sinks.warehouse import Warehouse
 from tests.bigquery.conftest import client_for, duck_rows, rows_of, sink_config
 from tests.exporter.test_compute import pod
-from tests.exporter.test_warehouse import rows
+from tests.exporter.test_warehouse import rows, workload
 
 
 def warehouse_with_rows(path: Path, minutes: int = 3) -> Warehouse:
@@ -26,6 +26,8 @@ def warehouse_with_rows(path: Path, minutes: int = 3) -> Warehouse:
     wh.add_event("n1", "pool", "GPU-1", "xid", 10.0, 70.0)
     wh.add_quotas([ClusterQueueInfo("research", "ml", {"h100": FlavorQuota(8, 4, 6, 0)}, 1, 2)],
                   60.0)
+    wh.add_workloads([workload("a"), workload("b", admitted=150.0)], 60.0, lambda w: "team-x",
+                     lambda w: "research", complete=True)
     wh.flush(minutes * 60.0)
     return wh
 

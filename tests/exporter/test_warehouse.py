@@ -8,6 +8,7 @@ import duckdb
 import pytest
 
 from exporter import compute, duck
+from exporter.records import WorkloadInfo
 from exporter.sinks.schema import TABLES
 from exporter.sinks.warehouse import Warehouse
 from tests.exporter.test_compute import node, reading, states
@@ -368,3 +369,66 @@ def test_a_file_from_before_the_allocation_columns_is_brought_up_to_date(
     assert opened.con.execute("SELECT pod_uid, allocation FROM gpu_pods ORDER BY 1"
                               ).fetchall() == [("u", None), ("v", "cc-1")]
     assert count(opened) == (3, 150.0)
+
+
+def workload(uid: str = "wl1", admitted: float | None = None, finished: float | None = None,
+             queued: float = 100.0) -> WorkloadInfo:
+    return WorkloadInfo(uid=uid, namespace="team-a", name=f"job-{uid}-5f2a1",
+                        local_queue="research", cluster_queue=None if admitted is None else "cq",
+                        created_unix=100.0, queued_unix=queued, admitted_unix=admitted,
+                        finished_unix=finished, gpus=8, accelerator="nvidia-h100-80gb",
+                        priority=0, priority_class="", owner_kind="Job", owner_name=uid)
+
+
+def workload_rows(wh: Warehouse) -> list[tuple[object, ...]]:
+    return wh.con.execute(
+        "SELECT workload_uid, state, epoch(queued), epoch(admitted), epoch(finished), "
+        "cluster_queue, epoch(updated) FROM kueue_workloads ORDER BY updated, workload_uid"
+    ).fetchall()
+
+
+def test_a_workloads_states_each_get_a_row_and_its_deletion_ends_it(tmp_path: Path) -> None:
+    """A row for each state it was in when the warehouse flushed (pending, admitted,
+    requeued, finished); one written again with the same state adds nothing; a Workload
+    gone from a complete list before it finished ends as Deleted when that list was taken,
+    one that had finished just goes."""
+    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
+    team, lq = (lambda w: "alpha"), (lambda w: w.cluster_queue or "research-cq")
+    steps: list[tuple[float, list[WorkloadInfo], bool]] = [
+        (120.0, [workload("a"), workload("b")], True),
+        (180.0, [workload("a"), workload("b")], True),
+        (240.0, [workload("a", admitted=200.0), workload("b")], True),
+        (300.0, [workload("a", queued=300.0), workload("b")], True),
+        (420.0, [workload("a", queued=300.0, finished=400.0)], False),  # b may be there
+        (480.0, [workload("a", queued=300.0, finished=400.0)], True),
+        (540.0, [], True)]
+    for now, workloads, complete in steps:
+        wh.add_workloads(workloads, now, team, lq, complete)
+        wh.flush(now)
+    assert workload_rows(wh) == [
+        ("a", "Pending", 100.0, None, None, "research-cq", 120.0),
+        ("b", "Pending", 100.0, None, None, "research-cq", 120.0),
+        ("a", "Admitted", 100.0, 200.0, None, "cq", 240.0),
+        ("a", "Pending", 300.0, None, None, "research-cq", 300.0),   # requeued
+        ("a", "Finished", 300.0, None, 400.0, "research-cq", 420.0),
+        ("b", "Deleted", 100.0, None, 480.0, "research-cq", 480.0),
+    ]
+    (team_of,) = wh.con.execute("SELECT DISTINCT team FROM kueue_workloads").fetchone()  # type: ignore[misc]
+    assert team_of == "alpha"
+
+
+def test_a_workload_gone_while_no_exporter_watched_ends_at_the_next_start(
+        tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path, "c", interval=60.0)
+    wh.add_workloads([workload("a"), workload("b", admitted=150.0), workload("c")], 120.0,
+                     lambda w: "t", lambda w: "cq", complete=True)
+    wh.flush(180.0)
+    wh.close()
+    wh = Warehouse(path, "c", interval=60.0)  # a and b went while it was down
+    assert wh.finish_vanished_workloads({"c"}, 600.0) == 2
+    wh.flush(660.0)
+    ended = [r for r in workload_rows(wh) if r[1] == "Deleted"]
+    assert ended == [("a", "Deleted", 100.0, None, 600.0, "cq", 600.0),
+                     ("b", "Deleted", 100.0, 150.0, 600.0, "cq", 600.0)]
+    assert wh.finish_vanished_workloads({"c"}, 700.0) == 0  # ended: not again
