@@ -339,12 +339,30 @@ ORDER BY p90_seconds DESC NULLS LAST, cluster_queue
 and the GPU time of every pod it admitted (the ``pods`` table is the week's)."""
 
 
-def kueue(ws: Workspace, week: Week, quotas: pd.DataFrame) -> pd.DataFrame:
-    """``KUEUE``, with each ClusterQueue's GPU quota (``queries.QUOTAS``) and the share of
-    it its pods held; empty on a cluster without Kueue."""
+def kueue(ws: Workspace, week: Week, quotas: pd.DataFrame,
+          awaiting: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``KUEUE``, with each ClusterQueue's GPU quota (``queries.QUOTAS``), the share of it
+    its pods held, and the Jobs still ``awaiting`` its admission at the week's end; empty
+    on a cluster without Kueue."""
     start, end = week.start, week.end
     out = ws.frame(KUEUE, {"start": start, "end": end,
                            "week_seconds": (end - start).total_seconds()})
+    waits: dict[str, list[int]] = {}
+    if awaiting is not None and not awaiting.empty:
+        for cq, gpus in awaiting[awaiting.finished.isna()][["cluster_queue", "gpus"]] \
+                .itertuples(index=False):
+            waits.setdefault(cq or "", []).append(int(gpus))
+    held = pd.DataFrame({"cluster_queue": list(waits),
+                         "awaiting_workloads": [len(g) for g in waits.values()],
+                         "awaiting_gpus": [sum(g) for g in waits.values()]})
+    out = out.merge(held, how="outer", on="cluster_queue") if not held.empty \
+        else out.assign(awaiting_workloads=0, awaiting_gpus=0)
+    out = out.astype({"awaiting_workloads": float, "awaiting_gpus": float}) \
+        .fillna({"awaiting_workloads": 0, "awaiting_gpus": 0}) \
+        .astype({"awaiting_workloads": int, "awaiting_gpus": int})
+    out = out.fillna({"workloads": 0, "pods": 0, "gpu_hours": 0.0, "mean_gpus": 0.0}) \
+        .sort_values(["p90_seconds", "cluster_queue"], ascending=[False, True],
+                     na_position="last", ignore_index=True)
     nominal = quotas.set_index("cluster_queue").nominal_gpus.astype(float) \
         if not quotas.empty else pd.Series(dtype=float)
     out["nominal_gpus"] = out.cluster_queue.map(nominal).astype(float)

@@ -160,7 +160,10 @@ TABLES: tuple[ReportTable, ...] = (
                  _c("nominal_gpus", "count", "Its nominal quota of nvidia.com/gpu, all "
                     "flavors, as last seen in the week (blank: unknown)."),
                  _c("quota_share", "ratio", "mean_gpus / nominal_gpus: over 100 % is borrowed "
-                    "from its cohort (blank without a quota)."))),
+                    "from its cohort (blank without a quota)."),
+                 _c("awaiting_workloads", "count", "Jobs still waiting for its admission at "
+                    "the week's end (they have no pod yet)."),
+                 _c("awaiting_gpus", "count", "The GPUs they ask for."))),
     ReportTable("longest_waits", "Longest waits",
                 "The longest waits that ended in the week, or go on at its end.",
                 (_NAMESPACE,

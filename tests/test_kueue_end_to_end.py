@@ -279,6 +279,13 @@ def test_the_reports_pending_gpu_hours_count_jobs_not_admitted_yet(day: Run) -> 
         assert got[team] == pytest.approx(seconds / 3600, abs=gpus[team] * STEP / 3600), team
     longest = day.report.frame("longest_waits")
     assert "awaiting admission" in set(longest.state)
+    # and per ClusterQueue, the Jobs still waiting for its admission at the end
+    queues = day.report.frame("kueue").set_index("cluster_queue")
+    for cq in queues.index:
+        waiting = [w for w in day.truth.workloads.values()
+                   if w.cluster_queue == cq and awaiting_since(w) is not None]
+        assert queues.awaiting_workloads[cq] == len(waiting), cq
+        assert queues.awaiting_gpus[cq] == sum(w.gpus for w in waiting), cq
 
 
 async def demo_day(out: Path) -> tuple[dict[str, tuple[float, float]], dict[str, list[float]]]:

@@ -18,7 +18,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from exporter import compute
-from exporter.records import ClusterQueueInfo, FlavorQuota
+from exporter.records import ClusterQueueInfo, FlavorQuota, WorkloadInfo
 from exporter.sinks.warehouse import Warehouse
 from tests.exporter.test_compute import PRICE, node, pod, reading
 
@@ -74,6 +74,13 @@ def build_warehouse(path: Path, cluster: str = "c", weeks: int = 2) -> Path:
     wh.add_event("n1", "p", "GPU-free", "xid", W46 + 10 * 86400, W46 + 10 * 86400 + 1800)
     wh.add_quotas([ClusterQueueInfo("research", "", {"nvidia-l4": FlavorQuota(2, None, 1, 0)},
                                     0, 1)], W46 + 9 * 86400)
+    # a Job Kueue has not admitted by the week's end: no pod, 12 hours of 1 GPU waiting
+    wh.add_workloads([WorkloadInfo(
+        uid="wl-eval", namespace="ns-a", name="job-eval-7c2d1", local_queue="research",
+        cluster_queue=None, created_unix=W46 + 13.5 * 86400, queued_unix=W46 + 13.5 * 86400,
+        admitted_unix=None, finished_unix=None, gpus=1, accelerator="nvidia-l4", priority=0,
+        priority_class="", owner_kind="Job", owner_name="eval")],
+        W46 + 13.5 * 86400 + 60, lambda w: "alpha", lambda w: "research", complete=True)
     wh.flush(W46 + 14 * 86400)
     wh.close()
     return path
