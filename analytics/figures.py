@@ -347,29 +347,27 @@ def kueue(ws: Workspace, week: Week, quotas: pd.DataFrame,
     start, end = week.start, week.end
     out = ws.frame(KUEUE, {"start": start, "end": end,
                            "week_seconds": (end - start).total_seconds()})
-    waits: dict[str, list[int]] = {}
-    if awaiting is not None and not awaiting.empty:
-        for cq, gpus in awaiting[awaiting.finished.isna()][["cluster_queue", "gpus"]] \
-                .itertuples(index=False):
-            waits.setdefault(cq or "", []).append(int(gpus))
-    held = pd.DataFrame({"cluster_queue": list(waits),
-                         "awaiting_workloads": [len(g) for g in waits.values()],
-                         "awaiting_gpus": [sum(g) for g in waits.values()]})
-    out = out.merge(held, how="outer", on="cluster_queue") if not held.empty \
-        else out.assign(awaiting_workloads=0, awaiting_gpus=0)
-    out = out.astype({"awaiting_workloads": float, "awaiting_gpus": float}) \
-        .fillna({"awaiting_workloads": 0, "awaiting_gpus": 0}) \
-        .astype({"awaiting_workloads": int, "awaiting_gpus": int})
-    out = out.fillna({"workloads": 0, "pods": 0, "gpu_hours": 0.0, "mean_gpus": 0.0}) \
-        .sort_values(["p90_seconds", "cluster_queue"], ascending=[False, True],
-                     na_position="last", ignore_index=True)
+    waiting = awaiting[awaiting.finished.isna()] if awaiting is not None \
+        and not awaiting.empty else pd.DataFrame()
+    if waiting.empty:
+        out = out.assign(awaiting_workloads=0, awaiting_gpus=0)
+    else:  # a ClusterQueue may hold Jobs back and have run none in the week
+        held = waiting.assign(cluster_queue=waiting.cluster_queue.fillna("")) \
+            .groupby("cluster_queue", as_index=False) \
+            .agg(awaiting_workloads=("gpus", "size"), awaiting_gpus=("gpus", "sum"))
+        out = out.merge(held, how="outer", on="cluster_queue").fillna(
+            {"workloads": 0, "pods": 0, "gpu_hours": 0.0, "mean_gpus": 0.0,
+             "awaiting_workloads": 0, "awaiting_gpus": 0}) \
+            .sort_values(["p90_seconds", "cluster_queue"], ascending=[False, True],
+                         na_position="last", ignore_index=True)
     nominal = quotas.set_index("cluster_queue").nominal_gpus.astype(float) \
         if not quotas.empty else pd.Series(dtype=float)
     out["nominal_gpus"] = out.cluster_queue.map(nominal).astype(float)
     out["quota_share"] = np.where(out.nominal_gpus > 0,
                                  out.mean_gpus / out.nominal_gpus.where(out.nominal_gpus > 0, 1),
                                  np.nan)
-    return out.astype({"workloads": int, "pods": int})[columns("kueue")]
+    return out.astype({"workloads": int, "pods": int, "awaiting_workloads": int,
+                       "awaiting_gpus": int})[columns("kueue")]
 
 
 QUEUE_STATES = """

@@ -7,14 +7,15 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from analytics import render
+from analytics import figures, queries, render
 from analytics.report import WeeklyReport, build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
 from analytics.weekly import team_dir
-from analytics.workspace import Table
+from analytics.workspace import Table, Workspace
 from exporter import duck
 from exporter.config import load_config
 from exporter.prices import load_price_book
@@ -52,6 +53,28 @@ def test_the_figures_of_the_small_week(small_warehouse: Path) -> None:
                        strict=True))
     assert classes == {"train": "healthy", HOSTILE: "idle"}
     assert list(r.tables["incidents"].kind) == ["xid"]
+
+
+def test_a_cluster_queue_holding_jobs_back_has_a_row_though_it_ran_none(
+        small_warehouse: Path) -> None:
+    """Kueue queues: the Jobs each ClusterQueue holds back at the week's end, also for one
+    none of whose Jobs ran in the week."""
+    week = parse_week("2026-W47")
+    store = DuckDBStore(small_warehouse)
+    f = queries.fetch(store, week)
+    ws = Workspace()
+    figures.prepare(ws, {})
+    queries.load(store, week, ws, None, figures.classify_arrow)
+    waiting = f["awaiting_admission"]
+    assert list(waiting.owner_name) == ["eval"]
+    more = pd.concat([waiting, waiting.assign(workload_uid="wl-2", cluster_queue="batch",
+                                              gpus=4)], ignore_index=True)
+    t = figures.kueue(ws, week, f["quotas"], more).set_index("cluster_queue")
+    assert t[["workloads", "awaiting_workloads", "awaiting_gpus"]].to_dict("index") == {
+        "research": {"workloads": 1, "awaiting_workloads": 1, "awaiting_gpus": 1},
+        "batch": {"workloads": 0, "awaiting_workloads": 1, "awaiting_gpus": 4}}
+    ws.close()
+    store.close()
 
 
 def test_the_per_pod_tables_stay_in_the_workspace(small_warehouse: Path) -> None:
