@@ -33,6 +33,7 @@ simulate: $(BIN)/gke-gpu-exporter
 bench: $(BIN)/gke-gpu-exporter
 	$(BIN)/python benchmarks/simulator_scale.py
 	$(BIN)/python benchmarks/exporter_cycle.py
+	$(BIN)/python benchmarks/cycle_floor.py
 	$(BIN)/python benchmarks/weekly_report.py
 
 alerts: $(BIN)/gke-gpu-exporter

@@ -33,7 +33,7 @@ from pathlib import Path
 import aiohttp
 
 from exporter.app import open_exporter
-from exporter.config import load_config
+from exporter.config import Config, load_config
 
 HEAVY = ("pandas", "pyarrow", "matplotlib", "jinja2", "kubernetes_asyncio",
          "google.cloud.bigquery", "google.protobuf", "numpy")
@@ -41,8 +41,12 @@ HEAVY = ("pandas", "pyarrow", "matplotlib", "jinja2", "kubernetes_asyncio",
 here): none is loaded once the cycles have run."""
 
 
-async def bench(nodes: int, cycles: int, every: int, ref: float) -> None:
-    out = Path(tempfile.mkdtemp(prefix="cycle-bench-"))
+async def simulate(nodes: int, prefix: str
+                   ) -> tuple[asyncio.subprocess.Process, str, Config, Path]:
+    """The simulator's ``fleet`` scenario at ``nodes`` nodes, in its own process, six
+    hours in and moved on by hand: the process, its API's URL, the exporter's default
+    configuration against it, and the folder it writes to (the warehouse's too)."""
+    out = Path(tempfile.mkdtemp(prefix=prefix))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "exporter", "simulate", "--scenario", "fleet", "--nodes",
         str(nodes), "--manual", "--warmup", "6h", "--dcgm-port", "0", "--out", str(out),
@@ -61,6 +65,11 @@ async def bench(nodes: int, cycles: int, every: int, ref: float) -> None:
         "cluster": "fleet", "interval": 30, "dcgm": {"timeout": 10},
         "kubernetes": {"kubeconfig": str(out / "kubeconfig")},
         "warehouse": {"path": str(out / "w.duckdb")}})
+    return proc, api, cfg, out
+
+
+async def bench(nodes: int, cycles: int, every: int, ref: float) -> None:
+    proc, api, cfg, out = await simulate(nodes, "cycle-bench-")
     stages = ("scrape", "compute", "warehouse", "render")
     per_cycle: list[dict[str, float]] = []
     rss: list[float] = []

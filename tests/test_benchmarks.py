@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -32,6 +34,21 @@ def test_the_cycle_benchmark_prints_cpu_by_stage_and_rss() -> None:
     assert 0 < sum(stages) <= cycle * 1.5
     assert re.search(r"RSS after cycle 1 \d+ MiB, after cycle 3 \d+ MiB", out)
     assert "heavy modules loaded: none" in out
+
+
+def test_the_floor_benchmark_prints_each_part_and_the_exporter_beside_their_sum() -> None:
+    out = bench("benchmarks/cycle_floor.py", "--nodes", "20", "--rounds", "2")
+    assert re.search(r"20 nodes: 20 pages, 160 GPUs; /metrics has \d+ series, \d+ of them", out)
+    ways = dict(re.findall(r"^  (\w+): .*? ([\d.]+)$", out, re.M))
+    assert list(ways) == ["get", "find", "check", "convert", "compute", "warehouse", "render"]
+    floor = re.search(r"^floor: (.*); sum ([\d.]+)$", out, re.M)
+    assert floor is not None, out
+    parts = dict(p.split() for p in floor[1].split(", "))
+    assert list(parts) == list(ways)
+    assert float(floor[2]) == pytest.approx(sum(map(float, parts.values())), abs=0.002)
+    cycle = re.search(r"the exporter's cycle in the same minutes: median ([\d.]+) s, "
+                      r"([\d.]+) times the floor", out)
+    assert cycle is not None and float(cycle[1]) > 0, out
 
 
 def test_the_warehouse_soak_writes_rolls_up_and_reopens() -> None:
