@@ -35,6 +35,7 @@ from exporter.health import (
 )
 from exporter.records import (
     KUBE_ERROR_REASONS,
+    PAGE_READS,
     REJECT_REASONS,
     ClusterQueueInfo,
     NodeInfo,
@@ -533,6 +534,11 @@ def _rejected(v: MetricsView) -> Iterator[Sample]:
             for reason in sorted(REJECT_REASONS | h.rejected.keys()))
 
 
+def _pages(v: MetricsView) -> Iterator[Sample]:
+    pages = v.health.pages
+    return (((v.cluster, how), pages.get(how, 0)) for how in PAGE_READS)
+
+
 def _rows_written(v: MetricsView) -> Iterator[Sample]:
     for table, n in sorted(v.rows_written.items()):
         yield (v.cluster, "duckdb", table), n
@@ -761,6 +767,12 @@ FAMILIES: tuple[Family, ...] = (
       lambda v: [((v.cluster, kind), n) for kind, n in sorted(v.kube.rejected_objects.items())]),
     F("exporter_rejected_samples", "counter", "", "DCGM samples dropped, by reason.",
       ("cluster", "reason"), _rejected),
+    F("exporter_dcgm_pages", "counter", "", "dcgm-exporter pages read, by how: plan (by "
+      "the plan learnt from an earlier page of the same shape), new_plan (the shape new or "
+      "changed: a plan learnt from this page), full (by the full parser: a value no plan "
+      "vouches for, or a shape with no plan), plan_failed (by the full parser after the "
+      "plan failed on the page; logged).", ("cluster", "read"), _pages,
+      present=lambda v: bool(v.health.pages)),
     F("exporter_rows_written", "counter", "", "Rows written to the warehouse, by sink "
       "(duckdb, bigquery) and table.", ("cluster", "sink", "table"), _rows_written),
     F("exporter_rows_rejected", "counter", "", "Rows the sink refused (bad values), by "

@@ -24,6 +24,8 @@ class SourceHealth:
     rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     last_success: dict[tuple[str, str], float] = field(default_factory=dict)
     """(source, target) -> the cycle time of its last answer."""
+    pages: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """dcgm-exporter pages by how they were read (``records.PAGE_READS``)."""
 
 
 @dataclass(slots=True)

@@ -29,6 +29,12 @@ REJECT_REASONS = frozenset({"malformed", "no_gpu_uuid", "blank", "not_finite", "
                             "too_long", "too_many_series", "unknown_node",
                             "too_many_devices"})
 """Why a DCGM sample is dropped."""
+PageRead = Literal["plan", "new_plan", "full", "plan_failed"]
+"""How a dcgm-exporter page was read: by the plan learnt from an earlier page of its
+shape; by a plan learnt from this page (its shape new or changed); by the full parser (a
+value no plan vouches for, or a shape with no plan); by the full parser after its plan
+failed on it."""
+PAGE_READS: tuple[PageRead, ...] = ("plan", "new_plan", "full", "plan_failed")
 KUBE_ERROR_REASONS = frozenset({"http_403", "http_429", "http_503", "refused", "timeout",
                                 "bad_answer"})
 """The errors a Kubernetes watch most often meets, exported from zero (others as they happen)."""
@@ -133,6 +139,10 @@ class ParseResult:
     samples: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     """Counts of dropped lines by reason (``REJECT_REASONS``)."""
+    read_by: PageRead | None = field(default=None, compare=False)
+    """How a dcgm-exporter page was read (None for samples from a query API)."""
+    plan_error: str | None = field(default=None, compare=False)
+    """Why the page's plan failed, when ``read_by`` is ``plan_failed``."""
 
     def reject(self, reason: str, n: int = 1) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + n

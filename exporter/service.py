@@ -35,7 +35,15 @@ from exporter.health import (
 )
 from exporter.placement import Placement
 from exporter.prices import Commitment, PriceBook, effective_prices, unused_commitment
-from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape, WorkloadInfo, gpu_model
+from exporter.records import (
+    DeviceReading,
+    NodeInfo,
+    ParseResult,
+    PodInfo,
+    TargetScrape,
+    WorkloadInfo,
+    gpu_model,
+)
 from exporter.sinks import Sink
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
@@ -286,6 +294,7 @@ class Exporter:
             self.health.last_success[key] = now
             self.health.duration[key] = res.duration_seconds
             self._episodes.recovered((url, "scrape"), now, "dcgm scrape recovered", target=url)
+            self._page_read(url, res.result, now)
             rejects = dict(res.result.rejected)
             lost, stray = placed.unplaced.get(url, (0, None))
             if lost:
@@ -305,6 +314,20 @@ class Exporter:
         self._episodes.failed((url, "scrape"), now, "dcgm scrape failed", target=url,
                               reason=res.label, error=res.reason,
                               **({"rejected": res.rejected} if res.rejected else {}))
+
+    def _page_read(self, url: str, result: ParseResult, now: float) -> None:
+        """How a page was read, counted; a plan that failed logged once, until a page of
+        the target is read by a plan again."""
+        how = result.read_by
+        if how is None:
+            return
+        self.health.pages[how] += 1
+        if how == "plan_failed":
+            self._episodes.failed((url, "page_plan"), now, "dcgm page read in full: its plan "
+                                  "failed", target=url, error=result.plan_error)
+        elif how != "full":
+            self._episodes.recovered((url, "page_plan"), now, "dcgm page read by plan again",
+                                     target=url)
 
     def set_list_prices(self, prices: Mapping[tuple[str, str], float], read_at: float) -> None:
         """List prices read from the price catalogue at ``read_at``, model by model: what it

@@ -46,7 +46,14 @@ from typing import Any
 
 from exporter.catalog import FATAL_XIDS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.records import DeviceReading, ParseResult, PodInfo, PodOnDevice, TargetScrape
+from exporter.records import (
+    DeviceReading,
+    PageRead,
+    ParseResult,
+    PodInfo,
+    PodOnDevice,
+    TargetScrape,
+)
 from exporter.selectors import label_selector
 from exporter.sources import curl_transport as http
 
@@ -194,14 +201,19 @@ def _only_families(text: str, read: Collection[str]) -> str:
     block is exactly its HELP line, its TYPE line and its own samples."""
     blocks = ("\n" + text).split("\n# HELP ")
     kept = [blocks[0]] if blocks[0] else []
+    dropped = False
     for block in blocks[1:]:
         name = block[:block.find(" ")]
+        dropped = False
         if name not in read:
             lines = block.rstrip("\n").count("\n") + 1
             if lines == 2 + block.count("\n" + name + "{") and "\n# TYPE " + name in block:
+                dropped = True
                 continue
         kept.append("# HELP " + block)
-    return "\n".join(kept)
+    # Each block but the first lost the line end before it to the split, given back by
+    # the join; the line end before a dropped last block is given back here.
+    return "\n".join(kept) + ("\n" if dropped and kept else "")
 
 
 PIECE_BYTES = 1 << 20
@@ -566,15 +578,26 @@ def parse_page(body: bytes, plan: PagePlan | None, max_devices: int = MAX_DEVICE
                read: Collection[str] | None = None) -> tuple[ParseResult, PagePlan]:
     """One whole page's devices, as ``parse_dcgm_text`` gives them, read by ``plan`` where
     it can be (the plan learnt again if the page's shape changed); and the plan for the
-    target's next page."""
+    target's next page. ``read_by`` of the result says how the page was read. A plan
+    that fails on a page (it never should) leaves that page, and the later ones of its
+    shape, to the full parse: the error is in ``plan_error``, never raised."""
     parts = split_page(body)
-    if plan is None or not plan.fits(parts):
-        plan = PagePlan.learn(parts, max_devices, read)
-    result = plan.read(parts, len(body))
+    how: PageRead = "plan"
+    error = None
+    try:
+        if plan is None or not plan.fits(parts):
+            how = "new_plan"
+            plan = PagePlan.learn(parts, max_devices, read)
+        result = plan.read(parts, len(body))
+    except Exception as exc:
+        how, error = "plan_failed", f"{type(exc).__name__}: {exc}"
+        plan, result = PagePlan(parts), None  # a shape with no plan
     if result is None:
         parser = StreamParser(max_devices, read)
         parser.parse(body)
         result = parser.close()
+        how = "full" if error is None else how
+    result.read_by, result.plan_error = how, error
     return result, plan
 
 
@@ -602,9 +625,11 @@ class _Scrape:
     """One target's answer, parsed as it arrives (in the transport's thread). A body of
     less than a piece is held as it came and, once whole, read by the target's
     ``PagePlan`` (learnt again when the page's shape changed), or parsed in full where the
-    plan gives up; a longer one goes through ``StreamParser.take`` a piece at a time."""
+    plan gives up; a longer one goes through ``StreamParser.take`` a piece at a time.
+    A page that breaks the parser is this target's error (``failure``), never the
+    round's."""
 
-    __slots__ = ("_chunks", "_held", "_parser", "ending", "plan", "result", "url")
+    __slots__ = ("_chunks", "_held", "_parser", "ending", "failure", "plan", "result", "url")
 
     def __init__(self, url: str, max_devices: int, read: Collection[str] | None,
                  plan: PagePlan | None = None) -> None:
@@ -614,10 +639,13 @@ class _Scrape:
         self._held = 0
         self.ending: http.Ending | None = None
         self.result: ParseResult | None = None
+        self.failure: Exception | None = None
         self.plan = plan
         """The plan of the target's last page held whole; None after a longer one."""
 
     def body(self, chunk: bytes) -> None:
+        if self.failure is not None:
+            return
         chunks: Sequence[bytes] = (chunk,)
         if self._chunks is not None:
             self._chunks.append(chunk)
@@ -626,22 +654,31 @@ class _Scrape:
                 return
             chunks, self._chunks, self.plan = self._chunks, None, None
         parser = self._parser
-        for c in chunks:
-            piece = parser.take(c)
-            if piece is not None:
-                parser.parse(*piece)
+        try:
+            for c in chunks:
+                piece = parser.take(c)
+                if piece is not None:
+                    parser.parse(*piece)
+        except Exception as exc:
+            self._fail(exc)
 
     def end(self, ending: http.Ending) -> None:
         self.ending = ending
-        if ending.kind == http.OK:
-            if self._chunks:
-                p = self._parser
-                self.result, self.plan = parse_page(
-                    self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks),
-                    self.plan, p._max_devices, p._read)
-            else:
-                self.result = self._parser.close()
+        if ending.kind == http.OK and self.failure is None:
+            try:
+                if self._chunks:
+                    p = self._parser
+                    self.result, self.plan = parse_page(
+                        self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks),
+                        self.plan, p._max_devices, p._read)
+                else:
+                    self.result = self._parser.close()
+            except Exception as exc:
+                self._fail(exc)
         self._chunks = None
+
+    def _fail(self, exc: Exception) -> None:
+        self.failure, self.result, self.plan, self._chunks = exc, None, None, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -726,6 +763,10 @@ class DcgmSource:
     def _outcome(self, scrape: _Scrape
                  ) -> TargetScrape | SourceUnavailable | SourceTimeout | SourceDataError:
         target, end = scrape.url, scrape.ending
+        if scrape.failure is not None:
+            exc = scrape.failure
+            return SourceDataError("dcgm", target, "page could not be parsed: "
+                                   f"{type(exc).__name__}: {exc}")
         if end is None or end.kind == http.TIMEOUT:
             return SourceTimeout("dcgm", target, f"no complete answer in {self._timeout:g} s")
         if end.kind == http.STATUS:

@@ -19,6 +19,7 @@ from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
 from exporter.service import Exporter
+from exporter.sources import dcgm
 from exporter.sources.dcgm import DcgmSource, TargetScrape
 from simulator.server import SimulatorServer
 from tests.conftest import FIXTURES, Handler
@@ -210,7 +211,8 @@ async def answer_each_cycle(sim: SimulatorServer, tmp_path: Path,
                             serve: Callable[[Handler], Awaitable[str]], answers: str
                             ) -> tuple[str, bytes]:
     """Cycles 30 s apart against one target (the L4 node's dcgm-exporter) that answers, in
-    turn: ``.`` good, ``E`` 500, ``J`` nothing to keep, ``R`` good with a malformed line.
+    turn: ``.`` good, ``E`` 500, ``J`` nothing to keep, ``R`` good with a malformed line,
+    ``U`` good and ending with a family nothing reads.
     Returns the target and the last /metrics."""
     (l4,) = [n for n in sim.cluster.live_nodes() if n.pool.name == "l4"]
     answer = "."
@@ -222,6 +224,8 @@ async def answer_each_cycle(sim: SimulatorServer, tmp_path: Path,
             return web.Response(text=JUNK)
         async with aiohttp.ClientSession() as s, s.get(sim.endpoint_url(l4)) as r:
             body = await r.text()
+        if answer == "U":
+            body += unread_family(body)
         return web.Response(text=body + "DCGM_FI_DEV_GPU_UTIL{gpu=0} 5\n" * (answer == "R"))
 
     url = await serve(switch)
@@ -233,6 +237,53 @@ async def answer_each_cycle(sim: SimulatorServer, tmp_path: Path,
             answer = this
             await exporter.cycle(sim.cluster.now + 30 * i)
         return url, exporter.metrics.text
+
+
+def unread_family(page: str) -> str:
+    """A family nothing reads, for the GPUs of ``page``: what dcgm-exporter's older default
+    counters end with."""
+    name = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+    labels = {line[line.index("{"):line.rindex("}") + 1] for line in page.splitlines()
+              if line.startswith("DCGM_FI_DEV_GPU_UTIL{")}
+    return (f"# HELP {name} Whether remapping of rows has failed\n# TYPE {name} gauge\n"
+            + "".join(f"{name}{lb} 0\n" for lb in sorted(labels)))
+
+
+async def test_a_page_ending_with_a_family_nothing_reads_is_read_every_cycle(
+        sim: SimulatorServer, tmp_path: Path,
+        serve: Callable[[Handler], Awaitable[str]]) -> None:
+    """Learnt once, then read by its plan cycle after cycle; the target stays up and its
+    GPUs keep their readings."""
+    url, text = await answer_each_cycle(sim, tmp_path, serve, "UUUU")
+    fams = families(text)
+    up = {lbl["target"]: v for lbl, v in fams["gke_gpu_exporter_source_up"]
+          if lbl["source"] == "dcgm"}
+    assert up == {url: 1}
+    pages = {lbl["read"]: v for lbl, v in fams["gke_gpu_exporter_dcgm_pages_total"]}
+    assert pages == {"plan": 3, "new_plan": 1, "full": 0, "plan_failed": 0}
+    assert fams["gke_gpu_utilization_ratio"]
+
+
+async def test_a_page_that_breaks_the_parser_fails_its_own_target_alone(
+        serve: Callable[[Handler], Awaitable[str]], source: DcgmSource,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a page does to the parser is that target's error; the round goes on."""
+    parse = dcgm.parse_page
+
+    def breaks_on_poison(body: bytes, *args: Any) -> Any:
+        if b"poison" in body:
+            raise RecursionError("maximum recursion depth exceeded")
+        return parse(body, *args)
+
+    monkeypatch.setattr(dcgm, "parse_page", breaks_on_poison)
+    poison = REAL.replace("i-030791dc5a37cd257", "poison")
+    ok, bad = await source.fetch([await serve(good), await serve(text(poison))])
+    assert isinstance(ok, TargetScrape) and ok.result.samples == 23
+    assert isinstance(bad, SourceDataError) and bad.label == "bad_answer"
+    assert bad.reason == ("page could not be parsed: RecursionError: maximum recursion "
+                          "depth exceeded")
+    again, = await source.fetch([await serve(good)])
+    assert isinstance(again, TargetScrape)
 
 
 def logged(caplog: pytest.LogCaptureFixture, level: int, event: str) -> list[dict[str, Any]]:
