@@ -538,8 +538,8 @@ def pod_classes(pods: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     first(util_idle, "idle")
     first(~has_gr, "insufficient_signal")
     first(gr < IDLE_GR, "idle")
-    first((np.nan_to_num(throttled_share, nan=0.0) >= THROTTLED_SHARE) |
-          (temp >= THROTTLED_TEMP_C), "throttled")
+    first(np.where(np.isnan(throttled_share), temp >= THROTTLED_TEMP_C,
+                   throttled_share >= THROTTLED_SHARE), "throttled")
     first(maybe_quiet & link_busy & quiet_known, "comm_bound")
     first(maybe_quiet & link_busy, "insufficient_signal")
     first(maybe_quiet & (gr >= COMM_GR_MIN) & nvlink_gpu & np.isnan(nvlink),

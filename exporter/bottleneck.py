@@ -20,17 +20,40 @@ window):
   Collectives send and receive alike, so PCIe counts as a collective link by the smaller of
   its two directions; input copies go one way.
 
+- Clock-event reasons (``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``, field 112, which DCGM before
+  3.x named ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS``; the sources read both names and hand
+  on the newer one): a bitmask of why the clocks are held down at the sample, of which the
+  software and hardware power caps (0x4, 0x80), hardware slowdown (0x8) and the software
+  and hardware thermal slowdowns (0x20, 0x40) count as throttling.
+- Power and thermal violation (``DCGM_FI_DEV_POWER_VIOLATION``,
+  ``DCGM_FI_DEV_THERMAL_VIOLATION``): cumulative counters of the time the GPU was held
+  below its application clocks by its power limit or by heat, in nanoseconds (NVML's
+  violation time; DCGM's header said microseconds until DCGM 4.1 corrected it, with the
+  field read the same way, and dcgm-exporter's counters file says nanoseconds). The share
+  of the window in violation is the counter's increase between consecutive samples over
+  the time between them, a counter that went down counted as restarted from zero (a
+  driver reload) as Prometheus's ``increase`` counts it. The sync-boost, board-limit,
+  low-utilisation and reliability counters say why the clocks sit below their application
+  setting for reasons other than power or heat, and are not read.
+
+The throttled share is the larger of the share of samples with a throttling reason and
+the share of the window in power or thermal violation (either counter): what DCGM reports
+of it. Only where DCGM publishes neither does a hot GPU (mean temperature >= 85 C) count as
+throttled: where the bitmask is present and has no throttling bit, a hot GPU is running at
+its clocks.
+
 Rules, first match wins. dcgm-exporter's default counters have GR, tensor, DRAM and PCIe
-but not SM active, SM occupancy, NVLink bytes or clock-event reasons: where a rule needs a
-field that is missing and the others cannot settle it, the class is
+but not SM active, SM occupancy, NVLink bytes, clock-event reasons or violation counters:
+where a rule needs a field that is missing and the others cannot settle it, the class is
 ``insufficient_signal`` rather than a guess.
 
 =====================  ===================================================================
 class                  evidence
 =====================  ===================================================================
 idle                   GR active < 0.05 (without profiling fields: GPU_UTIL < 5 %)
-throttled              thermal or power clock-event reasons in >= 50 % of samples, or mean
-                       GPU temperature >= 85 C
+throttled              throttled share >= 50 %: thermal or power clock-event reasons in
+                       half the samples, or half the window in power or thermal
+                       violation; without either field, mean GPU temperature >= 85 C
 comm_bound             a link (NVLink, or PCIe both ways) >= 30 % busy while the SMs are
                        quiet: SM active < 0.45, or without SM fields tensor < 0.2 and DRAM
                        < 0.5. Undecided on an NVLink GPU (not a MIG instance) without
@@ -59,6 +82,7 @@ import math
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from exporter.catalog import GPU_MODELS, GpuModel
 
@@ -66,11 +90,18 @@ CLASSES = ("insufficient_signal", "idle", "throttled", "comm_bound", "input_boun
            "small_batch", "memory_bound", "healthy")
 THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, thermal, brake
 CLOCK_REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+"""The clock-event bitmask by its current name (``catalog.DCGM_RENAMED`` maps the older
+one onto it where readings enter)."""
+VIOLATIONS = ("DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_THERMAL_VIOLATION")
+"""Cumulative nanoseconds held below the application clocks by power, by heat."""
+VIOLATION_SECONDS = 1e-9
+"""Seconds in one unit of a violation counter."""
 SIGNAL_FIELDS = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
                  "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
                  "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP",
                  "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES",
-                 "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", CLOCK_REASONS)
+                 "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", CLOCK_REASONS,
+                 *VIOLATIONS)
 """The fields ``classify`` reads."""
 
 IDLE_GR = 0.05
@@ -120,7 +151,9 @@ class Signals:
     """Share of samples with GR < STALL_GR."""
     max_gr: float = 0.0
     throttled_share: float | None = None
-    """Share of samples with a thermal or power clock-event reason; None if unreported."""
+    """The larger of the share of samples with a thermal or power clock-event reason and
+    the share of the window in power or thermal violation; None where DCGM reports
+    neither."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,24 +174,58 @@ def _mean(samples: Sequence[Mapping[str, float]], name: str) -> float | None:
     return math.fsum(values) / len(values) if values else None  # as statistics.fmean
 
 
-def signals(samples: Sequence[Mapping[str, float]]) -> Signals:
-    """The signals in one pod's GPUs' DCGM samples."""
+def increase(before: float, after: float) -> float:
+    """A cumulative counter's increase from ``before`` to ``after``; one that went down
+    restarted from zero in between."""
+    return after - before if after >= before else after
+
+
+def violation_share(increases: Sequence[float], seconds: Sequence[float]) -> float | None:
+    """The share of time in violation over consecutive pairs of a counter's samples: their
+    increases (counter units) over the seconds between them; None without a pair (at most
+    1, a counter cannot run faster than time)."""
+    span = math.fsum(seconds)
+    return min(math.fsum(increases) * VIOLATION_SECONDS / span, 1.0) if span > 0 else None
+
+
+def throttled_share(reasons_share: float | None, violations: Sequence[float | None]
+                    ) -> float | None:
+    """The throttled share from the clock-event reasons and each violation counter's share:
+    the largest of those reported, None if none is."""
+    known = [v for v in (reasons_share, *violations) if v is not None]
+    return max(known) if known else None
+
+
+def signals(samples: Sequence[Mapping[str, float]],
+            times: Sequence[float] | None = None) -> Signals:
+    """The signals in one pod's GPUs' DCGM samples, taken at ``times`` (seconds; without
+    them the violation counters, which need the time between samples, are not read)."""
     gr_values = [s[_GR] for s in samples if _GR in s]
     reasons = [int(s[CLOCK_REASONS]) for s in samples if CLOCK_REASONS in s]
     sm, occ, tensor, dram, util, temp, nv_tx, nv_rx, pcie_tx, pcie_rx = [
         _mean(samples, name) for name in _MEAN_FIELDS]
+    violations: list[float | None] = []
+    if times is not None:
+        for name in VIOLATIONS:
+            points = [(t, s[name]) for t, s in zip(times, samples, strict=True) if name in s]
+            pairs = list(pairwise(points))
+            violations.append(violation_share(
+                [increase(a, b) for (_, a), (_, b) in pairs],
+                [tb - ta for (ta, _), (tb, _) in pairs]))
     return Signals(
         math.fsum(gr_values) / len(gr_values) if gr_values else None, sm, occ, tensor, dram,
         util, temp, nv_tx, nv_rx, pcie_tx, pcie_rx,
         stalled_share=sum(1 for v in gr_values if v < STALL_GR) / len(gr_values)
         if gr_values else 0.0,
         max_gr=max(gr_values, default=0.0),
-        throttled_share=sum(1 for r in reasons if r & THROTTLE_BITS) / len(reasons)
-        if reasons else None)
+        throttled_share=throttled_share(
+            sum(1 for r in reasons if r & THROTTLE_BITS) / len(reasons) if reasons else None,
+            violations))
 
 
 _GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-_MEAN_FIELDS = tuple(name for name in SIGNAL_FIELDS if name not in (_GR, CLOCK_REASONS))
+_MEAN_FIELDS = tuple(name for name in SIGNAL_FIELDS
+                     if name not in (_GR, CLOCK_REASONS, *VIOLATIONS))
 """The fields averaged into ``Signals``, in its field order after ``gr``."""
 
 
@@ -167,10 +234,13 @@ class Window:
     ``signals`` over the same samples without going through them all again: the time of
     each sample, each field's values in the same order (NaN where a sample lacks the
     field), how many samples have each field, and the counts of stalled and throttled
-    samples. Times and values are packed arrays of doubles, one of times for all fields (a
-    window of 20 samples of 12 fields holds about 3 KB)."""
+    samples. Of each violation counter, also the increase and the seconds since the
+    counter's previous sample in the window, by sample. Times and values are packed arrays
+    of doubles, one of times for all fields (a window of 20 samples of 12 fields holds
+    about 3 KB)."""
 
-    __slots__ = ("_counts", "_stalled", "_throttled", "_times", "_values")
+    __slots__ = ("_counts", "_last", "_pairs", "_stalled", "_throttled", "_times",
+                 "_values")
 
     def __init__(self) -> None:
         self._times: array[float] = array("d")
@@ -178,6 +248,11 @@ class Window:
         self._counts: dict[str, int] = {}
         self._stalled = 0
         self._throttled = 0
+        self._pairs: dict[str, tuple[array[float], array[float]]] = {}
+        """Violation counter -> (increase, seconds) since its previous sample in the window,
+        by sample (NaN where none)."""
+        self._last: dict[str, tuple[float, float]] = {}
+        """Violation counter -> (time, value) of its last sample in the window."""
 
     def add(self, when: float, sample: Mapping[str, float]) -> None:
         """Add the sample taken at ``when`` (later than any before)."""
@@ -199,7 +274,26 @@ class Window:
                 self._stalled += value < STALL_GR
             kept.append(value)
             counts[name] += 1
+        if self._pairs or any(name in sample for name in VIOLATIONS):
+            self._add_pairs(when, sample)
         self._times.append(when)
+
+    def _add_pairs(self, when: float, sample: Mapping[str, float]) -> None:
+        for name in VIOLATIONS:
+            value = sample.get(name)
+            pairs = self._pairs.get(name)
+            if value is None:
+                if pairs is not None:
+                    pairs[0].append(_NAN)
+                    pairs[1].append(_NAN)
+                continue
+            if pairs is None:
+                pairs = self._pairs[name] = (array("d", _NO_VALUE) * len(self._times),
+                                             array("d", _NO_VALUE) * len(self._times))
+            last = self._last.get(name)
+            pairs[0].append(_NAN if last is None else increase(last[1], value))
+            pairs[1].append(_NAN if last is None else when - last[0])
+            self._last[name] = (when, value)
 
     def expire(self, until: float) -> None:
         """Drop the samples taken at or before ``until``."""
@@ -225,6 +319,14 @@ class Window:
                 empty.append(name)
         for name in empty:
             del self._values[name], counts[name]
+        for name, (increases, seconds) in list(self._pairs.items()):
+            kept = self._values.get(name)
+            if kept is None:  # no sample left has the counter
+                del self._pairs[name], self._last[name]
+                continue
+            del increases[:gone], seconds[:gone]
+            first = next(i for i, v in enumerate(kept) if v == v)
+            increases[first] = seconds[first] = _NAN  # its previous sample has gone
 
     def _mean(self, name: str, n: int) -> float | None:
         values = self._values.get(name)
@@ -246,11 +348,15 @@ class Window:
         top = 0.0
         if gr is not None:
             top = max(gr) if grs == n else max(v for v in gr if v == v)
+        share = self._throttled / reasons if reasons else None
+        if self._pairs:
+            share = throttled_share(share, [violation_share(
+                [v for v in pairs[0] if v == v], [v for v in pairs[1] if v == v])
+                for pairs in self._pairs.values()])
         # positional: by keyword, Signals takes twice as long to build (a pod a cycle)
         return Signals(
             mean(_GR, n), sm, occ, tensor, dram, util, temp, nv_tx, nv_rx, pcie_tx, pcie_rx,
-            self._stalled / grs if grs else 0.0, top,
-            self._throttled / reasons if reasons else None)
+            self._stalled / grs if grs else 0.0, top, share)
 
 
 _NAN = math.nan
@@ -258,9 +364,10 @@ _NO_VALUE = (math.nan,)
 
 
 def classify(samples: Sequence[Mapping[str, float]], accelerator: str | None, *,
-             mig: bool = False) -> Diagnosis:
-    """The bottleneck class of one pod from its GPUs' DCGM samples in the window."""
-    return decide(signals(samples), accelerator, mig=mig)
+             mig: bool = False, times: Sequence[float] | None = None) -> Diagnosis:
+    """The bottleneck class of one pod from its GPUs' DCGM samples in the window (taken at
+    ``times``, which the violation counters need)."""
+    return decide(signals(samples, times), accelerator, mig=mig)
 
 
 def evidence(s: Signals, model: GpuModel | None) -> dict[str, float]:
@@ -337,8 +444,8 @@ def decide(s: Signals, accelerator: str | None, *, mig: bool = False) -> Diagnos
                      else "insufficient_signal")
     if gr < IDLE_GR:
         return found("idle")
-    if (s.throttled_share or 0.0) >= THROTTLED_SHARE or \
-            (s.temp_celsius is not None and s.temp_celsius >= THROTTLED_TEMP_C):
+    if s.throttled_share >= THROTTLED_SHARE if s.throttled_share is not None else \
+            s.temp_celsius is not None and s.temp_celsius >= THROTTLED_TEMP_C:
         return found("throttled")
     # quiet SMs: True, False or None (not measured)
     quiet = sm < COMM_SM_MAX if sm is not None else None if tensor is None or dram is None \

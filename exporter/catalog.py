@@ -15,6 +15,13 @@ FATAL_XIDS = frozenset({48, 64, 74, 79, 95})
 """XIDs after which a GPU needs a reset to be usable again (double-bit ECC, row-remap
 failure, NVLink error, fallen off the bus, uncontained ECC)."""
 
+DCGM_RENAMED = MappingProxyType({
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+})
+"""DCGM fields printed under an older name -> their current name (the same field id: 112,
+the clock-event bitmask, renamed in DCGM 3.x). The sources read both and hand on the
+current one."""
+
 
 @dataclass(frozen=True, slots=True)
 class MigProfile:

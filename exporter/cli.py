@@ -356,7 +356,6 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_config(args.config)
-        book = load_price_book(cfg.prices.book, cfg.prices.region)
     except ConfigError as exc:
         print(f"error: invalid configuration\n{exc}", file=sys.stderr)
         return 1
@@ -364,6 +363,12 @@ def _run(args: argparse.Namespace) -> int:
         set_level(cfg.log_level)
     log.debug("config loaded", extra=ctx(file=args.config, settings=cfg.model_dump(mode="json")))
     found = problems(cfg)
+    if not any(p.setting == "prices.book" for p in found):  # else named among them
+        try:
+            book = load_price_book(cfg.prices.book, cfg.prices.region)
+        except ConfigError as exc:
+            print(f"error: invalid configuration\n{exc}", file=sys.stderr)
+            return 1
     for problem in found:
         print(f"error: {problem}", file=sys.stderr)
     if found:

@@ -2,19 +2,32 @@
 
 Environment variables are ``GKE_GPU_EXPORTER_<FIELD>``, nested with ``__``: for example
 ``GKE_GPU_EXPORTER_INTERVAL=15s`` or ``GKE_GPU_EXPORTER_DCGM__TIMEOUT=5s``. The environment
-wins over the file. Everything is validated once at start-up (``--check-config``).
+wins over the file. Everything is validated once at start-up (``--check-config``), and every
+mistake found is reported at once, one line each: a variable with the prefix that names no
+setting (with the nearest that does), each setting's own errors, and the errors between
+settings (those of the settings that are valid themselves).
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
+import typing
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from exporter.catalog import FAMILIES, GPU_MODELS
 from exporter.durations import Duration
@@ -23,6 +36,15 @@ from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORIN
 from exporter.logs import LogLevel
 
 ENV_PREFIX = "GKE_GPU_EXPORTER_"
+OTHER_VARIABLES = frozenset({"GKE_GPU_EXPORTER_LOG_FORMAT"})
+"""Variables with the prefix that are not settings: the log format is chosen before the
+configuration is read."""
+
+
+def _raise_all(problems: list[str]) -> None:
+    """Every problem a validator found, one line each (``load_config`` splits them)."""
+    if problems:
+        raise ValueError("\n".join(problems))
 
 
 class _Section(BaseModel):
@@ -97,12 +119,14 @@ class Dcgm(_Section):
 
     @model_validator(mode="after")
     def _urls(self) -> Self:
-        for url in [*self.targets, *([self.prometheus.url] if self.prometheus.url else [])]:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"target {url!r} is not an http(s) URL")
+        problems = [
+            f"target {url!r} is not an http(s) URL"
+            for url in [*self.targets, *([self.prometheus.url] if self.prometheus.url else [])]
+            if not url.startswith(("http://", "https://"))]
         if self.prometheus.url and self.cloud_monitoring.project:
-            raise ValueError("choose one DCGM source: dcgm.prometheus.url or "
-                             "dcgm.cloud_monitoring.project")
+            problems.append("choose one DCGM source: dcgm.prometheus.url or "
+                            "dcgm.cloud_monitoring.project")
+        _raise_all(problems)
         return self
 
 
@@ -186,15 +210,15 @@ class Prices(_Section):
 
     @model_validator(mode="after")
     def _fractions(self) -> Self:
-        for pool, d in self.discounts.items():
-            if not 0.0 <= d < 1.0:
-                raise ValueError(f"discount for pool {pool!r} must be in [0, 1), got {d}")
+        problems = [f"discount for pool {pool!r} must be in [0, 1), got {d}"
+                    for pool, d in self.discounts.items() if not 0.0 <= d < 1.0]
         for key, d in self.negotiated.items():
             if key not in GPU_MODELS and key not in FAMILIES:
-                raise ValueError(f"negotiated discount for {key!r}: not a GPU model or a "
-                                 f"machine family ({', '.join(FAMILIES)})")
+                problems.append(f"negotiated discount for {key!r}: not a GPU model or a "
+                                f"machine family ({', '.join(FAMILIES)})")
             if not 0.0 <= d < 1.0:
-                raise ValueError(f"negotiated discount for {key!r} must be in [0, 1), got {d}")
+                problems.append(f"negotiated discount for {key!r} must be in [0, 1), got {d}")
+        _raise_all(problems)
         return self
 
 
@@ -239,10 +263,12 @@ class BigQuery(_Section):
 
     @model_validator(mode="after")
     def _project(self) -> Self:
+        problems = []
         if self.enabled and not self.project:
-            raise ValueError("bigquery.project is required when bigquery is enabled")
+            problems.append("bigquery.project is required when bigquery is enabled")
         if self.endpoint and not self.endpoint.startswith(("http://", "https://")):
-            raise ValueError(f"bigquery.endpoint {self.endpoint!r} is not an http(s) URL")
+            problems.append(f"bigquery.endpoint {self.endpoint!r} is not an http(s) URL")
+        _raise_all(problems)
         return self
 
 
@@ -325,17 +351,19 @@ class CloudMonitoring(_Section):
 
     @model_validator(mode="after")
     def _where(self) -> Self:
+        problems = []
         if self.enabled and not (self.project and self.location):
-            raise ValueError("cloud_monitoring.project and .location are required when "
-                             "cloud_monitoring is enabled")
+            problems.append("cloud_monitoring.project and .location are required when "
+                            "cloud_monitoring is enabled")
         if self.interval < 10:
-            raise ValueError("cloud_monitoring.interval must be at least 10 s")
+            problems.append("cloud_monitoring.interval must be at least 10 s")
         unknown = [f for f in self.families if f not in BY_NAME
                    or BY_NAME[f].kind not in CLOUD_MONITORING_KINDS]
         if unknown:
-            raise ValueError(f"cloud_monitoring.families: no gauge or counter named "
-                             f"{', '.join(map(repr, unknown))} (names without gke_gpu_ and "
-                             "_total; docs/metrics.md lists them)")
+            problems.append(f"cloud_monitoring.families: no gauge or counter named "
+                            f"{', '.join(map(repr, unknown))} (names without gke_gpu_ and "
+                            "_total; docs/metrics.md lists them)")
+        _raise_all(problems)
         return self
 
 
@@ -398,28 +426,22 @@ class Report(_Section):
     its GPU lines (read with ``warehouse.bigquery``'s endpoint and credentials)."""
 
     @model_validator(mode="after")
-    def _zone(self) -> Self:
+    def _valid(self) -> Self:
+        problems = []
         try:
             ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {self.timezone!r}") from None
-        return self
-
-    @model_validator(mode="after")
-    def _subject(self) -> Self:
+            problems.append(f"unknown time zone {self.timezone!r}")
         try:
             self.subject.format(week="", scope="", cost="")
         except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(f"subject {self.subject!r}: placeholders are {{week}}, {{scope}} "
-                             f"and {{cost}} ({type(exc).__name__}: {exc})") from None
-        return self
-
-    @model_validator(mode="after")
-    def _addresses(self) -> Self:
-        for addr in [self.sender, *self.platform_recipients,
-                     *(a for v in self.team_recipients.values() for a in v)]:
-            if "\r" in addr or "\n" in addr or "@" not in addr:
-                raise ValueError(f"not an email address: {addr!r}")
+            problems.append(f"subject {self.subject!r}: placeholders are {{week}}, {{scope}} "
+                            f"and {{cost}} ({type(exc).__name__}: {exc})")
+        problems += [f"not an email address: {addr!r}" for addr in [
+            self.sender, *self.platform_recipients,
+            *(a for v in self.team_recipients.values() for a in v)]
+            if "\r" in addr or "\n" in addr or "@" not in addr]
+        _raise_all(problems)
         return self
 
 
@@ -484,20 +506,32 @@ class Config(BaseSettings):
     cloud_monitoring: CloudMonitoring = CloudMonitoring()
 
     @model_validator(mode="after")
-    def _intervals(self) -> Self:
+    def _between_settings(self) -> Self:
+        found = list(self.cross_field_errors())
+        deferred = _DEFERRED.get()
+        if deferred is not None:
+            deferred += found
+        else:
+            _raise_all([message for _, message in found])
+        return self
+
+    def cross_field_errors(self) -> Iterator[tuple[frozenset[str], str]]:
+        """Each error between settings: the top-level settings it involves, and what is
+        wrong."""
         if self.interval < 1:
-            raise ValueError("interval must be at least 1 s")
+            yield frozenset({"interval"}), "interval must be at least 1 s"
         if self.warehouse.interval < self.interval:
-            raise ValueError("warehouse.interval must be >= interval")
+            yield frozenset({"warehouse", "interval"}), "warehouse.interval must be >= interval"
         if self.dcgm.timeout >= self.interval:
-            raise ValueError("dcgm.timeout must be shorter than interval")
+            yield frozenset({"dcgm", "interval"}), "dcgm.timeout must be shorter than interval"
         if self.report.schedule and not self.warehouse.enabled:
-            raise ValueError("report.schedule needs the warehouse: the report is read from it")
+            yield (frozenset({"report", "warehouse"}),
+                   "report.schedule needs the warehouse: the report is read from it")
         cm = self.dcgm.cloud_monitoring
         if cm.project and not cm.cluster and re.search(r'["\\\r\n]', self.cluster):
-            raise ValueError("cluster cannot be quoted into a Cloud Monitoring filter: set "
-                             "dcgm.cloud_monitoring.cluster")
-        return self
+            yield (frozenset({"dcgm", "cluster"}),
+                   "cluster cannot be quoted into a Cloud Monitoring filter: set "
+                   "dcgm.cloud_monitoring.cluster")
 
     @classmethod
     def settings_customise_sources(
@@ -508,8 +542,51 @@ class Config(BaseSettings):
         return (env_settings, init_settings)  # the environment overrides the file
 
 
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read and validate a config file (None: defaults and environment only)."""
+_DEFERRED: ContextVar[list[tuple[frozenset[str], str]] | None] = ContextVar(
+    "_DEFERRED", default=None)
+"""While set, ``Config`` hands its errors between settings here instead of raising them."""
+
+
+def variables(model: type[BaseModel] = Config, prefix: str = ENV_PREFIX
+              ) -> Iterator[tuple[str, bool]]:
+    """Each setting's environment variable, and whether it takes keys below it (a
+    mapping, such as ``GKE_GPU_EXPORTER_BUDGETS__ML``)."""
+    for name, info in model.model_fields.items():
+        variable = prefix + name.upper()
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            yield variable, False
+            yield from variables(kind, variable + "__")
+        else:
+            yield variable, typing.get_origin(kind) is dict
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """A line for each ``GKE_GPU_EXPORTER_*`` variable that names no setting, with the
+    nearest that does (variables are read whatever their case); and the setting it would
+    be (``dcgm.timout``)."""
+    known = dict(variables())
+    out = []
+    for variable in sorted(environ):
+        name = variable.upper()
+        if not name.startswith(ENV_PREFIX) or name in known or name in OTHER_VARIABLES or \
+                any(name.startswith(v + "__") for v, keyed in known.items() if keyed):
+            continue
+        near = difflib.get_close_matches(  # by what follows the prefix, which all share
+            name.removeprefix(ENV_PREFIX),
+            [v.removeprefix(ENV_PREFIX) for v in [*known, *OTHER_VARIABLES]], n=1)
+        out.append((f"environment: {variable}: no such setting" +
+                    (f"; did you mean {ENV_PREFIX}{near[0]}?" if near else
+                     f" (the settings are {ENV_PREFIX}<FIELD>, nested with __)"),
+                    name.removeprefix(ENV_PREFIX).lower().replace("__", ".")))
+    return out
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None,
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Read and validate a config file (None: defaults and environment only), reporting
+    every mistake at once (``ConfigError``, a line each). ``environ``: the environment
+    whose ``GKE_GPU_EXPORTER_*`` variables are checked (default: the process's)."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -522,13 +599,65 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
             raise ConfigError(f"{path}: a config is a YAML mapping of settings")
         data = loaded or {}
     data |= overrides or {}
+    where = path or "config"
+    unknown = unknown_variables(os.environ if environ is None else environ)
+    lines = [line for line, _ in unknown]
+    named = {loc for _, loc in unknown}
     try:
-        return Config(**data)
+        config = Config(**data)
     except ValidationError as exc:
-        lines = []
+        failed: set[str] = set()
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            if err["loc"]:
+                failed.add(str(err["loc"][0]))
+            if err["type"] == "extra_forbidden" and loc.lower() in named:
+                continue  # an unknown variable's, named above
             msg = "unknown setting" if err["type"] == "extra_forbidden" else \
                 err["msg"].removeprefix("Value error, ")
-            lines.append(f"{path or 'config'}: {loc}: {msg}")
+            lines += [f"{where}: {loc}: {line}" for line in msg.split("\n")]
+        if failed:  # the errors between the settings that are valid themselves
+            lines += [f"{where}: (top level): {message}"
+                      for keys, message in _between_valid_settings(data, failed)]
         raise ConfigError("\n".join(lines)) from None
+    if lines:
+        raise ConfigError("\n".join(lines))
+    return config
+
+
+class _Given(Config):
+    """A configuration of the settings given to it alone (not the environment's)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def _merged(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+    """``low`` with ``high`` over it, mappings merged key by key."""
+    out = dict(low)
+    for key, value in high.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and \
+            isinstance(out.get(key), dict) else value
+    return out
+
+
+def _between_valid_settings(data: dict[str, Any], failed: set[str]
+                            ) -> list[tuple[frozenset[str], str]]:
+    """The errors between settings that do not involve the ``failed`` ones: the
+    configuration (the file's settings, the environment's over them) built again without
+    them, their defaults in their place."""
+    given = _merged(data, EnvSettingsSource(Config)())
+    found: list[tuple[frozenset[str], str]] = []
+    token = _DEFERRED.set(found)
+    try:
+        _Given(**{k: v for k, v in given.items() if k not in failed})
+    except ValidationError:
+        pass  # (a setting failed only with the other's defaults)
+    finally:
+        _DEFERRED.reset(token)
+    return [(keys, message) for keys, message in found if not keys & failed]

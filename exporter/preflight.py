@@ -2,11 +2,12 @@
 
 ``problems(cfg)`` returns one ``StartupError`` per setting the host refuses, each naming
 the setting and the fix: the Kubernetes credentials (a readable kubeconfig with a current
-context, or a pod's service account with ``kubernetes.in_cluster``), the warehouse
-directory (exists, writable), and the listening socket (the address resolves and the port
-is free: bound and closed at once). ``run --check-config`` prints them all; ``run`` stops
-on them before it starts anything. ``listen_error`` words a failed bind the same way when
-the socket is really opened.
+context, or a pod's service account with ``kubernetes.in_cluster``), the files configured
+features read (the price book, the SMTP password file and CA bundle: each exists and is
+readable), the warehouse directory (exists, writable), and the listening socket (the
+address resolves and the port is free: bound and closed at once). ``run --check-config``
+prints them all; ``run`` stops on them before it starts anything. ``listen_error`` words a
+failed bind the same way when the socket is really opened.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ DEFAULT_KUBECONFIG = Path("~/.kube/config")
 def problems(cfg: Config) -> list[StartupError]:
     """Every start-up mistake found, in the order of the settings."""
     checks: tuple[Callable[[Config], StartupError | None], ...] = (
-        kubernetes, warehouse, listen)
+        kubernetes, price_book, warehouse, smtp_password_file, smtp_ca_file, listen)
     return [p for check in checks if (p := check(cfg)) is not None]
 
 
@@ -95,6 +96,35 @@ def _kubeconfig(paths: list[Path], setting: str, named: str) -> StartupError | N
         return StartupError(setting, f"{where}: context {current!r} names no cluster with a "
                             "server: fix the kubeconfig")
     return None
+
+
+def _unreadable(path: Path | None, setting: str, what: str, fix: str) -> StartupError | None:
+    """A file a setting names that cannot be read, as the setting and the fix."""
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as f:
+            f.read(1)
+    except OSError as exc:
+        return StartupError(setting, f"cannot read {what} {path} ({exc.strerror}): {fix}")
+    return None
+
+
+def price_book(cfg: Config) -> StartupError | None:
+    return _unreadable(cfg.prices.book, "prices.book", "the price book",
+                       "mount it there, or leave prices.book unset for the shipped one")
+
+
+def smtp_password_file(cfg: Config) -> StartupError | None:
+    return _unreadable(cfg.report.smtp.password_file, "report.smtp.password_file",
+                       "the SMTP password file", "mount the secret there, or give the "
+                       "password in GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD")
+
+
+def smtp_ca_file(cfg: Config) -> StartupError | None:
+    return _unreadable(cfg.report.smtp.ca_file, "report.smtp.ca_file", "the CA bundle",
+                       "mount it there, or leave report.smtp.ca_file unset for the "
+                       "system's")
 
 
 def warehouse(cfg: Config) -> StartupError | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from exporter import compute, logs, memory
 from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, Window, decide
+from exporter.catalog import DCGM_RENAMED
 from exporter.config import Config
 from exporter.errors import SourceError
 from exporter.families import DEVICE_READINGS, MetricsView, QueuedWorkload
@@ -58,9 +59,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DCGM_FIELDS_READ = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.values(),
-                              *(f for _, f, _, _ in DEVICE_READINGS)})
-"""Every DCGM field the exporter uses; the source skips the other families unparsed."""
+_USED = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.values(),
+                   *(f for _, f, _, _ in DEVICE_READINGS)})
+DCGM_FIELDS_READ = _USED | {old for old, new in DCGM_RENAMED.items() if new in _USED}
+"""Every DCGM field the exporter uses, under each name DCGM has given it; the source skips
+the other families unparsed."""
 
 VIEW_KINDS = ("nodes", "pods")
 """The Kubernetes kinds the figures stand on: no figure before both are listed."""

@@ -135,8 +135,9 @@ GPU_USAGE = Table(
         _c("memory_used_bytes", FLOAT, "Peak framebuffer memory in use.", rollup="max"),
         _c("memory_total_bytes", FLOAT, "Framebuffer memory size.", rollup="max"),
         _c("last_xid", INTEGER, "Last XID error code reported.", rollup="max"),
-        _c("clock_event_reasons", INTEGER, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits seen in the "
-           "interval (OR): 0x20 thermal, 0x4/0x80 power, 0x8/0x40 hardware slowdown.",
+        _c("clock_event_reasons", INTEGER, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS (before DCGM 3.x "
+           "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) bits seen in the interval (OR): 0x20 "
+           "thermal, 0x4/0x80 power, 0x8/0x40 hardware slowdown.",
            rollup="or"),
         _c("price_usd_per_hour", FLOAT, "Hourly price after discount; null if unpriced.",
            rollup="mean"),

@@ -2,9 +2,10 @@
 
 GKE's managed DCGM (on by default for new GPU clusters since 1.32) is scraped by Google
 Managed Prometheus and kept in Cloud Monitoring as ``prometheus.googleapis.com/<field>/
-gauge`` on the ``prometheus_target`` resource (project_id, location, cluster, namespace, job,
-instance). Each interval, one ListTimeSeries per DCGM field asks for the cluster's series of
-the last ``lookback``; a series' newest point is its reading. GMP takes ``namespace`` out
+gauge`` (a counter as ``.../counter``) on the ``prometheus_target`` resource (project_id,
+location, cluster, namespace, job, instance). Each interval, one ListTimeSeries per DCGM
+field asks for the cluster's series of the last ``lookback``; a series' newest point is its
+reading. GMP takes ``namespace`` out
 of the labels into the resource, and the scrape's own pod metadata renames dcgm-exporter's
 ``pod``/``namespace``/``container`` to ``exported_*`` when both are set. So the pod on a GPU
 is ``exported_pod`` else ``pod``, and its namespace ``exported_namespace``, else a metric
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from exporter.bottleneck import VIOLATIONS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
 from exporter.records import (
     ACCELERATOR_MEMORY_TOTAL,
@@ -42,7 +44,16 @@ if TYPE_CHECKING:
 
 _Failure = SourceUnavailable | SourceTimeout | SourceDataError
 MAX_DEVICES = 1_000_000
-DCGM_TYPE = "prometheus.googleapis.com/{field}/gauge"
+DCGM_TYPE = "prometheus.googleapis.com/{field}/{kind}"
+DCGM_COUNTERS = frozenset(VIOLATIONS)
+"""The fields read that dcgm-exporter's counters file declares counters: GMP keeps them as
+``.../counter`` (the others as ``.../gauge``)."""
+
+
+def dcgm_type(field: str) -> str:
+    """The Cloud Monitoring metric type GMP keeps a DCGM field's series under."""
+    return DCGM_TYPE.format(field=field, kind="counter" if field in DCGM_COUNTERS else "gauge")
+
 SYSTEM_TYPES = (DUTY_CYCLE, ACCELERATOR_MEMORY_USED, ACCELERATOR_MEMORY_TOTAL)
 _POD_LABELS = ("pod", "namespace", "container")
 _SYSTEM_LABELS = {"accelerator_id": "UUID", "model": "modelName"}
@@ -156,7 +167,7 @@ class CloudMonitoringSource:
 
     async def _read(self, now: float) -> tuple[ParseResult, bool]:
         dcgm = await asyncio.gather(*(self._list(
-            self.filter(DCGM_TYPE.format(field=f), "prometheus_target", "cluster"), now)
+            self.filter(dcgm_type(f), "prometheus_target", "cluster"), now)
             for f in self._fields))
         if any(dcgm) or not self._fallback:
             return collect((s for f, series in zip(self._fields, dcgm, strict=True)

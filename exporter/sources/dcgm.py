@@ -12,6 +12,9 @@ DCGM entity (a GPU, or a MIG instance of it). It accepts what real dcgm-exporter
   the GPU's readings are folded into its instances (``fold_mig_parents``), never a
   further device;
 - counters without ``_total``; a time-shared GPU printed once per pod sharing it;
+- fields under a name DCGM has since changed (``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS``, now
+  ``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``): handed on under the current name
+  (``current_names``, which every source's readings pass);
 - every line the text format allows (what ``promtool check metrics`` accepts): spaces and
   tabs after ``{``, around ``=`` and ``,``, before ``}``, around the metric name, before
   the value and a timestamp; a line it does not allow is one malformed sample.
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 from itertools import compress
 from typing import Any
 
-from exporter.catalog import FATAL_XIDS
+from exporter.catalog import DCGM_RENAMED, FATAL_XIDS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
 from exporter.records import (
     DeviceReading,
@@ -282,7 +285,7 @@ class StreamParser:
         if self._buffer:
             self.parse(bytes(self._buffer))
             self._buffer.clear()
-        self._result.devices = fold_mig_parents(list(self._devices.values()))
+        self._result.devices = fold_mig_parents(current_names(list(self._devices.values())))
         return self._result
 
 
@@ -415,8 +418,21 @@ def collect(samples: Iterable[tuple[str, Mapping[str, str], float | None]],
             continue
         device.fields[name] = value
         out.samples += 1
-    out.devices = fold_mig_parents(list(devices.values()))
+    out.devices = fold_mig_parents(current_names(list(devices.values())))
     return out
+
+
+def current_names(devices: list[DeviceReading]) -> list[DeviceReading]:
+    """The devices with each field DCGM printed under an older name (``DCGM_RENAMED``)
+    under its current one; where a device has both, the current name's reading stands.
+    Every source's readings pass here, so that nothing after sees the older names."""
+    for d in devices:
+        fields = d.fields
+        for old, new in DCGM_RENAMED.items():
+            if old in fields:
+                value = fields.pop(old)
+                fields.setdefault(new, value)
+    return devices
 
 
 XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
@@ -424,11 +440,12 @@ GPU_WIDE_FIELDS = frozenset({
     "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", XID_ERRORS,
+    "DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_THERMAL_VIOLATION", XID_ERRORS,
 })
 """Readings of a physical GPU that hold for each of its MIG instances (dcgm-exporter
 2.4.0-rc.3 and later print them on every instance): clocks, temperatures, power, energy,
-PCIe retries, clock-event reasons, the last XID. Utilisation, profiling and framebuffer
+PCIe retries, clock-event reasons (under their current name: the older one is renamed
+before), power and thermal violation time, the last XID. Utilisation, profiling and framebuffer
 readings of the whole GPU are not any one instance's."""
 
 

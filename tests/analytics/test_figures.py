@@ -371,6 +371,11 @@ def pcie(tx: float, rx: float) -> dict[str, float]:
     (Signals(gr=0.049), "nvidia-l4", "idle"),
     (Signals(gr=0.8, throttled_share=0.5), "nvidia-l4", "throttled"),
     (Signals(gr=0.8, temp_celsius=85.0), "nvidia-l4", "throttled"),
+    # DCGM says how much it throttled: a hot GPU below half is not throttled
+    (Signals(gr=0.8, temp_celsius=90.0, throttled_share=0.0), "nvidia-l4",
+     "insufficient_signal"),
+    (Signals(gr=0.8, sm=0.7, temp_celsius=90.0, throttled_share=0.49), "nvidia-l4",
+     "healthy"),
     # a link 30 % busy while the SMs are quiet; PCIe by its quieter direction
     (Signals(gr=0.5, sm=0.3, **nvlink(135e9, 10e9)), "nvidia-h100-80gb", "comm_bound"),
     (Signals(gr=0.5, sm=0.45, **nvlink(135e9, 10e9)), "nvidia-h100-80gb", "input_bound"),

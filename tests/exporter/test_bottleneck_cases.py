@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, classify
+from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, VIOLATIONS, classify
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "dcgm" / "dcgm-exporter_default-counters.csv"
 
@@ -42,6 +42,9 @@ UTIL = "DCGM_FI_DEV_GPU_UTIL"
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 NV_TX, NV_RX = "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES"
 PCIE_TX, PCIE_RX = "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"
+POWER_VIOLATION, THERMAL_VIOLATION = VIOLATIONS
+NS = 1e9
+"""Violation counters count nanoseconds."""
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,21 @@ class Case:
     """The class with dcgm-exporter's default counters; None: not a case for them."""
     samples: list[dict[str, float]] = field(default_factory=list)
     mig: bool = False
+    every_seconds: float = 30.0
+    """The time between samples."""
 
     def window(self, fields: frozenset[str] | None = None) -> list[dict[str, float]]:
         samples = [self.reading | s for s in self.samples] or [self.reading] * 20
         return [{k: v for k, v in s.items() if fields is None or k in fields}
                 for s in samples]
+
+    def times(self) -> list[float]:
+        return [i * self.every_seconds for i in range(len(self.samples) or 20)]
+
+
+def counter(name: str, *values: float) -> list[dict[str, float]]:
+    """Samples of a cumulative counter."""
+    return [{name: v} for v in values]
 
 
 CASES = [
@@ -135,6 +148,46 @@ CASES = [
          {G: 0.95, SM: 0.86, OCC: 0.25, TENSOR: 0.5, DRAM: 0.4, UTIL: 100, TEMP: 72,
           NV_TX: 30 * GB, NV_RX: 30 * GB, PCIE_TX: 1 * GB, PCIE_RX: 1 * GB, CLOCK_REASONS: 0x4},
          "throttled", None),
+    # DCGM's bitmask says no throttling: a GPU running hot at its clocks is not throttled
+    Case("H100 at 90 C, clock-event reasons reported and none set",
+         "nvidia-h100-80gb",
+         {G: 0.93, SM: 0.85, OCC: 0.3, TENSOR: 0.4, DRAM: 0.35, UTIL: 100, TEMP: 90,
+          NV_TX: 20 * GB, NV_RX: 20 * GB, PCIE_TX: 1 * GB, PCIE_RX: 1 * GB, CLOCK_REASONS: 0},
+         "healthy", None),
+    Case("H100 at 90 C, neither clock-event reasons nor violation counters reported",
+         "nvidia-h100-80gb",
+         {G: 0.93, SM: 0.85, OCC: 0.3, TENSOR: 0.4, DRAM: 0.35, UTIL: 100, TEMP: 90,
+          NV_TX: 20 * GB, NV_RX: 20 * GB, PCIE_TX: 1 * GB, PCIE_RX: 1 * GB},
+         "throttled", "throttled"),
+    # 18 s of every 30 s held below the application clocks by the power limit, at 74 C
+    Case("L4 power-capped 60 % of the time, by the power violation counter",
+         "nvidia-l4",
+         {G: 0.95, SM: 0.9, OCC: 0.4, TENSOR: 0.3, DRAM: 0.4, UTIL: 100, TEMP: 74,
+          PCIE_TX: 0.2 * GB, PCIE_RX: 0.3 * GB, THERMAL_VIOLATION: 7 * NS},
+         "throttled", None,
+         samples=counter(POWER_VIOLATION, *(900 * NS + 18 * NS * i for i in range(10)))),
+    Case("L4 power-capped 40 % of the time: not throttled, whatever its temperature",
+         "nvidia-l4",
+         {G: 0.95, SM: 0.9, OCC: 0.4, TENSOR: 0.3, DRAM: 0.4, UTIL: 100, TEMP: 88,
+          PCIE_TX: 0.2 * GB, PCIE_RX: 0.3 * GB},
+         "healthy", None,
+         samples=counter(POWER_VIOLATION, *(12 * NS * i for i in range(10)))),
+    # a driver reload restarts the counter: the increase is counted from zero, so the
+    # window still reads 16 s of every 30 s (a plain difference would read -134 s)
+    Case("thermal violation counter restarted in the window, throttled 53 % of the time",
+         "nvidia-l4",
+         {G: 0.95, SM: 0.9, OCC: 0.4, TENSOR: 0.3, DRAM: 0.4, UTIL: 100, TEMP: 80,
+          PCIE_TX: 0.2 * GB, PCIE_RX: 0.3 * GB},
+         "throttled", None,
+         samples=counter(THERMAL_VIOLATION, 100 * NS, 116 * NS, 132 * NS, 148 * NS, 16 * NS,
+                         32 * NS, 48 * NS)),
+    # after a restart from a large count, a small reading is not a huge increase
+    Case("thermal violation counter restarted from 5,000 s, 1 s of violation since",
+         "nvidia-l4",
+         {G: 0.95, SM: 0.9, OCC: 0.4, TENSOR: 0.3, DRAM: 0.4, UTIL: 100, TEMP: 86,
+          PCIE_TX: 0.2 * GB, PCIE_RX: 0.3 * GB},
+         "healthy", None,
+         samples=counter(THERMAL_VIOLATION, 5000 * NS, 5000 * NS, 5000 * NS, 1 * NS, 1 * NS)),
     Case("MIG 1g.10gb instance serving a model (no GPU_UTIL on MIG)",
          "nvidia-tesla-a100",
          {G: 0.7, SM: 0.6, OCC: 0.3, TENSOR: 0.25, DRAM: 0.3, TEMP: 60},
@@ -154,18 +207,20 @@ def test_the_default_counters_are_dcgm_exporters() -> None:
     """The profiling fields a default install collects, from its counters file."""
     assert {f for f in DEFAULT if f.startswith("DCGM_FI_PROF_")} == {
         G, TENSOR, DRAM, PCIE_TX, PCIE_RX}
-    assert set(SIGNAL_FIELDS) - DEFAULT == {SM, OCC, NV_TX, NV_RX, CLOCK_REASONS}
+    assert set(SIGNAL_FIELDS) - DEFAULT == {SM, OCC, NV_TX, NV_RX, CLOCK_REASONS,
+                                            POWER_VIOLATION, THERMAL_VIOLATION}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_with_every_profiling_field(case: Case) -> None:
-    assert classify(case.window(), case.accelerator, mig=case.mig).bottleneck == case.full
+    got = classify(case.window(), case.accelerator, mig=case.mig, times=case.times())
+    assert got.bottleneck == case.full
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.default is not None],
                          ids=lambda c: c.name)
 def test_with_the_default_counters(case: Case) -> None:
-    got = classify(case.window(DEFAULT), case.accelerator, mig=case.mig)
+    got = classify(case.window(DEFAULT), case.accelerator, mig=case.mig, times=case.times())
     assert got.bottleneck == case.default
     assert case.default in (case.full, "insufficient_signal")  # never a different guess
 
@@ -179,3 +234,34 @@ def test_the_evidence_names_what_decided() -> None:
     # collectives by the quieter direction: 6.5 GB/s of a T4's 16 GB/s
     assert classify(pcie.window(), pcie.accelerator).evidence["pcie_share"] == \
         pytest.approx(6.5 / 16)
+
+
+@pytest.mark.parametrize(("samples", "share"), [
+    (counter(POWER_VIOLATION, 0.0, 18 * NS, 36 * NS), 0.6),
+    # the larger of the two counters
+    ([{POWER_VIOLATION: 0.0, THERMAL_VIOLATION: 0.0},
+      {POWER_VIOLATION: 18 * NS, THERMAL_VIOLATION: 6 * NS}], 0.6),
+    ([{POWER_VIOLATION: 0.0, THERMAL_VIOLATION: 0.0},
+      {POWER_VIOLATION: 3 * NS, THERMAL_VIOLATION: 27 * NS}], 0.9),
+    # and of the counters and the reasons (whose share is of samples)
+    ([{CLOCK_REASONS: 0x20}, {CLOCK_REASONS: 0x20}, {CLOCK_REASONS: 0}], 2 / 3),
+    ([{CLOCK_REASONS: 0, POWER_VIOLATION: 0.0}, {CLOCK_REASONS: 0, POWER_VIOLATION: 3 * NS},
+      {CLOCK_REASONS: 0x20, POWER_VIOLATION: 6 * NS}], 1 / 3),
+    ([{CLOCK_REASONS: 0, POWER_VIOLATION: 0.0}, {CLOCK_REASONS: 0, POWER_VIOLATION: 3 * NS},
+      {CLOCK_REASONS: 0, POWER_VIOLATION: 6 * NS}], 0.1),
+    # samples without the counter between: over the time between those with it
+    ([{POWER_VIOLATION: 0.0}, {}, {POWER_VIOLATION: 30 * NS}], 0.5),
+    (counter(POWER_VIOLATION, 40 * NS, 1 * NS, 4 * NS), 4 / 60),  # restarted after 40 s
+    (counter(POWER_VIOLATION, 0.0, 90 * NS), 1.0),  # never more than the time between
+    (counter(POWER_VIOLATION, 5 * NS), None),  # one sample: no interval
+    ([{TEMP: 90.0}] * 3, None),
+])
+def test_the_throttled_share(samples: list[dict[str, float]], share: float | None) -> None:
+    """Samples 30 s apart."""
+    got = classify(samples, "nvidia-l4", times=[30.0 * i for i in range(len(samples))])
+    assert got.signals.throttled_share == (pytest.approx(share) if share is not None else None)
+
+
+def test_without_times_the_violation_counters_are_not_read() -> None:
+    samples = counter(POWER_VIOLATION, 0.0, 30 * NS)
+    assert classify(samples, "nvidia-l4").signals.throttled_share is None

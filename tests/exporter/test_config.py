@@ -71,13 +71,102 @@ def test_bad_settings_are_named(tmp_path: Path, yaml: str, message: str) -> None
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize(("variable", "line"), [
+    ("GKE_GPU_EXPORTER_INTERVALL", "environment: GKE_GPU_EXPORTER_INTERVALL: no such setting; "
+     "did you mean GKE_GPU_EXPORTER_INTERVAL?"),
+    ("GKE_GPU_EXPORTER_DCGM__TIMOUT", "environment: GKE_GPU_EXPORTER_DCGM__TIMOUT: no such "
+     "setting; did you mean GKE_GPU_EXPORTER_DCGM__TIMEOUT?"),
+    ("GKE_GPU_EXPORTER_REPORT__SMTP__PASWORD_FILE", "environment: "
+     "GKE_GPU_EXPORTER_REPORT__SMTP__PASWORD_FILE: no such setting; did you mean "
+     "GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD_FILE?"),
+    ("GKE_GPU_EXPORTER_DCGM_TIMEOUT", "environment: GKE_GPU_EXPORTER_DCGM_TIMEOUT: no such "
+     "setting; did you mean GKE_GPU_EXPORTER_DCGM__TIMEOUT?"),   # one _ where __ nests
+    ("gke_gpu_exporter_log_levle", "environment: gke_gpu_exporter_log_levle: no such "
+     "setting; did you mean GKE_GPU_EXPORTER_LOG_LEVEL?"),
+    ("GKE_GPU_EXPORTER_XYZ", "environment: GKE_GPU_EXPORTER_XYZ: no such setting (the "
+     "settings are GKE_GPU_EXPORTER_<FIELD>, nested with __)"),
+])
+def test_an_unknown_variable_names_the_nearest_setting(
+        monkeypatch: pytest.MonkeyPatch, variable: str, line: str) -> None:
+    monkeypatch.setenv(variable, "5")
+    with pytest.raises(ConfigError) as err:
+        load_config(EXAMPLE)
+    assert str(err.value).splitlines() == [line]
+
+
+@pytest.mark.parametrize("variable", [
+    "GKE_GPU_EXPORTER_INTERVAL", "GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD",
+    "GKE_GPU_EXPORTER_BUDGETS__ML",   # a key of a mapping
+    "GKE_GPU_EXPORTER_LOG_FORMAT",    # read before the configuration
+    "GKE_GPU_EXPORTER_PRICES__DISCOUNTS__A100_POOL", "gke_gpu_exporter_interval",
+])
+def test_every_setting_has_its_variable(monkeypatch: pytest.MonkeyPatch,
+                                        variable: str) -> None:
+    monkeypatch.setenv(variable, "20" if "INTERVAL" in variable.upper() else "0.5")
+    if "LOG_FORMAT" in variable:
+        monkeypatch.setenv(variable, "json")
+    load_config(EXAMPLE)
+
+
+def test_every_mistake_in_the_configuration_is_reported_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each setting's errors, all the errors between settings that are valid themselves,
+    and unknown variables, each on its line."""
+    monkeypatch.setenv("GKE_GPU_EXPORTER_SLA__TARGT", "0.99")
+    path = tmp_path / "c.yaml"
+    path.write_text("""
+interval: 10s
+dcgm: {timeout: 30s, targets: [ftp://a, gopher://b]}
+warehouse: {enabled: false, interval: 5s}
+report: {schedule: mon 07:00, timezone: Mars/Olympus, sender: nobody}
+prices: {discounts: {a: 1.5, b: 2}}
+cloud_monitoring: {enabled: true, interval: 5s}
+""")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert sorted(str(err.value).splitlines()) == sorted([
+        "environment: GKE_GPU_EXPORTER_SLA__TARGT: no such setting; did you mean "
+        "GKE_GPU_EXPORTER_SLA__TARGET?",
+        f"{path}: dcgm: target 'ftp://a' is not an http(s) URL",
+        f"{path}: dcgm: target 'gopher://b' is not an http(s) URL",
+        f"{path}: report: unknown time zone 'Mars/Olympus'",
+        f"{path}: report: not an email address: 'nobody'",
+        f"{path}: prices: discount for pool 'a' must be in [0, 1), got 1.5",
+        f"{path}: prices: discount for pool 'b' must be in [0, 1), got 2.0",
+        f"{path}: cloud_monitoring: cloud_monitoring.project and .location are required when "
+        "cloud_monitoring is enabled",
+        f"{path}: cloud_monitoring: cloud_monitoring.interval must be at least 10 s",
+        f"{path}: (top level): warehouse.interval must be >= interval",
+    ])  # (dcgm.timeout against interval, and report.schedule, wait on dcgm and report)
+
+
+def test_the_errors_between_valid_settings_are_all_reported(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("interval: 10s\ndcgm: {timeout: 30s}\nwarehouse: {enabled: false, "
+                    "interval: 5s}\nreport: {schedule: mon 07:00}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).splitlines() == [
+        f"{path}: (top level): warehouse.interval must be >= interval",
+        f"{path}: (top level): dcgm.timeout must be shorter than interval",
+        f"{path}: (top level): report.schedule needs the warehouse: the report is read "
+        "from it"]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
 def test_check_config_exit_codes(tmp_path: Path) -> None:
     """0: all is well; 1: the config is invalid (2, the host refusing a setting: test_startup).
-    The example config runs in a pod: here it reads a kubeconfig, and writes in tmp_path."""
+    The example config runs in a pod: here it reads a kubeconfig and the SMTP password from
+    tmp_path, and writes there."""
     host = {"GKE_GPU_EXPORTER_KUBERNETES__IN_CLUSTER": "false",
             "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp_path / "w.duckdb"),
             "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(write_kubeconfig(tmp_path)),
-            "GKE_GPU_EXPORTER_PORT": "0"}
+            "GKE_GPU_EXPORTER_PORT": "0",
+            "GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD_FILE": str(_write(tmp_path / "pw", "x"))}
     ok = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(EXAMPLE),
                          "--check-config"], capture_output=True, text=True, timeout=60,
                         check=False, env=os.environ | host, cwd=tmp_path)

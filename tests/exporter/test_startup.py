@@ -43,6 +43,18 @@ MISTAKES: dict[str, tuple[Mistake, str]] = {
     "in cluster outside a pod": (
         lambda tmp, _: {"GKE_GPU_EXPORTER_KUBERNETES__IN_CLUSTER": "true"},
         "kubernetes.in_cluster"),
+    "missing price book": (
+        lambda tmp, _: {"GKE_GPU_EXPORTER_PRICES__BOOK": str(tmp / "absent.yaml")},
+        "prices.book"),
+    "missing SMTP password file": (
+        lambda tmp, _: {"GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD_FILE": str(tmp / "absent")},
+        "report.smtp.password_file"),
+    "SMTP password file that is a directory": (
+        lambda tmp, _: {"GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD_FILE": str(tmp)},
+        "report.smtp.password_file"),
+    "missing SMTP CA bundle": (
+        lambda tmp, _: {"GKE_GPU_EXPORTER_REPORT__SMTP__CA_FILE": str(tmp / "ca.pem")},
+        "report.smtp.ca_file"),
     "missing warehouse directory": (
         lambda tmp, _: {"GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp / "no" / "w.duckdb")},
         "warehouse.path"),
@@ -121,6 +133,34 @@ def test_every_mistake_is_reported_at_once(tmp_path: Path, busy_port: int) -> No
     assert proc.returncode == 2
     assert [line.split(":")[1].strip() for line in proc.stderr.splitlines()] == [
         "kubernetes.in_cluster", "warehouse.path", "port"]
+
+
+def test_every_missing_file_is_reported_at_once(tmp_path: Path) -> None:
+    env = good_env(tmp_path) | {
+        "GKE_GPU_EXPORTER_PRICES__BOOK": str(tmp_path / "book.yaml"),
+        "GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD_FILE": str(tmp_path / "password"),
+        "GKE_GPU_EXPORTER_REPORT__SMTP__CA_FILE": str(tmp_path / "ca.pem")}
+    proc = exporter("--check-config", env=env, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"error: prices.book: cannot read the price book {tmp_path}/book.yaml (No such file "
+        "or directory): mount it there, or leave prices.book unset for the shipped one",
+        f"error: report.smtp.password_file: cannot read the SMTP password file "
+        f"{tmp_path}/password (No such file or directory): mount the secret there, or give "
+        "the password in GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD",
+        f"error: report.smtp.ca_file: cannot read the CA bundle {tmp_path}/ca.pem (No such "
+        "file or directory): mount it there, or leave report.smtp.ca_file unset for the "
+        "system's"]
+
+
+def test_a_misspelt_variable_is_named_with_the_setting_it_meant(tmp_path: Path) -> None:
+    env = good_env(tmp_path) | {"GKE_GPU_EXPORTER_REPORT__SMTP__PASWORD_FILE": "/x"}
+    proc = exporter("--check-config", env=env, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "error: invalid configuration",
+        "environment: GKE_GPU_EXPORTER_REPORT__SMTP__PASWORD_FILE: no such setting; did you "
+        "mean GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD_FILE?"]
 
 
 def test_an_invalid_config_file_still_exits_1(tmp_path: Path) -> None:
