@@ -8,13 +8,13 @@ import os
 import re
 import subprocess
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
 
 from exporter.config import Config, load_config
-from exporter.egress import Endpoint, blocked, outbound_endpoints
+from exporter.egress import Endpoint, Purpose, blocked, outbound_endpoints
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"
@@ -266,7 +266,7 @@ def _overlay(block_marker: str) -> str:
     """The overlay docs/deploying.md shows: its YAML block holding ``block_marker``."""
     blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "deploying.md").read_text(),
                         re.S)
-    (block,) = [b for b in blocks if block_marker in b]
+    (block,) = [str(b) for b in blocks if block_marker in b]
     return block
 
 
@@ -301,7 +301,9 @@ def _merge(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
 
 def _documented(text: str) -> dict[str, Any]:
     """deploy/config.yaml with the settings it shows commented out turned on."""
-    return yaml.safe_load(re.sub(r"^(\s+)# ([a-z_]+: )", r"\1\2", text, flags=re.M))
+    data: dict[str, Any] = yaml.safe_load(re.sub(r"^(\s+)# ([a-z_]+: )", r"\1\2", text,
+                                                 flags=re.M))
+    return data
 
 
 FEATURES: dict[str, dict[str, Any]] = {
@@ -374,3 +376,11 @@ def test_a_configured_endpoint_the_policy_refuses_is_reported(
     if removed is not None:
         egress = _without_port(egress, removed)
     assert blocked(outbound_endpoints(_config(objects, features)), egress) == refused
+
+
+def test_the_docs_list_every_kind_of_endpoint() -> None:
+    """docs/deploying.md's Network policy table has a row for each."""
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    section = text.split("\n## Network policy\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z-]+)` \|", section, re.M)
+    assert rows == list(get_args(Purpose))
