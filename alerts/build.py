@@ -1,10 +1,18 @@
-"""The rules of ``rules.yaml`` as Kubernetes manifests: a prometheus-operator
-``PrometheusRule`` and a Google Managed Prometheus ``Rules``. ``python alerts/build.py``
-(``make alerts``) writes them; a test checks the committed files are what this produces.
+"""The rules of ``rules.yaml`` as Kubernetes manifests, each in its kustomize component:
+a prometheus-operator ``PrometheusRule`` (``deploy/components/prometheus-rules``) and a
+Google Managed Prometheus ``ClusterRules`` (``deploy/components/gmp-rules``). ``python
+alerts/build.py`` (``make alerts``) writes them; a test checks the committed files are what
+this produces.
 
-Built for a site: ``--runbook-base URL`` makes every ``runbook_url`` absolute (where the
-runbooks are published) and ``--unallocated-usd-per-hour N`` sets the
-``GpuUnallocatedCapacityCost`` threshold (default $50/h); ``--out DIR`` writes them there.
+GMP scopes a namespaced ``Rules`` to its own namespace (every selector gets
+``namespace="<its namespace>"``), while the exporter's series carry the namespaces of the
+GPU workloads: only a ``ClusterRules`` (scoped to the cluster: ``project_id``,
+``location``, ``cluster``) sees them.
+
+Every ``runbook_url`` in ``rules.yaml`` is absolute, under ``RUNBOOK_BASE``. Built for a
+site: ``--runbook-base URL`` puts them under another base (where the runbooks are
+published), ``--unallocated-usd-per-hour N`` sets the ``GpuUnallocatedCapacityCost``
+threshold (default $50/h); ``--out DIR`` writes ``rules.yaml`` and both manifests there.
 """
 
 from __future__ import annotations
@@ -17,11 +25,18 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).parent
+COMPONENTS = HERE.parent / "deploy" / "components"
 NAME = "gke-gpu-exporter"
 NAMESPACE = "gke-gpu-exporter"
 GMP_INTERVAL = "30s"
-"""GMP's Rules require an evaluation interval per group."""
-HEADER = "# Generated from rules.yaml by alerts/build.py (make alerts): do not edit.\n"
+"""GMP's rule groups take an evaluation interval each."""
+HEADER = "# Generated from alerts/rules.yaml by alerts/build.py (make alerts): do not edit.\n"
+RUNBOOK_BASE = "https://github.com/gke-gpu-exporter/gke-gpu-exporter/blob/main"
+"""Where the project's docs are published: ``rules.yaml``'s runbook links are under it."""
+RUNBOOKS = "docs/runbooks.md"
+MANIFESTS = {"prometheusrule.yaml": COMPONENTS / "prometheus-rules" / "prometheusrule.yaml",
+             "clusterrules.yaml": COMPONENTS / "gmp-rules" / "clusterrules.yaml"}
+"""Each manifest and where the build writes it."""
 
 
 UNALLOCATED_USD_PER_HOUR = 50.0
@@ -37,7 +52,9 @@ def groups(runbook_base: str = "",
     for rule in (r for g in out for r in g["rules"]):
         ann = rule.get("annotations", {})
         if runbook_base and "runbook_url" in ann:
-            ann["runbook_url"] = runbook_base.rstrip("/") + "/" + ann["runbook_url"]
+            url = ann["runbook_url"]
+            assert url.startswith(f"{RUNBOOK_BASE}/{RUNBOOKS}#"), url
+            ann["runbook_url"] = runbook_base.rstrip("/") + url.removeprefix(RUNBOOK_BASE)
         if rule.get("alert") == "GpuUnallocatedCapacityCost" and \
                 unallocated_usd_per_hour != UNALLOCATED_USD_PER_HOUR:
             old, new = f"{UNALLOCATED_USD_PER_HOUR:g}", f"{unallocated_usd_per_hour:g}"
@@ -49,14 +66,16 @@ def groups(runbook_base: str = "",
 
 def manifests(runbook_base: str = "",
               unallocated_usd_per_hour: float = UNALLOCATED_USD_PER_HOUR) -> dict[str, str]:
+    """File name -> text of the two manifests (``MANIFESTS`` says where each goes)."""
     rules = groups(runbook_base, unallocated_usd_per_hour)
-    meta = {"name": NAME, "namespace": NAMESPACE,
-            "labels": {"app.kubernetes.io/name": NAME}}
+    labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": NAME}
     operator = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-                "metadata": meta, "spec": {"groups": rules}}
-    gmp = {"apiVersion": "monitoring.googleapis.com/v1", "kind": "Rules", "metadata": meta,
+                "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
+                "spec": {"groups": rules}}
+    gmp = {"apiVersion": "monitoring.googleapis.com/v1", "kind": "ClusterRules",
+           "metadata": {"name": NAME, "labels": labels},
            "spec": {"groups": [{"interval": GMP_INTERVAL, **g} for g in rules]}}
-    return {"prometheusrule.yaml": _dump(operator), "gmp-rules.yaml": _dump(gmp)}
+    return {"prometheusrule.yaml": _dump(operator), "clusterrules.yaml": _dump(gmp)}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -78,16 +97,26 @@ def _dump(doc: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runbook-base", default="", metavar="URL",
-                        help="where docs/runbooks.md is published, e.g. "
-                             "https://github.com/ORG/gke-gpu-exporter/blob/main")
+                        help="where docs/runbooks.md is published (default "
+                             f"{RUNBOOK_BASE}), e.g. https://git.example.com/gpu/blob/main")
     parser.add_argument("--unallocated-usd-per-hour", type=float,
                         default=UNALLOCATED_USD_PER_HOUR, metavar="USD",
                         help="GpuUnallocatedCapacityCost's threshold (default 50)")
-    parser.add_argument("--out", type=Path, default=HERE, metavar="DIR")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="write rules.yaml and the manifests there (default: the "
+                             "manifests into their components)")
     args = parser.parse_args()
+    texts = manifests(args.runbook_base, args.unallocated_usd_per_hour)
+    if args.out is None:
+        for name, text in texts.items():
+            MANIFESTS[name].write_text(text)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in manifests(args.runbook_base, args.unallocated_usd_per_hour).items():
+    for name, text in texts.items():
         (args.out / name).write_text(text)
+    rules = groups(args.runbook_base, args.unallocated_usd_per_hour)
+    (args.out / "rules.yaml").write_text(HEADER + yaml.dump(
+        {"groups": rules}, Dumper=_Dumper, sort_keys=False, width=100))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -96,12 +97,38 @@ def test_every_alert_is_actionable(rule: dict[str, Any]) -> None:
         assert "gke_gpu_allocation_info" in rule["expr"] and "team" in rule["expr"]
     assert rule.get("for"), "every alert waits before firing"
     ann = rule["annotations"]
-    assert ann["summary"] and ann["description"]
-    page, anchor = ann["runbook_url"].split("#")
-    runbook = (ROOT / page).read_text()
-    anchors = {re.sub(r"[^a-z0-9-]", "", h.lower().replace(" ", "-"))
-               for h in re.findall(r"^## (.+)$", runbook, re.M)}
-    assert anchor in anchors, f"no runbook section for {rule['alert']}"
+    assert ann["summary"] and ann["description"] and ann["runbook_url"]
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page's sections, as GitHub makes them."""
+    return {re.sub(r"[^a-z0-9-]", "", h.lower().replace(" ", "-"))
+            for h in re.findall(r"^#+ (.+)$", page.read_text(), re.M)}
+
+
+def _shipped_rule_files() -> dict[str, list[dict[str, Any]]]:
+    """Every rules file the project ships -> its rules."""
+    build = _load(ALERTS / "build.py")
+    files = {"alerts/rules.yaml": RULES["groups"]}
+    for path in build.MANIFESTS.values():
+        files[str(path.relative_to(ROOT))] = yaml.safe_load(path.read_text())["spec"]["groups"]
+    return {name: [r for g in groups for r in g["rules"]] for name, groups in files.items()}
+
+
+def test_every_shipped_runbook_url_is_absolute_and_its_section_exists() -> None:
+    """Alertmanager and Grafana show the link as it is: a relative one leads nowhere."""
+    build = _load(ALERTS / "build.py")
+    anchors = _anchors(ROOT / build.RUNBOOKS)
+    files = _shipped_rule_files()
+    assert len(files) == 3
+    for name, rules in files.items():
+        alerts = [r for r in rules if "alert" in r]
+        assert len(alerts) == len(ALERT_RULES), name
+        for rule in alerts:
+            url = urlsplit(rule["annotations"]["runbook_url"])
+            assert (url.scheme, url.netloc) == ("https", urlsplit(build.RUNBOOK_BASE).netloc)
+            assert url.path == urlsplit(build.RUNBOOK_BASE).path + "/" + build.RUNBOOKS
+            assert url.fragment in anchors, f"{name}: no runbook section for {rule['alert']}"
 
 
 def test_the_fatal_xids_of_the_alerts_are_the_catalogs() -> None:
@@ -115,34 +142,40 @@ def test_the_fatal_xids_of_the_alerts_are_the_catalogs() -> None:
 
 
 def test_manifests_built_for_a_site(tmp_path: Path) -> None:
-    """Absolute runbook links and the site's unallocated-cost threshold, and rules that
-    still pass promtool."""
+    """Runbook links under the site's base and the site's unallocated-cost threshold, in
+    the rule file and both manifests, and rules that still pass promtool."""
     subprocess.run([sys.executable, str(ALERTS / "build.py"), "--runbook-base",
                     "https://git.example.com/gpu/blob/main/", "--unallocated-usd-per-hour",
-                    "200", "--out", str(tmp_path)], check=True)
-    doc = yaml.safe_load((tmp_path / "prometheusrule.yaml").read_text())
-    rules = {r["alert"]: r for g in doc["spec"]["groups"] for r in g["rules"] if "alert" in r}
+                    "200", "--out", str(tmp_path)], check=True, timeout=60)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "clusterrules.yaml", "prometheusrule.yaml", "rules.yaml"]
+    plain = yaml.safe_load((tmp_path / "rules.yaml").read_text())["groups"]
+    for name in ("prometheusrule.yaml", "clusterrules.yaml"):
+        groups = yaml.safe_load((tmp_path / name).read_text())["spec"]["groups"]
+        assert [{k: v for k, v in g.items() if k != "interval"} for g in groups] == plain
+    rules = {r["alert"]: r for g in plain for r in g["rules"] if "alert" in r}
     assert all(r["annotations"]["runbook_url"].startswith(
         "https://git.example.com/gpu/blob/main/docs/runbooks.md#") for r in rules.values())
     cost = rules["GpuUnallocatedCapacityCost"]
     assert cost["expr"].endswith("> 200") and "$200 an hour" in cost["annotations"]["description"]
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}))
     check = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yaml")],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_manifests_are_generated_from_the_rules() -> None:
     build = _load(ALERTS / "build.py")
     for name, text in build.manifests().items():
-        assert (ALERTS / name).read_text() == text, f"{name} is stale: make alerts"
+        assert build.MANIFESTS[name].read_text() == text, f"{name} is stale: make alerts"
         doc = yaml.safe_load(text)
         groups = [{k: v for k, v in g.items() if k != "interval"} for g in doc["spec"]["groups"]]
         assert groups == RULES["groups"]
-    gmp = yaml.safe_load((ALERTS / "gmp-rules.yaml").read_text())
-    assert (gmp["apiVersion"], gmp["kind"]) == ("monitoring.googleapis.com/v1", "Rules")
+    gmp = yaml.safe_load(build.MANIFESTS["clusterrules.yaml"].read_text())
+    # a namespaced Rules would only see series of its own namespace
+    assert (gmp["apiVersion"], gmp["kind"]) == ("monitoring.googleapis.com/v1", "ClusterRules")
+    assert "namespace" not in gmp["metadata"]
     assert all(g["interval"] for g in gmp["spec"]["groups"])
-    operator = yaml.safe_load((ALERTS / "prometheusrule.yaml").read_text())
+    operator = yaml.safe_load(build.MANIFESTS["prometheusrule.yaml"].read_text())
     assert (operator["apiVersion"], operator["kind"]) == ("monitoring.coreos.com/v1",
                                                           "PrometheusRule")
 

@@ -1,22 +1,28 @@
 """deploy/ rendered by kubectl kustomize: hardened, least-privileged, probed, persistent;
-each component (a monitor, the weekly report job) added on its own."""
+each component (a monitor, its rules, the weekly report job) added on its own; a
+NetworkPolicy that lets through every endpoint the shipped configuration reaches."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
 
-from exporter.config import load_config
+from exporter.config import Config, load_config
+from exporter.egress import Endpoint, Purpose, blocked, outbound_endpoints
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"
 COMPONENTS = sorted(p.name for p in (DEPLOY / "components").iterdir() if p.is_dir())
 MONITORS = {"servicemonitor": "ServiceMonitor", "clusterpodmonitoring": "ClusterPodMonitoring"}
+ADDS = MONITORS | {"prometheus-rules": "PrometheusRule", "gmp-rules": "ClusterRules",
+                   "bigquery-report": "CronJob"}
+"""Component -> the one kind it adds."""
 SHIPPED_IN_BASE = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                    "ConfigMap", "Service", "PersistentVolumeClaim", "Deployment",
                    "NetworkPolicy"}
@@ -68,10 +74,9 @@ def test_everything_is_there(objects: Objects) -> None:
 def test_the_base_scrapes_nothing_and_each_monitor_comes_alone(
         objects: Objects, with_component: dict[str, Objects]) -> None:
     """A cluster has one monitor's CRDs, or scrapes twice with both: each is a component."""
-    assert set(COMPONENTS) == {*MONITORS, "bigquery-report"}
+    assert set(COMPONENTS) == set(ADDS)
     for component, rendered in with_component.items():
-        added = {MONITORS[component]} if component in MONITORS else {"CronJob"}
-        assert set(rendered) == SHIPPED_IN_BASE | added, component
+        assert set(rendered) == SHIPPED_IN_BASE | {ADDS[component]}, component
         assert rendered["Deployment"] == objects["Deployment"], component
 
 
@@ -89,9 +94,10 @@ def test_the_components_listed_in_the_base_render_the_same(
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     rendered = by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])
-    assert set(rendered) == SHIPPED_IN_BASE | {"CronJob", *MONITORS.values()}
-    for component, kind in MONITORS.items():
-        assert rendered[kind]["spec"] == with_component[component][kind]["spec"], kind
+    assert set(rendered) == SHIPPED_IN_BASE | set(ADDS.values())
+    for component, kind in ADDS.items():
+        if kind != "CronJob":
+            assert rendered[kind]["spec"] == with_component[component][kind]["spec"], kind
     pod = rendered["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     overlaid = with_component["bigquery-report"]["CronJob"]["spec"]["jobTemplate"]["spec"][
         "template"]["spec"]
@@ -235,3 +241,146 @@ def test_the_weekly_report_job(objects: Objects, with_component: dict[str, Objec
     cfg = load_config(None, yaml.safe_load(objects["ConfigMap"]["data"]["config.yaml"]))
     assert cfg.report.smtp.password is not None
     assert cfg.report.smtp.password.get_secret_value() == "from-the-secret"
+
+
+# ---------------------------------------------------------------------------- the rules
+
+
+def test_the_rules_components_carry_the_rules(with_component: dict[str, Objects]) -> None:
+    """Each rules component ships alerts/rules.yaml whole: the PrometheusRule in the
+    exporter's namespace, the ClusterRules in none (GMP evaluates it cluster-wide)."""
+    rules = yaml.safe_load((ROOT / "alerts" / "rules.yaml").read_text())["groups"]
+    operator = with_component["prometheus-rules"]["PrometheusRule"]
+    assert operator["metadata"]["namespace"] == "gke-gpu-exporter"
+    assert operator["spec"]["groups"] == rules
+    gmp = with_component["gmp-rules"]["ClusterRules"]
+    assert (gmp["apiVersion"], "namespace" in gmp["metadata"]) == (
+        "monitoring.googleapis.com/v1", False)
+    assert [{k: v for k, v in g.items() if k != "interval"} for g in gmp["spec"]["groups"]] \
+        == rules
+    for obj in (operator, gmp):
+        assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "gke-gpu-exporter"
+
+
+def _overlay(block_marker: str) -> str:
+    """The overlay docs/deploying.md shows: its YAML block holding ``block_marker``."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "deploying.md").read_text(),
+                        re.S)
+    (block,) = [str(b) for b in blocks if block_marker in b]
+    return block
+
+
+def test_the_prometheus_selector_label_is_set_as_the_docs_show(tmp_path: Path) -> None:
+    """The label a Prometheus's serviceMonitorSelector and ruleSelector match (e.g.
+    ``release``) lands on the ServiceMonitor and the PrometheusRule, and nowhere else."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = PurePosixPath(os.path.relpath(DEPLOY, overlay))
+    (overlay / "kustomization.yaml").write_text(
+        _overlay("path: /metadata/labels/release").replace("../deploy", str(base)))
+    proc = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rendered = by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])
+    assert set(rendered) == SHIPPED_IN_BASE | {"ServiceMonitor", "PrometheusRule"}
+    labelled = {kind for kind, obj in rendered.items()
+                if "release" in obj["metadata"].get("labels", {})}
+    assert labelled == {"ServiceMonitor", "PrometheusRule"}
+    assert len({rendered[k]["metadata"]["labels"]["release"] for k in labelled}) == 1
+
+
+# ---------------------------------------------------------------------------- egress
+
+
+def _merge(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in more.items():
+        out[key] = _merge(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
+
+
+def _documented(text: str) -> dict[str, Any]:
+    """deploy/config.yaml with the settings it shows commented out turned on."""
+    data: dict[str, Any] = yaml.safe_load(re.sub(r"^(\s+)# ([a-z_]+: )", r"\1\2", text,
+                                                 flags=re.M))
+    return data
+
+
+FEATURES: dict[str, dict[str, Any]] = {
+    "weekly email over STARTTLS (as config.yaml shows it)": {},
+    "weekly email over TLS": {"report": {"smtp": {"port": 465, "security": "ssl"}}},
+    "BigQuery": {"warehouse": {"bigquery": {"enabled": True}}},
+    "reconciliation with the bill": {
+        "warehouse": {"bigquery": {"enabled": True}},
+        "report": {"billing_table": "billing-project.billing.gcp_billing_export_resource_v1_X"}},
+    "Cloud Billing catalogue": {"prices": {"catalog": {"enabled": True}}},
+    "Cloud Monitoring custom metrics": {"cloud_monitoring": {
+        "enabled": True, "project": "my-gpu-project", "location": "us-central1"}},
+    "DCGM from a Prometheus API": {"dcgm": {"prometheus": {
+        "url": "http://prometheus.monitoring:9090"}}},
+    "DCGM from Cloud Monitoring": {"dcgm": {"cloud_monitoring": {"project": "my-gpu-project"}}},
+    "remote write": {"remote_write": {"url": "http://prometheus:9090/api/v1/write"}},
+}
+"""What the docs turn on, on top of deploy/config.yaml (docs/deploying.md, report.md)."""
+
+
+def _config(objects: Objects, features: dict[str, Any] | None) -> Config:
+    text = objects["ConfigMap"]["data"]["config.yaml"]
+    data = yaml.safe_load(text) if features is None else _merge(_documented(text), features)
+    return load_config(None, data)
+
+
+def test_the_network_policy_lets_the_shipped_config_out(objects: Objects) -> None:
+    """Every endpoint deploy/config.yaml reaches, as shipped and with each feature the docs
+    describe turned on, passes the shipped NetworkPolicy's egress."""
+    egress = objects["NetworkPolicy"]["spec"]["egress"]
+    seen: set[str] = set()
+    for name, features in {"as shipped": None, **FEATURES}.items():
+        endpoints = outbound_endpoints(_config(objects, features))
+        assert not blocked(endpoints, egress), f"{name}: {blocked(endpoints, egress)}"
+        seen |= {e.purpose for e in endpoints}
+    assert seen == {"dns", "kubernetes-api", "dcgm-exporter", "prometheus-api", "google-apis",
+                    "metadata-server", "remote-write", "smtp"}
+
+
+def _without_port(egress: list[dict[str, Any]], port: int) -> list[dict[str, Any]]:
+    """The egress rules less ``port`` (a rule left with no port goes: none would mean all)."""
+    out = []
+    for rule in egress:
+        ports = [p for p in rule.get("ports", []) if p.get("port") != port]
+        if ports or not rule.get("ports"):
+            out.append(rule | {"ports": ports} if rule.get("ports") else rule)
+    return out
+
+
+@pytest.mark.parametrize(("removed", "features", "refused"), [
+    (587, FEATURES["weekly email over STARTTLS (as config.yaml shows it)"],
+     [Endpoint("smtp", 587, "smtp.example.com", setting="report.smtp")]),
+    (465, FEATURES["weekly email over TLS"],
+     [Endpoint("smtp", 465, "smtp.example.com", setting="report.smtp")]),
+    (80, FEATURES["BigQuery"],
+     [Endpoint("metadata-server", 80, "169.254.169.254", setting="Workload Identity")]),
+    (9400, {}, [Endpoint("dcgm-exporter", 9400, in_cluster=True, setting="dcgm.discovery")]),
+    (None, {"remote_write": {"url": "https://metrics.example.com:19291/api/v1/write"}},
+     [Endpoint("remote-write", 19291, "metrics.example.com", setting="remote_write.url")]),
+    (None, {"report": {"smtp": {"port": 2525}}},
+     [Endpoint("smtp", 2525, "smtp.example.com", setting="report.smtp")]),
+], ids=["smtp-587-removed", "smtp-465-removed", "metadata-80-removed", "dcgm-9400-removed",
+        "remote-write-elsewhere", "smtp-elsewhere"])
+def test_a_configured_endpoint_the_policy_refuses_is_reported(
+        objects: Objects, removed: int | None, features: dict[str, Any],
+        refused: list[Endpoint]) -> None:
+    """The check fails for a policy without a port the configuration needs, and for a
+    configuration on a port the policy does not open."""
+    egress = objects["NetworkPolicy"]["spec"]["egress"]
+    if removed is not None:
+        egress = _without_port(egress, removed)
+    assert blocked(outbound_endpoints(_config(objects, features)), egress) == refused
+
+
+def test_the_docs_list_every_kind_of_endpoint() -> None:
+    """docs/deploying.md's Network policy table has a row for each."""
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    section = text.split("\n## Network policy\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z-]+)` \|", section, re.M)
+    assert rows == list(get_args(Purpose))
