@@ -15,6 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from exporter.demo import ending_now
+from simulator.scenario import load_scenario
 from tests.conftest import start_prometheus
 from tests.test_dashboards_alerts import ALERT_RULES, ALERTS, BOARDS, grafana_expr
 
@@ -82,6 +84,18 @@ async def _truths(s: aiohttp.ClientSession, api: str, seen: dict[float, dict[str
             status = await r.json()
         seen.setdefault(status["now_unix"], status["gpus_by_state"])
         await asyncio.sleep(0.5)
+
+
+@pytest.mark.parametrize(("now", "duration", "start", "end"), [
+    (1_800_000_000.0, 600.0, 1_799_999_400.0, 1_800_000_000.0),   # on a step
+    (1_800_000_029.9, 600.0, 1_799_999_400.0, 1_800_000_000.0),   # the step before now
+    (1_800_000_000.0, 610.0, 1_799_999_400.0, 1_800_000_000.0),   # whole steps
+])
+def test_the_served_days_end_now(now: float, duration: float, start: float, end: float
+                                 ) -> None:
+    scenario = ending_now(load_scenario("default"), duration, now)
+    assert scenario.start.timestamp() == start
+    assert start + round(duration / scenario.step) * scenario.step == end
 
 
 @pytest.mark.timeout(300)
