@@ -5,8 +5,10 @@ committed files are what this produces.
 Every panel queries the datasource variable, has a unit and a description, and filters by
 the cluster variable; rates use ``$__rate_interval``, totals over the time picked
 ``$__range``, percentiles over time a rolling hour. GPU counts are physical GPUs (a MIG
-slice its fraction, a time-shared GPU once): GPU-seconds per second of the exporter's
-counters. Variables: datasource, cluster, team, namespace; on the per-GPU dashboard pool,
+slice its fraction, a time-shared GPU once), read from the exporter's gauges of GPUs by
+state: a rate of the GPU-seconds counters over a few scrapes aliases whenever the counters
+move less often than Prometheus scrapes (a 30 s cycle at a 15 s scrape reads 2/3 or 4/3 of
+the truth). Variables: datasource, cluster, team, namespace; on the per-GPU dashboard pool,
 model, node and GPU.
 """
 
@@ -139,8 +141,8 @@ GPU_LINK = (f"/d/{GPU_UID}?${{__url_time_range}}&var-datasource=${{datasource}}"
 
 
 def gpus(state: str) -> str:
-    """Physical GPUs in a state over the last interval, from the GPU-seconds counter."""
-    return f'sum(rate(gke_gpu_gpu_seconds_total{{{SEL}, state="{state}"}}[{RATE}]))'
+    """Physical GPUs in a state now, from the gauge of GPUs by state."""
+    return f'sum(gke_gpu_state_gpus{{{SEL}, state="{state}"}})'
 
 
 def power_share(sel: str) -> str:
@@ -159,25 +161,23 @@ def overview() -> dict[str, Any]:
         stat("Available GPUs", "Allocatable GPUs of Ready nodes minus system-reserved, in "
              "physical GPUs.", "none",
              f"sum(gke_gpu_cluster_available_gpus{{{SEL}}}) or vector(0)", w=4),
-        stat("Allocated GPUs", "Physical GPUs pods held over the last interval (MIG slices "
-             "as their fraction, a time-shared GPU once).", "none",
+        stat("Allocated GPUs", "Physical GPUs pods hold now (MIG slices as their fraction, "
+             "a time-shared GPU once).", "none",
              f"{gpus('allocated')} or vector(0)", w=4),
-        stat("Utilised GPUs", "How many GPUs' worth of work ran over the last interval: "
-             "utilised GPU-seconds per second.", "none",
-             f"sum(rate(gke_gpu_utilized_gpu_seconds_total{{{SEL}}}[{RATE}])) or vector(0)",
+        stat("Utilised GPUs", "How many GPUs' worth of work runs now: utilisation x "
+             "fraction, summed.", "none", f"sum(gke_gpu_utilized_gpus{{{SEL}}}) or vector(0)",
              w=4),
-        stat("Unavailable GPUs", "Physical GPUs down over the last interval (not Ready, "
-             "missing, fatal XID).", "none", f"{gpus('unavailable')} or vector(0)", w=4,
+        stat("Unavailable GPUs", "Physical GPUs down now (not Ready, missing, fatal XID).",
+             "none", f"{gpus('unavailable')} or vector(0)", w=4,
              steps=[("green", None), ("red", 0.001)]),
         stat("Spend now", "Cost per hour of all GPUs, allocated or not, at the last "
              "interval's rate.", "currencyUSD",
              f"sum(rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) * 3600 or vector(0)", w=4),
         stat("Spend over the range", "Cost of all GPUs over the time picked.", "currencyUSD",
              f"sum(increase(gke_gpu_cost_usd_total{{{SEL}}}[{RANGE}])) or vector(0)", w=4),
-        series("GPUs by state", "Physical GPUs allocated, unallocated and unavailable: "
-               "GPU-seconds per second.", "none",
-               (f"sum by (state) (rate(gke_gpu_gpu_seconds_total{{{SEL}}}[{RATE}]))",
-                "{{state}}")),
+        series("GPUs by state", "Physical GPUs allocated, unallocated and unavailable (MIG "
+               "slices as their fraction, a time-shared GPU once).", "none",
+               (f"sum by (state) (gke_gpu_state_gpus{{{SEL}}})", "{{state}}")),
         series("Cost per hour by state", "Allocated cost is what pods hold; unallocated is "
                "idle capacity.", "currencyUSD",
                (f"sum by (state) (rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) * 3600",
@@ -307,8 +307,8 @@ def availability() -> dict[str, Any]:
              f"1 - max(gke_gpu:availability_errors:ratio_rate1d{{{SEL}}}) / "
              f"max(gke_gpu:availability_error_budget:ratio{{{SEL}}})",
              steps=[("red", None), ("yellow", 0.0), ("green", 0.25)]),
-        stat("Unavailable GPUs", "Physical GPUs down over the last interval (not Ready, "
-             "missing, fatal XID).", "none", f"{gpus('unavailable')} or vector(0)",
+        stat("Unavailable GPUs", "Physical GPUs down now (not Ready, missing, fatal XID).",
+             "none", f"{gpus('unavailable')} or vector(0)",
              steps=[("green", None), ("red", 0.001)]),
         thresholds(series("Burn rate", "Error ratio / budget over 1 h and 6 h: above 14.4 "
                "(1 h) or 6 (6 h) pages.", "none",

@@ -3,7 +3,9 @@
 The simulator serves a GKE GPU cluster on loopback; the exporter watches its Kubernetes
 API and scrapes its dcgm-exporters over real HTTP, one cycle per simulated step, in
 virtual time, writing the local DuckDB warehouse. At the end it prints a per-team summary
-and where everything is; ``--serve`` keeps ``/metrics`` (and the cluster) up.
+and where everything is; ``--serve`` keeps ``/metrics`` (and the cluster) up: the simulated
+days then end now, and the cluster and the exporter go on in real time (``live``), so that a
+Prometheus scraping the demo sees fresh series at its own cadence.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import shutil
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,6 +87,8 @@ async def step_both(sim: SimulatorServer, exporter: Exporter, steps: int) -> Non
 
 async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_after: bool,
                    bigquery_emulator: bool = False) -> int:
+    if serve_after:  # the simulated days end now, for the cluster to go on in real time
+        scenario = ending_now(scenario, duration, time.time())
     await asyncio.to_thread(_fresh_outputs, out)
     emulator = Emulator(out / "bigquery") if bigquery_emulator else None
     if emulator is not None:
@@ -134,16 +140,17 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
                 print(await asyncio.to_thread(bigquery_summary, exporter, exporter.bigquery,
                                               emulator))
             if serve_after:
+                await catch_up(sim, exporter, time.time())
                 runner, port = await serve(exporter, "127.0.0.1", 0)
                 sim.speed = 1.0
-                sim.start_ticking()
-                ticker = asyncio.create_task(_follow(sim, exporter))
-                print(f"Serving http://127.0.0.1:{port}/metrics and the cluster at "
-                      f"{sim.api_url} (kubectl --kubeconfig {outputs.kubeconfig} get pods -A); "
+                print(f"Serving http://127.0.0.1:{port}/metrics (a cycle every "
+                      f"{SERVE_INTERVAL:g} s, in real time) and the cluster at {sim.api_url} "
+                      f"(kubectl --kubeconfig {outputs.kubeconfig} get pods -A); "
                       "Ctrl-C to stop.", flush=True)
-                await wait_for_shutdown()
-                ticker.cancel()
-                await runner.cleanup()
+                try:
+                    await live(sim, exporter, wait_for_shutdown())
+                finally:
+                    await runner.cleanup()
     return 0
 
 
@@ -201,11 +208,45 @@ def bigquery_summary(exporter: Exporter, sink: BigQuerySink, emulator: Emulator)
     return "\n".join(lines)
 
 
-async def _follow(sim: SimulatorServer, exporter: Exporter) -> None:
-    while True:
-        await asyncio.sleep(sim.cluster.step)
-        await caught_up(sim, exporter)
-        await exporter.cycle(sim.cluster.now)
+SERVE_INTERVAL = 5.0
+"""The exporter's cycle while ``--serve`` runs: shorter than any scrape interval Prometheus
+is set to (15 s, 30 s, its default 1 m) and a divisor of each, so that every scrape sees a
+new cycle and the counters move by as many cycles between any two scrapes."""
+
+
+def ending_now(scenario: Scenario, duration: float, now: float) -> Scenario:
+    """``scenario`` moved in time so that its first ``duration`` ends at ``now`` (the step
+    before it): then virtual time can go on as wall time."""
+    step = scenario.step
+    end = now - now % step
+    start = end - round(duration / step) * step
+    return scenario.model_copy(update={"start": datetime.fromtimestamp(start, UTC)})
+
+
+async def catch_up(sim: SimulatorServer, exporter: Exporter, now: float) -> None:
+    """Advance the simulator to the last step before ``now`` and run a cycle at ``now``."""
+    behind = now - sim.cluster.now
+    if behind >= sim.cluster.step:
+        await sim.advance(behind - behind % sim.cluster.step)
+    await caught_up(sim, exporter)
+    await exporter.cycle(now)
+
+
+async def live(sim: SimulatorServer, exporter: Exporter, until: Awaitable[None], *,
+               interval: float = SERVE_INTERVAL, clock: Callable[[], float] = time.time
+               ) -> None:
+    """The cluster and the exporter in real time until ``until`` is done: a cycle at each
+    multiple of ``interval`` on ``clock``, stamped with its time, after the simulator has
+    taken every step the clock has passed. Stamped so, the sources' last answers are as old
+    as they really are (``GkeGpuExporterSourceStale`` measures ``time()`` against them)."""
+    done = asyncio.ensure_future(until)
+    try:
+        while not done.done():
+            await asyncio.wait([done], timeout=interval - clock() % interval)
+            if not done.done():
+                await catch_up(sim, exporter, clock())
+    finally:
+        done.cancel()
 
 
 def summary_table(exporter: Exporter) -> str:

@@ -174,6 +174,7 @@ KUEUE_FLAVOR_LABELS = ("cluster", "cluster_queue", "cohort", "flavor")
 GROUP_LABELS = ("cluster", "state", "namespace", "team", "pool", "model", "provisioning")
 COST_GROUP = ("cluster", "namespace", "team", "pool", "model", "provisioning")
 SOURCE_LABELS = ("cluster", "source", "target")
+STATE_LABELS = ("cluster", "state", "pool", "model", "provisioning")
 BUILD_INFO = {"version": __version__, "python_version": platform.python_version(),
               "duckdb_version": metadata.version("duckdb")}
 """What is running: the exporter, the Python and the DuckDB (the warehouse file's format)."""
@@ -214,6 +215,11 @@ class _DeviceSamples:
     allocation: list[Sample] = field(default_factory=list)
     readings: tuple[list[Sample], ...] = field(
         default_factory=lambda: tuple([] for _ in DEVICE_READINGS))
+    gpus: dict[Labels, float] = field(default_factory=lambda: defaultdict(float))
+    """Physical GPUs by ``STATE_LABELS``: each device's fraction (a MIG slice its share of
+    the GPU, a time-shared GPU once), as ``gpu_seconds`` integrates them."""
+    utilized: dict[Labels, float] = field(default_factory=lambda: defaultdict(float))
+    """Utilisation x fraction by ``STATE_LABELS``, where the device has a reading."""
 
 
 @_per_view
@@ -236,6 +242,10 @@ def _devices(v: MetricsView) -> _DeviceSamples:
             out.memory_total.append((labels, d.memory_total_bytes))
         out.available.append((labels, 0.0 if d.state == "unavailable" else 1.0))
         out.state.append(((*labels, d.state, d.reason or ""), 1.0))
+        group = (c, d.state, d.pool, d.accelerator, d.provisioning)
+        out.gpus[group] += d.fraction
+        if d.utilization is not None:
+            out.utilized[group] += d.utilization * d.fraction
         if d.price_usd_per_hour is not None:
             out.price.append((labels, d.price_usd_per_hour))
         for o in d.owners:
@@ -257,6 +267,14 @@ def _devices(v: MetricsView) -> _DeviceSamples:
 
 def _reading(i: int) -> Callable[[MetricsView], list[Sample]]:
     return lambda v: _devices(v).readings[i]
+
+
+def _by_state(table: Callable[[_DeviceSamples], Mapping[Labels, float]]
+              ) -> Callable[[MetricsView], list[Sample]]:
+    def samples(v: MetricsView) -> list[Sample]:
+        values = table(_devices(v))
+        return [(key, values[key]) for key in sorted(values)]
+    return samples
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -649,6 +667,13 @@ FAMILIES: tuple[Family, ...] = (
     F("cluster_available_gpus", "gauge", "gpus", "Allocatable GPUs of Ready nodes minus "
       "system-reserved, in physical GPUs.", ("cluster",), _available_gpus,
       cloud_monitoring=True),
+    F("state_gpus", "gauge", "gpus", "Physical GPUs in each allocation state now: "
+      "allocated, unallocated, unavailable (MIG slices as their fraction, a time-shared GPU "
+      "once; gpu_seconds_total integrates it).", STATE_LABELS,
+      _by_state(lambda d: d.gpus), cloud_monitoring=True),
+    F("utilized_gpus", "gauge", "gpus", "GPUs' worth of work running now: utilisation x "
+      "fraction of the devices with a reading (utilized_gpu_seconds_total integrates it).",
+      STATE_LABELS, _by_state(lambda d: d.utilized), cloud_monitoring=True),
     F("pending_pods", "gauge", "pods", "GPU pods waiting to be scheduled.", QUEUE_LABELS,
       _pending_of(lambda p: p.count), cloud_monitoring=True),
     F("pending_gpus", "gauge", "gpus", "GPUs requested by pending pods, and by Kueue "

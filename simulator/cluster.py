@@ -847,6 +847,19 @@ class Cluster:
                 self._kueue_objects[kind, name] = text
                 self.store.put(kind, obj)
 
+    def gpus_by_state(self) -> dict[str, float]:
+        """Physical GPUs in each state now, as the truth's segments count them (a MIG
+        instance its fraction, a time-shared GPU once): allocated, unallocated, unavailable
+        (its node not Ready, or the GPU down)."""
+        out = dict.fromkeys(("allocated", "unallocated", "unavailable"), 0.0)
+        for node in self.live_nodes():
+            for gpu in node.gpus:
+                for d in gpu.devices:
+                    state = ("unavailable" if not node.ready or gpu.down_reason is not None
+                             else "allocated" if d.occupants else "unallocated")
+                    out[state] += d.info.fraction
+        return out
+
     def close(self) -> None:
         """Close open truth segments at ``now`` (call before reading the truth)."""
         for node in self.live_nodes():

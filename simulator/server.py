@@ -335,6 +335,7 @@ class SimulatorServer:
         return {"now": datetime.fromtimestamp(c.now).astimezone().isoformat(),
                 "now_unix": c.now, "step_seconds": c.step, "nodes": len(c.live_nodes()),
                 "gpus": sum(len(n.gpus) for n in c.live_nodes()),
+                "gpus_by_state": c.gpus_by_state(),
                 "pods": len(c.pods), "pending_pods": len(c.pending),
                 "resource_version": self.store.resource_version, "speed": self.speed}
 

@@ -242,14 +242,21 @@ def test_tables_are_tables_and_counts_of_nothing_are_zero() -> None:
 
 
 def test_one_gpu_count_everywhere() -> None:
-    """Physical GPUs, MIG slices as fractions: the GPU-seconds counters (or the available
-    count, in the same unit); never a count of series or of Kubernetes requests."""
+    """Physical GPUs, MIG slices as fractions: the gauges of GPUs by state (or the available
+    count, in the same unit); never a rate of the GPU-seconds counters (it aliases when the
+    counters move less often than Prometheus scrapes), a count of series or of Kubernetes
+    requests."""
     overview = {p["title"]: p for p in BOARDS["overview.json"]["panels"]}
     for title in ("Allocated GPUs", "Unavailable GPUs", "GPUs by state"):
-        expr = overview[title]["targets"][0]["expr"]
-        assert "rate(gke_gpu_gpu_seconds_total" in expr, title
-    assert "rate(gke_gpu_utilized_gpu_seconds_total" in \
-        overview["Utilised GPUs"]["targets"][0]["expr"]
+        assert "gke_gpu_state_gpus{" in overview[title]["targets"][0]["expr"], title
+    assert "gke_gpu_utilized_gpus{" in overview["Utilised GPUs"]["targets"][0]["expr"]
+    counts = [(name, p) for name, p in PANELS
+              if p["fieldConfig"]["defaults"]["unit"] == "none" and "GPUs" in p["title"]]
+    assert len(counts) >= 6
+    for name, p in counts:
+        for t in p["targets"]:
+            assert not re.search(r"\b(rate|increase)\(gke_gpu_\w*seconds_total", t["expr"]), \
+                (name, p["title"])
     for name, p in PANELS:
         for t in p["targets"]:
             assert "node_allocated_gpus" not in t["expr"], (name, p["title"])

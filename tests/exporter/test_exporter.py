@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import http_app, open_exporter
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, READING_LABELS, series
+from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, READING_LABELS, samples, series
 from exporter.scheduled_report import ReportStats
 from exporter.service import Exporter
 from exporter.sinks.cloud_monitoring import points
@@ -83,6 +83,39 @@ async def test_metrics_match_the_golden_file(running: tuple[SimulatorServer, Exp
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text("\n".join(got) + "\n")
     assert got == GOLDEN.read_text().splitlines()
+
+
+def _by_state(exporter: Exporter, family: str) -> dict[str, float]:
+    """A family's samples this cycle summed by their ``state`` label."""
+    assert exporter.view is not None
+    f = BY_NAME[family]
+    at = f.labels.index("state")
+    out: dict[str, float] = {}
+    for labels, value in samples(exporter.view, f):
+        out[labels[at]] = out.get(labels[at], 0.0) + value
+    return out
+
+
+async def test_the_gpu_gauges_are_what_the_counters_integrate(
+        running: tuple[SimulatorServer, Exporter]) -> None:
+    """Over the next cycles, GPU-seconds (and utilised GPU-seconds) per second by state are
+    the GPUs (and utilised GPUs) each cycle shows: the dashboards' counts read the gauges,
+    in the counters' unit."""
+    sim, exporter = running
+    for _ in range(3):
+        gpus = _by_state(exporter, "state_gpus")
+        used = _by_state(exporter, "utilized_gpus")
+        seconds = _by_state(exporter, "gpu_seconds")
+        utilized = _by_state(exporter, "utilized_gpu_seconds")
+        await step_both(sim, exporter, 1)
+        step = sim.cluster.step
+        assert {"allocated", "unallocated"} <= gpus.keys()
+        for state, n in gpus.items():
+            assert (_by_state(exporter, "gpu_seconds")[state] - seconds.get(state, 0.0)) / step \
+                == pytest.approx(n, abs=1e-9), state
+            assert (_by_state(exporter, "utilized_gpu_seconds").get(state, 0.0)
+                    - utilized.get(state, 0.0)) / step == pytest.approx(used.get(state, 0.0),
+                                                                        abs=1e-9), state
 
 
 async def test_promtool_check_metrics_is_clean(running: tuple[SimulatorServer, Exporter]
