@@ -100,13 +100,19 @@ def _listing(names: list[str], what: str) -> str:
     return f"{what}: {', '.join(names)}" if names else f"no {what}"
 
 
+def table_id(table: str) -> str:
+    """``table``, when it names a table in full (``PROJECT.DATASET.TABLE``); else
+    ``ValueError``."""
+    if not TABLE_ID.match(table):
+        raise ValueError(f"billing table {table!r} is not PROJECT.DATASET.TABLE")
+    return table
+
+
 class BillingExport:
     """The detailed billing export table in BigQuery, read with typed query parameters."""
 
     def __init__(self, client: bigquery.Client, table: str) -> None:
-        if not TABLE_ID.match(table):
-            raise ValueError(f"billing table {table!r} is not PROJECT.DATASET.TABLE")
-        self.client, self.table = client, table
+        self.client, self.table = client, table_id(table)
 
     def check(self, timeout: float = 60.0) -> None:
         """Raise ``BillNotFound`` naming the datasets or tables that exist when the table

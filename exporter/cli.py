@@ -311,7 +311,7 @@ def _bill(args: argparse.Namespace, cfg: Config) -> Bill:
 
     if args.billing_file is not None:
         return reconcile.BillingFile(args.billing_file)
-    project = args.billing_table.split(".", 1)[0]
+    project = reconcile.table_id(args.billing_table).split(".", 1)[0]
     bill = reconcile.BillingExport(
         make_client(cfg.warehouse.bigquery.model_copy(update={"project": project})),
         args.billing_table)
