@@ -232,7 +232,8 @@ def cause(gpu_hours: float, billed_gpu_hours: float, cost_usd: float, billed_cos
                 "the exporter did not see")
     if gpu_hours > billed_gpu_hours and not _close(gpu_hours, billed_gpu_hours):
         return (f"{gpu_hours - billed_gpu_hours:.1f} GPU-hours counted that the bill does not "
-                "charge here (another cluster's rows, or another project's bill)")
+                "charge here (another cluster's rows, another project's bill, or a day not "
+                "exported yet)")
     if credits_usd and _close(cost_usd, billed_cost_usd):
         return (f"credits of {credits_usd:,.2f} USD on the bill: committed use or discounts "
                 "the exporter does not apply (prices.commitments, prices.negotiated)")
