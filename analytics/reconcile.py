@@ -11,6 +11,10 @@ Belgium``); its GPU-hours are its usage in pricing units (hours), its net cost i
 plus its credits (committed-use, sustained-use and negotiated discounts arrive as negative
 credits).
 
+The bill is read where it is: the BigQuery table (``BillingExport``), or a copy of its
+rows in Parquet files (``BillingFile``: an export of the table, or the demo's sample bill),
+with the same query.
+
 The exporter's side comes from the warehouse (DuckDB or BigQuery): its ``gpu_usage`` cost
 and GPU-hours per day and namespace, the GPU time no pod held as ``kube:unallocated``, as
 GKE's cost allocation bills it. ``compare`` puts both side by side and names each gap's
@@ -22,12 +26,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
+import duckdb
 import pandas as pd
 
-from analytics.store import Param, Store
+from analytics.store import DuckDBStore, Param, Store
 from analytics.tables import columns
+from exporter import duck
 
 if TYPE_CHECKING:
     from google.cloud import bigquery
@@ -74,13 +81,60 @@ TOLERANCE_SHARE = 0.01
 """A gap within a cent, or within 1 % of the bill, is reconciled."""
 
 
+READS = ("service", "sku", "usage_start_time", "project", "labels", "cost", "credits",
+         "usage")
+"""The export's columns ``BILLED`` reads."""
+
+
+class BillNotFound(ValueError):
+    """The bill named is not there; the message says what is, in one line."""
+
+
+class Bill(Protocol):
+    def gpu_lines(self, start: datetime, end: datetime, cluster: str | None) -> pd.DataFrame:
+        """The bill's GPU lines (``BILLED``) of ``[start, end)``, of ``cluster``."""
+        ...
+
+
+def _listing(names: list[str], what: str) -> str:
+    return f"{what}: {', '.join(names)}" if names else f"no {what}"
+
+
+def table_id(table: str) -> str:
+    """``table``, when it names a table in full (``PROJECT.DATASET.TABLE``); else
+    ``ValueError``."""
+    if not TABLE_ID.match(table):
+        raise ValueError(f"billing table {table!r} is not PROJECT.DATASET.TABLE")
+    return table
+
+
 class BillingExport:
     """The detailed billing export table in BigQuery, read with typed query parameters."""
 
     def __init__(self, client: bigquery.Client, table: str) -> None:
-        if not TABLE_ID.match(table):
-            raise ValueError(f"billing table {table!r} is not PROJECT.DATASET.TABLE")
-        self.client, self.table = client, table
+        self.client, self.table = client, table_id(table)
+
+    def check(self, timeout: float = 60.0) -> None:
+        """Raise ``BillNotFound`` naming the datasets or tables that exist when the table
+        or its dataset does not."""
+        from google.api_core.exceptions import NotFound
+
+        project, dataset, table = self.table.rsplit(".", 2)
+        try:
+            self.client.get_table(self.table, timeout=timeout)
+            return
+        except NotFound:
+            pass
+        try:
+            tables = sorted(t.table_id for t in self.client.list_tables(
+                f"{project}.{dataset}", timeout=timeout))
+        except NotFound:
+            datasets = sorted(d.dataset_id for d in self.client.list_datasets(
+                project, timeout=timeout))
+            raise BillNotFound(f"no dataset {dataset!r} in project {project}; "
+                               f"{_listing(datasets, 'it has')}") from None
+        raise BillNotFound(f"no table {table!r} in dataset {project}.{dataset}; "
+                           f"{_listing(tables, 'it has')}")
 
     def gpu_lines(self, start: datetime, end: datetime, cluster: str | None,
                   timeout: float = 300.0) -> pd.DataFrame:
@@ -97,6 +151,65 @@ class BillingExport:
             wait_timeout=timeout)
         frame: pd.DataFrame = rows.to_arrow(create_bqstorage_client=False).to_pandas()
         return frame
+
+
+class BillingFile:
+    """A copy of the export's rows in Parquet (the columns and nesting of the BigQuery
+    table): one file, or a directory or glob of them, read with ``BILLED`` in DuckDB."""
+
+    VIEW = "billing_export"
+
+    def __init__(self, path: Path | str) -> None:
+        path = Path(path)
+        files = sorted(path.glob("*.parquet")) if path.is_dir() else \
+            sorted(path.parent.glob(path.name)) if any(c in path.name for c in "*?[") else \
+            [path] if path.is_file() else []
+        if not files:
+            raise BillNotFound(_missing(path))
+        self.path = path
+        self.con = duckdb.connect()
+        self.con.execute("SET TimeZone = 'UTC'")
+        listed = "[" + ", ".join(duck.quote(str(f)) for f in files) + "]"
+        try:
+            held = {str(r[0]) for r in self.con.execute(
+                f"SELECT DISTINCT name FROM parquet_schema({listed})").fetchall()}
+            self.con.execute(f"CREATE VIEW {self.VIEW} AS SELECT * FROM read_parquet("
+                             f"{listed}, union_by_name = true)")
+        except duckdb.Error as exc:
+            self.con.close()
+            raise ValueError(f"{path} is not a Parquet file: {_first_line(exc)}") from None
+        lacking = [c for c in READS if c not in held]
+        if lacking:
+            self.con.close()
+            raise ValueError(f"{path} is not a Cloud Billing detailed export: no column "
+                             f"{', '.join(lacking)}")
+
+    def gpu_lines(self, start: datetime, end: datetime, cluster: str | None) -> pd.DataFrame:
+        """The bill's GPU lines (``BILLED``) of ``[start, end)``, of ``cluster`` (None:
+        every cluster's)."""
+        return DuckDBStore(con=self.con).query(
+            BILLED.format(table=self.VIEW, none=NO_NAMESPACE),
+            {"start": start, "end": end, "cluster": cluster})
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _missing(path: Path) -> str:
+    """One line: ``path`` is not there, and what its directory holds instead."""
+    where = path if path.is_dir() else path.parent
+    if not where.is_dir():
+        return f"no billing export at {path}: no directory {where}"
+    held = sorted(p.name for p in where.iterdir() if p.suffix == ".parquet")
+    holds = f"it holds {', '.join(held)}" if held else "it holds no Parquet file"
+    if path.is_dir():
+        return f"no Parquet file in {path}"
+    return f"no billing export at {path}; {where}/ {holds.removeprefix('it ')}"
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()),
+                type(exc).__name__)
 
 
 def ours(store: Store, start: datetime, end: datetime, cluster: str | None) -> pd.DataFrame:
@@ -119,7 +232,8 @@ def cause(gpu_hours: float, billed_gpu_hours: float, cost_usd: float, billed_cos
                 "the exporter did not see")
     if gpu_hours > billed_gpu_hours and not _close(gpu_hours, billed_gpu_hours):
         return (f"{gpu_hours - billed_gpu_hours:.1f} GPU-hours counted that the bill does not "
-                "charge here (another cluster's rows, or another project's bill)")
+                "charge here (another cluster's rows, another project's bill, or a day not "
+                "exported yet)")
     if credits_usd and _close(cost_usd, billed_cost_usd):
         return (f"credits of {credits_usd:,.2f} USD on the bill: committed use or discounts "
                 "the exporter does not apply (prices.commitments, prices.negotiated)")

@@ -21,6 +21,9 @@ from exporter.lifecycle import wait_for_shutdown
 from exporter.logs import LEVELS, configure, ctx, set_level
 
 if TYPE_CHECKING:
+    from google.cloud import bigquery
+
+    from analytics.reconcile import Bill
     from analytics.store import Store
     from exporter.config import Config
 
@@ -119,10 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     bill = kinds.add_parser("reconcile", help="the week's GPU cost beside the GPU SKUs of the "
                             "Cloud Billing export, per day and namespace, each gap's likely "
                             "cause")
-    bill.add_argument("--billing-table", metavar="PROJECT.DATASET.TABLE", required=True,
-                      help="the detailed usage cost export "
-                           "(gcp_billing_export_resource_v1_<BILLING_ACCOUNT_ID>), of clusters "
-                           "with GKE cost allocation on")
+    billed = bill.add_mutually_exclusive_group(required=True)
+    billed.add_argument("--billing-table", metavar="PROJECT.DATASET.TABLE",
+                        help="the detailed usage cost export in BigQuery "
+                             "(gcp_billing_export_resource_v1_<BILLING_ACCOUNT_ID>), of "
+                             "clusters with GKE cost allocation on")
+    billed.add_argument("--billing-file", metavar="PATH", type=Path,
+                        help="the same export's rows as Parquet (a file, a directory or a "
+                             "glob of files), e.g. the demo's sample bill "
+                             "demo-out/billing_export.parquet")
     _warehouse_args(bill)
     bill.add_argument("--config", metavar="FILE", help="YAML config (warehouse, BigQuery "
                       "endpoint and credentials)")
@@ -227,12 +235,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _one_line(exc: BaseException, first: bool = False) -> str:
+    """An exception's message as one line: its lines joined, or (``first``, for a
+    library's long messages) only the first."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0] if first else "; ".join(lines)
+
+
 def _store(args: argparse.Namespace, cfg: Config) -> Store:
     """The warehouse ``--store`` or ``--bigquery`` names (default: the config's file)."""
     import re
 
+    import duckdb
+
     from analytics.store import BigQueryStore, DuckDBStore, ParquetStore
     from exporter.config import DATASET_ID, PROJECT_ID
+    from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
     from exporter.sinks.bigquery import make_client
 
@@ -241,44 +261,106 @@ def _store(args: argparse.Namespace, cfg: Config) -> Store:
         if not re.match(PROJECT_ID, project) or not re.match(DATASET_ID, dataset):
             raise ConfigError(f"--bigquery {args.bigquery!r} is not PROJECT.DATASET")
         bq = cfg.warehouse.bigquery.model_copy(update={"project": project, "dataset": dataset})
-        return BigQueryStore(make_client(bq), f"{project}.{dataset}")
+        client = make_client(bq)
+        _dataset_exists(client, project, dataset)
+        return BigQueryStore(client, f"{project}.{dataset}")
     spec = args.store or f"duckdb:{cfg.warehouse.path}"
     kind, _, location = spec.partition(":")
     if kind not in ("duckdb", "parquet") or not location:
         raise ConfigError(f"--store {spec!r}: expected duckdb:PATH or parquet:DIR")
     path = Path(location)
     if not path.exists():
-        raise ConfigError(f"no warehouse at {path}")
-    return DuckDBStore(path) if kind == "duckdb" else ParquetStore(path)
+        raise ConfigError(f"no warehouse at {path}; {_held(path)}")
+    try:
+        return DuckDBStore(path) if kind == "duckdb" else ParquetStore(path)
+    except WarehouseLocked:
+        raise
+    except duckdb.Error as exc:
+        raise ConfigError(f"--store {spec}: not a {kind} warehouse: "
+                          f"{_one_line(exc, True)}") from None
+
+
+def _held(path: Path) -> str:
+    """What the directory of a missing ``path`` holds that could be a warehouse."""
+    where = path.parent
+    if not where.is_dir():
+        return f"no directory {where}"
+    found = sorted(p.name + ("/" if p.is_dir() else "") for p in where.iterdir()
+                   if p.suffix == ".duckdb" or (p.is_dir() and any(p.glob("*.parquet"))))
+    return f"{where}/ holds {', '.join(found)}" if found else f"{where}/ holds no warehouse"
+
+
+def _dataset_exists(client: bigquery.Client, project: str, dataset: str) -> None:
+    """Raise ``ConfigError`` naming the project's datasets when ``dataset`` is not one."""
+    from google.api_core.exceptions import NotFound
+
+    from exporter.errors import ConfigError
+
+    try:
+        client.get_dataset(f"{project}.{dataset}", timeout=60)
+    except NotFound:
+        held = sorted(d.dataset_id for d in client.list_datasets(project, timeout=60))
+        raise ConfigError(f"no dataset {dataset!r} in project {project}; it has: "
+                          f"{', '.join(held) if held else 'no dataset'}") from None
+
+
+def _bill(args: argparse.Namespace, cfg: Config) -> Bill:
+    """The bill ``--billing-file`` or ``--billing-table`` names, checked to be there."""
+    from analytics import reconcile
+    from exporter.sinks.bigquery import make_client
+
+    if args.billing_file is not None:
+        return reconcile.BillingFile(args.billing_file)
+    project = reconcile.table_id(args.billing_table).split(".", 1)[0]
+    bill = reconcile.BillingExport(
+        make_client(cfg.warehouse.bigquery.model_copy(update={"project": project})),
+        args.billing_table)
+    bill.check()
+    return bill
+
+
+def _google_errors() -> tuple[type[BaseException], ...]:
+    """Google's client errors (credentials, API), caught where the command line talks to
+    BigQuery; none when the client library is not installed."""
+    try:
+        from google.api_core.exceptions import GoogleAPIError
+        from google.auth.exceptions import GoogleAuthError
+    except ImportError:
+        return ()
+    return (GoogleAPIError, GoogleAuthError)
 
 
 def _reconcile(args: argparse.Namespace) -> int:
-    from analytics import reconcile
+    from analytics import holdings, reconcile
     from analytics.week import last_complete_week, parse_week
     from exporter.config import load_config
     from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
-    from exporter.sinks.bigquery import make_client
 
+    google = _google_errors()
     try:
         cfg = load_config(args.config)
         week = parse_week(args.week) if args.week else last_complete_week(datetime.now(UTC))
         store = _store(args, cfg)
-        project = args.billing_table.split(".", 1)[0]
-        bill = reconcile.BillingExport(
-            make_client(cfg.warehouse.bigquery.model_copy(update={"project": project})),
-            args.billing_table)
-    except WarehouseLocked as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        problem = holdings.unknown_cluster(store, args.cluster)
+        if problem:
+            raise ConfigError(problem)
+        bill = _bill(args, cfg)
+    except (WarehouseLocked, ConfigError, ValueError) as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except google as exc:
+        print(f"error: {_google_problem(exc)}", file=sys.stderr)
         return 2
+    empty = holdings.empty_week(store, week, args.cluster)
+    if empty:
+        print(f"error: {empty}", file=sys.stderr)
+        return 1
     try:
         table = reconcile.compare(reconcile.ours(store, week.start, week.end, args.cluster),
                                   bill.gpu_lines(week.start, week.end, args.cluster))
     except Exception as exc:  # the bill's or the warehouse's query, with its reason
-        print(f"error: reconciling {week.label}: {exc}", file=sys.stderr)
+        print(f"error: reconciling {week.label}: {_one_line(exc, True)}", file=sys.stderr)
         return 1
     title = (f"GPU cost against the bill {week.label} — "
              f"{args.cluster or 'every cluster'}")
@@ -293,10 +375,20 @@ def _reconcile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _google_problem(exc: BaseException) -> str:
+    """A Google client error in one line, credentials named as such."""
+    from google.auth.exceptions import GoogleAuthError
+
+    if isinstance(exc, GoogleAuthError):
+        return f"no Google credentials for BigQuery: {_one_line(exc, True)}"
+    return f"BigQuery: {_one_line(exc, True)}"
+
+
 def _report(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from analytics import holdings
     from analytics.mail import MailError
     from analytics.week import last_complete_week, parse_week
     from analytics.weekly import ThinWeek, run_weekly
@@ -305,19 +397,30 @@ def _report(args: argparse.Namespace) -> int:
     from exporter.errors import ConfigError
     from exporter.prices import load_price_book
 
+    google = _google_errors()
     try:
         cfg = load_config(args.config)
         prices = load_price_book(cfg.prices.book, cfg.prices.region).prices
         week = parse_week(args.week) if args.week else last_complete_week(datetime.now(UTC))
         store = _store(args, cfg)
+        problem = holdings.unknown_cluster(store, args.cluster)
+        if problem:
+            raise ConfigError(problem)
     except WarehouseLocked as exc:
         print(f"error: {exc}. The running exporter makes the weekly report itself "
               "(report.schedule); to make one now, stop the exporter or use BigQuery "
               "(--bigquery).", file=sys.stderr)
         return 2
     except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except google as exc:
+        print(f"error: {_google_problem(exc)}", file=sys.stderr)
+        return 2
+    empty = None if args.force else holdings.empty_week(store, week, args.cluster)
+    if empty:
+        print(f"error: {empty}; --force writes the report anyway", file=sys.stderr)
+        return 1
     with tqdm(desc=f"report {week.label}", unit=" step", leave=False,
               disable=not sys.stderr.isatty()) as bar:
         def step(what: str) -> None:

@@ -36,6 +36,7 @@ from simulator.server import SimulatorServer
 
 if TYPE_CHECKING:
     from exporter.sinks.bigquery import BigQuerySink
+    from simulator.billing_export import SampleBill
 from exporter.sinks.schema import TABLES
 
 KINDS = {"nodes": "Node", "pods": "Pod", "namespaces": "Namespace"}
@@ -132,9 +133,11 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
             print(summary_table(exporter))
             print()
             report = await asyncio.to_thread(write_report, exporter, scenario, out)
+            _, bill = await asyncio.to_thread(write_sample_bill, sim, exporter, out)
             print(f"Outputs in {out}/: warehouse.duckdb ({', '.join(written(exporter))}), "
                   "metrics.prom, kubeconfig, targets.txt")
             print(report)
+            print(bill)
             if emulator is not None and exporter.bigquery is not None:
                 print()
                 print(await asyncio.to_thread(bigquery_summary, exporter, exporter.bigquery,
@@ -157,6 +160,7 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
 def _fresh_outputs(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "warehouse.duckdb").unlink(missing_ok=True)
+    (out / "billing_export.parquet").unlink(missing_ok=True)
     shutil.rmtree(out / "bigquery", ignore_errors=True)
     shutil.rmtree(out / "report", ignore_errors=True)
 
@@ -183,6 +187,24 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:
             f"{len(report.tables['bottlenecks'])} workloads diagnosed -> "
             f"{out}/report/report.html (and report.md, report.json, a CSV per table, "
             "teams/ for each team's slice)")
+
+
+def write_sample_bill(sim: SimulatorServer, exporter: Exporter,
+                      out: Path) -> tuple[SampleBill, str]:
+    """A sample Cloud Billing detailed export of the run, from the simulator's truth and
+    the price book, written to ``out``; and how to reconcile with it."""
+    from exporter.prices import load_price_book
+    from simulator import billing_export
+
+    c, cfg = sim.cluster, exporter.config
+    c.close()
+    book = load_price_book(cfg.prices.book, cfg.prices.region)
+    bill = billing_export.sample_bill(c.truth, sim.scenario, book.prices, c.start, c.now)
+    path = billing_export.write(bill, out / billing_export.FILE)
+    week = week_containing(sim.scenario.start)
+    return bill, (f"Sample bill: {path} ({bill.table.num_rows:,} GPU lines of a detailed billing "
+            f"export) -> gke-gpu-exporter report reconcile --billing-file {path} "
+            f"--store duckdb:{out}/warehouse.duckdb --week {week.label}")
 
 
 def bigquery_summary(exporter: Exporter, sink: BigQuerySink, emulator: Emulator) -> str:

@@ -17,7 +17,7 @@ DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 PACKAGES = ("exporter", "analytics", "simulator")
-README_MAX_BYTES = 12_000
+README_MAX_BYTES = 12_400
 
 
 def _load(path: Path) -> ModuleType:

@@ -144,8 +144,9 @@ def test_a_week_without_data_is_refused_unless_forced(small_warehouse: Path, tmp
             "--out", str(out)]
     assert main(args + (["--force"] if force else [])) == code
     if code:
-        assert "2026-W49: the warehouse has data for 0.0% of the week's hours, below " \
-               "report.min_coverage (50%); --force" in capsys.readouterr().err
+        assert capsys.readouterr().err == (
+            "error: no data in 2026-W49; the warehouse has data for 2026-W46, 2026-W47; "
+            "--force writes the report anyway\n")
         assert not out.exists()
     else:
         assert (out / "report.md").exists()

@@ -239,3 +239,48 @@ def test_an_unreadable_bill_leaves_the_report_without_its_reconciliation(
     assert (tmp_path / "out" / "report.md").exists()
     assert [r for r in caplog.records if r.getMessage().startswith("report without "
                                                                    "reconciliation")]
+
+
+@pytest.mark.parametrize(("table", "said"), [
+    (f"{PROJECT}.no_such_dataset.gcp_billing_export_resource_v1_X",
+     f"no dataset 'no_such_dataset' in project {PROJECT}; it has: "),
+    (f"{PROJECT}.{{dataset}}.gcp_billing_export_resource_v1_X",
+     f"no table 'gcp_billing_export_resource_v1_X' in dataset {PROJECT}.{{dataset}}; it has: "
+     "gcp_billing_export_resource_v1_012345_6789AB_CDEF01"),
+], ids=["no dataset", "no table"])
+def test_report_reconcile_names_the_datasets_and_tables_that_exist(
+        emulator: Emulator, warehouse: Path, tmp_path: Path, table: str, said: str) -> None:
+    """A billing table that is not there: one line naming what the project or dataset
+    holds instead, not a traceback."""
+    client = client_for(emulator)
+    dataset = export(client, [line(WEEK.start, "ns-a", L4)]).split(".")[1]
+    datasets = sorted(d.dataset_id for d in client.list_datasets(PROJECT))
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"warehouse:\n  bigquery:\n    endpoint: {emulator.url}\n    anonymous: true\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "report", "reconcile", "--billing-table",
+         table.format(dataset=dataset), "--store", f"duckdb:{warehouse}", "--week", "2026-W47",
+         "--config", str(cfg), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    expected = said.format(dataset=dataset)
+    if "no dataset" in expected:
+        expected += ", ".join(datasets)
+    assert done.stderr.splitlines() == [f"error: {expected}"]
+
+
+def test_report_weekly_names_the_datasets_of_the_project(
+        emulator: Emulator, tmp_path: Path) -> None:
+    client = client_for(emulator)
+    datasets = sorted(d.dataset_id for d in client.list_datasets(PROJECT))
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"warehouse:\n  bigquery:\n    endpoint: {emulator.url}\n    anonymous: true\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "report", "weekly", "--bigquery",
+         f"{PROJECT}.no_such_dataset", "--week", "2026-W47", "--config", str(cfg),
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"error: no dataset 'no_such_dataset' in project {PROJECT}; it has: "
+        f"{', '.join(datasets)}"]
