@@ -12,8 +12,17 @@ PERCENT = {"change", "share", "share_of_allocated", "utilization", "utilization_
            "utilization_of_capacity", "availability", "target", "error_budget_left"}
 
 
+MINUS = "\N{MINUS SIGN}"
+
+
 def money(v: float | None) -> str:
     return "—" if v is None or _nan(v) else f"${v:,.2f}"
+
+
+def signed_money(v: float) -> str:
+    """An amount with its sign ahead of the dollar (a minus sign, not a hyphen):
+    ``+$12.00``."""
+    return f"{MINUS if v < 0 else '+'}${abs(v):,.2f}"
 
 
 def percent(v: float | None, signed: bool = False) -> str:

@@ -33,6 +33,7 @@ SELECT cluster, team, namespace, node_pool, gpu_model, provisioning, state, allo
        SUM(IF(utilization IS NULL, 0, utilization * gpu_seconds)) AS utilized_seconds,
        SUM(IF(utilization IS NULL, 0, gpu_seconds)) AS measured_seconds,
        SUM(COALESCE(cost_usd, 0)) AS cost_usd,
+       SUM(IF(cost_usd IS NULL, 0, gpu_seconds)) AS priced_seconds,
        SUM(IF(state = 'allocated' AND utilization IS NOT NULL,
               (1 - utilization) * gpu_seconds, 0)) AS idle_seconds,
        SUM(IF(state = 'allocated' AND utilization IS NOT NULL,

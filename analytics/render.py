@@ -7,7 +7,8 @@ import html
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
@@ -16,7 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from analytics import format as fmt
 from analytics.charts import CHARTS, render_all
-from analytics.figures import IDLE_CEILING
+from analytics.figures import IDLE_CEILING, PriceBasis
 from analytics.report import WeeklyReport
 from analytics.workspace import Table
 from exporter.bottleneck import RESTS_ON
@@ -61,6 +62,83 @@ def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
         ("Unallocated capacity", f"{fmt.money(h['unallocated_cost_usd'])} "
                                  f"({fmt.percent(h['unallocated_share'])} of cost)"),
     ]
+
+
+def _and(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _dates(basis: PriceBasis) -> str:
+    if not basis.as_of:
+        return "an undated price book"
+    first, last = basis.as_of[0], basis.as_of[-1]
+    return f"the price book of {first}" if first == last else \
+        f"the price book (prices of {first} to {last})"
+
+
+def _list_prices(basis: PriceBasis) -> str:
+    where = f" of {basis.region}" if basis.region else ""
+    text = f"list prices{where} from Google's Cloud Billing catalogue where the exporter " \
+        f"read it, else from {_dates(basis)} (the warehouse does not record which)" \
+        if basis.catalog else f"list prices{where} from {_dates(basis)}"
+    if basis.estimated:
+        text += f" ({_and(basis.estimated)}: estimated, not Google's)"
+    return text
+
+
+def _discounts(basis: PriceBasis) -> str:
+    off = basis.off_list_usd
+    text = f" less {_and(basis.discounts)} discounts" if basis.discounts else \
+        ", no discount configured"
+    if off is None or (not off and not basis.discounts):
+        return text
+    if off > 0 and basis.discounts:
+        return text + f" ({fmt.signed_money(-off)}, {fmt.percent(basis.off_list_share)} off list)"
+    if not off:
+        return text + " (none applied this week)"
+    return (text + f", though the week's costs differ from them by {fmt.signed_money(-off)} "
+            "(priced at other list prices: another book, or the catalogue)")
+
+
+def _machines(basis: PriceBasis) -> str:
+    if basis.basis != "gpu-component":
+        return ""
+    text = "; the machines the GPUs run in are not included"
+    unknown = f"{_and(basis.machine_unknown)}, " \
+        f"{fmt.percent(basis.machine_unknown_hour_share)} of GPU-hours" \
+        if basis.machine_unknown else ""
+    if basis.machine_usd is None or basis.machine_share is None:
+        return text + (f", nor known (the book gives no machine share for {unknown})"
+                       if unknown else "")
+    (lo, hi), (lo_share, hi_share) = basis.machine_usd, basis.machine_share
+    cost = f"about {fmt.money(lo)} more at list price, {fmt.percent(lo_share)}" \
+        if lo == hi else f"{fmt.money(lo)} to {fmt.money(hi)} more at list price by " \
+        f"machine type, {fmt.percent(lo_share)} to {fmt.percent(hi_share)}"
+    if not unknown:
+        return text + f" ({cost} of the total)"
+    return text + (f" ({cost} of the total of {_and(basis.machine_models)}; not known for "
+                   f"{unknown}, for which the book gives no machine share)")
+
+
+def _spot(basis: PriceBasis) -> str:
+    if not basis.spot_hour_share:
+        return "; no spot GPUs"
+    return f"; spot GPUs {fmt.percent(basis.spot_hour_share)} of GPU-hours, " \
+        f"{fmt.percent(basis.spot_cost_share)} of cost"
+
+
+def price_basis(basis: PriceBasis) -> str:
+    """The line under the headline: what the costs are priced on and what they leave out."""
+    what = "GPU component only" if basis.basis == "gpu-component" else \
+        f"the book's basis {basis.basis!r}"
+    unpriced = f"; {basis.unpriced_gpu_hours:,.1f} GPU-hours unpriced, not in the cost" \
+        if basis.unpriced_gpu_hours >= 0.05 else ""
+    return (f"Prices: {what}, at {_list_prices(basis)}{_discounts(basis)}{_machines(basis)}"
+            f"{_spot(basis)}{unpriced}.")
+
+
+def basis_line(report: WeeklyReport) -> str | None:
+    return None if report.basis is None else price_basis(report.basis)
 
 
 def shown(name: str, table: pd.DataFrame | Table) -> pd.DataFrame | Table:
@@ -121,6 +199,8 @@ def markdown(report: WeeklyReport) -> str:
     out = [f"# {md(report.title)}", "",
            f"{report.week.start:%Y-%m-%d} to {report.week.end:%Y-%m-%d} (UTC).", ""]
     out += [f"- **{k}**: {v}" for k, v in headline_items(report)]
+    if (basis := basis_line(report)) is not None:
+        out += ["", md(basis)]
     for name, table in report.tables.items():
         out += ["", f"## {md(report.section_title(name))}", ""]
         if name in INTRO:
@@ -152,6 +232,7 @@ def html_page(report: WeeklyReport, image_src: dict[str, str]) -> str:
                          "more": more, "csv": f"{name}.csv"})
     return _env.get_template("report.html").render(
         title=report.title, week=report.week, headline=headline_items(report),
+        basis=basis_line(report),
         sections=sections, charts=[(CHARTS[k], image_src[k]) for k in CHARTS])
 
 
@@ -230,7 +311,10 @@ def write_json(report: WeeklyReport, out: IO[str]) -> None:
     head = json.dumps({"schema_version": JSON_SCHEMA_VERSION, "week": report.week.label,
                        "cluster": report.cluster,
                        "team": report.team, "sla_target": report.sla_target,
-                       "headline": report.headline, "tables": {}},
+                       "headline": report.headline,
+                       "price_basis": None if report.basis is None else
+                       asdict(report.basis) | {"line": price_basis(report.basis)},
+                       "tables": {}},
                       indent=1, default=_jsonable)
     if not report.tables:
         out.write(head)

@@ -33,6 +33,8 @@ class WeeklyReport:
     """Each pod's week with its bottleneck class (not rendered; the tables summarise it)."""
     allocation: str | None = None
     """What ``cost_by_allocation`` is by (config: ``allocation``), for its heading."""
+    basis: figures.PriceBasis | None = None
+    """What the costs are priced on (the line under the headline)."""
 
     def section_title(self, name: str) -> str:
         """A table's heading: ``SECTIONS``' title, the allocation's named."""
@@ -51,19 +53,22 @@ class WeeklyReport:
         return f"GPU cost and bottleneck report {self.week.label} — {self.cluster}, {scope}"
 
 
-def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
-          sla_target: float, cluster: str = "", team: str | None = None,
+def build(store: Store, week: Week,
+          prices: figures.Pricing | Mapping[tuple[str, str], float], sla_target: float,
+          cluster: str = "", team: str | None = None,
           progress: Callable[[str], None] = lambda _: None,
           only_cluster: str | None = None, allocation: str | None = None) -> WeeklyReport:
     """The report of the week's rows of ``only_cluster`` (None: of every cluster the store
     holds, side by side in ``cost_by_cluster`` when there are several), for the platform
     or ``team``'s slice. Its title names the cluster the rows are of; ``cluster`` when
     there are none. ``cost_by_allocation`` is there when the week's rows have an
-    allocation, headed by ``allocation``'s name."""
+    allocation, headed by ``allocation``'s name. ``prices``: the list prices with what the
+    report knows of them (``figures.Pricing.of``), or the list prices alone."""
+    pricing = prices if isinstance(prices, figures.Pricing) else figures.Pricing(prices)
     progress("reading the warehouse")
     f = queries.fetch(store, week, team, only_cluster)
     ws = Workspace()
-    figures.prepare(ws, prices)
+    figures.prepare(ws, pricing.list_prices)
     queries.load(store, week, ws, team, figures.classify_arrow, only_cluster)
     progress("computing")
     usage = f["usage"]
@@ -98,7 +103,8 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
     tables["savings"] = figures.savings(spot, rightsize, unallocated, pods, tables["queue"])
     if team is None:  # what to do with the platform's capacity, its queues and its SLA
         tables["actions"] = figures.actions(unallocated, tables["queue"],
-                                            tables["availability"], tables["savings"], prices)
+                                            tables["availability"], tables["savings"],
+                                            pricing.list_prices)
     if tables["kueue"].empty:  # a cluster without Kueue
         tables.pop("kueue")
     if team is not None:  # capacity, availability and incidents are the platform's
@@ -107,4 +113,5 @@ def build(store: Store, week: Week, prices: Mapping[tuple[str, str], float],
     ws.close()
     name = only_cluster or (", ".join(clusters) if clusters else cluster)
     return WeeklyReport(week, name, team, sla_target, figures.headline(usage, covered),
-                        {k: tables[k] for k in SECTIONS if k in tables}, pods, allocation)
+                        {k: tables[k] for k in SECTIONS if k in tables}, pods, allocation,
+                        figures.price_basis(usage, pricing))

@@ -265,6 +265,42 @@ HEADLINE: tuple[Column, ...] = (
 )
 """The headline's figures, in order."""
 
+PRICE_BASIS: tuple[Column, ...] = (
+    _c("basis", "text", "What a GPU's price covers (the book's `basis`): `gpu-component`, the "
+       "GPU alone, its machine excluded."),
+    _c("region", "text", "The region whose list prices apply (config: `prices.region`)."),
+    _c("as_of", "text", "The dates (YYYY-MM-DD) of the list prices the week's GPU-hours used, "
+       "oldest first (a list; empty: undated)."),
+    _c("estimated", "text", "Those of them that are estimates, not prices Google published "
+       "(a list of `model provisioning`)."),
+    _c("catalog", "flag", "The exporter refreshes list prices from the Cloud Billing catalogue "
+       "(`prices.catalog`): some may be the catalogue's, the warehouse does not say which."),
+    _c("discounts", "text", "What the configuration takes off the list prices: `negotiated`, "
+       "`committed-use`, `node-pool` (a list; empty: none)."),
+    _c("cost_usd", "usd", "The week's cost."),
+    _c("list_cost_usd", "usd", "The week's priced GPU-hours at the list prices (those the "
+       "book prices)."),
+    _c("off_list_usd", "usd", "`list_cost_usd` less what those GPU-hours cost, to the cent: "
+       "what discounts took off, or, with none configured, what other list prices made of "
+       "them."),
+    _c("off_list_share", "ratio", "The same as a share of `list_cost_usd`."),
+    _c("machine_usd", "usd", "What the machines the GPUs ran in add at list price, the least "
+       "and the most over the machine types of the book ([least, most]; the GPU models where a "
+       "machine type fixes the GPU count)."),
+    _c("machine_share", "ratio", "Their share of the total (their GPUs' cost plus theirs), "
+       "[least, most]."),
+    _c("machine_models", "text", "The GPU models `machine_usd` covers (a list)."),
+    _c("machine_unknown", "text", "The GPU models the book gives no machine share for (N1's: "
+       "their machine types fix no GPU count)."),
+    _c("machine_unknown_hour_share", "ratio", "Their share of the week's GPU-hours."),
+    _c("spot_hour_share", "ratio", "Spot GPUs' share of the week's GPU-hours."),
+    _c("spot_cost_share", "ratio", "Their share of the week's cost."),
+    _c("unpriced_gpu_hours", "hours", "GPU-hours no price covered: not in the cost."),
+    _c("line", "text", "The line under the headline that says all this."),
+)
+"""What the week's costs are priced on: ``report.json``'s ``price_basis``
+(``figures.PriceBasis`` and the line rendered from it)."""
+
 
 def columns(name: str) -> list[str]:
     """The column names of the table ``name``, in order."""

@@ -6,17 +6,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from analytics import mail, render
-from analytics.figures import POOLED
+from analytics.figures import POOLED, Pricing
 from analytics.report import SECTIONS, WeeklyReport, build
 from analytics.store import Store
 from analytics.week import Week
 from exporter.config import Config
 from exporter.errors import ConfigError
 from exporter.logs import ctx
+from exporter.prices import PriceBook
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,8 @@ def reconcile_with_bill(report: WeeklyReport, store: Store, week: Week, cfg: Con
                      for name in SECTIONS if name in report.tables or name == "reconciliation"}
 
 
-def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, str], float],
+def run_weekly(store: Store, week: Week, cfg: Config,
+               prices: PriceBook | Mapping[tuple[str, str], float],
                out: Path | None, email: bool,
                step: Callable[[str], None] = lambda _: None,
                force: bool = False, cluster: str | None = None) -> tuple[WeeklyReport, int]:
@@ -56,15 +58,19 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
     nobody, or a team in ``report.team_recipients`` that had no GPU time that week, is a
     ``ConfigError`` before anything is sent; a refused message a ``mail.MailError``. A week
     with data for less than ``report.min_coverage`` of its hours is ``ThinWeek``, unless
-    ``force``. ``cluster``: that cluster's rows only (default: every cluster's)."""
+    ``force``. ``cluster``: that cluster's rows only (default: every cluster's).
+    ``prices``: the book the costs are priced with (the report states its basis: the
+    book's dates, ``cfg.prices``' discounts), or list prices alone."""
     report_cfg = cfg.report
     if email and not report_cfg.platform_recipients and \
             not any(report_cfg.team_recipients.values()):
         raise ConfigError("nobody to mail the report to: set report.platform_recipients "
                           "or report.team_recipients")
     step("platform report")
+    pricing = Pricing.of(prices, cfg.prices) if isinstance(prices, PriceBook) else \
+        Pricing(prices)
     allocation = cfg.allocation.title if cfg.allocation.enabled else None
-    platform = build(store, week, prices, cfg.sla.target, cfg.cluster, only_cluster=cluster,
+    platform = build(store, week, pricing, cfg.sla.target, cfg.cluster, only_cluster=cluster,
                      allocation=allocation)
     covered = platform.headline["coverage"] or 0.0
     if covered < report_cfg.min_coverage and not force:
@@ -90,7 +96,7 @@ def run_weekly(store: Store, week: Week, cfg: Config, prices: dict[tuple[str, st
     teams: dict[str, WeeklyReport] = {}
     for team in found:
         step(f"team {team}")
-        teams[team] = build(store, week, prices, cfg.sla.target, cfg.cluster, team=team,
+        teams[team] = build(store, week, pricing, cfg.sla.target, cfg.cluster, team=team,
                             only_cluster=cluster, allocation=allocation)
     if out is not None:
         step("writing")

@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from analytics.tables import HEADLINE, Column
+from analytics.tables import HEADLINE, PRICE_BASIS, Column
 from analytics.tables import TABLES as REPORT_TABLES
 from exporter.config import ENV_PREFIX, Config
 from exporter.durations import parse_duration
@@ -260,7 +260,10 @@ def report_tables() -> str:
         return [(f"`{c.name}`", c.unit, cell(c.help)) for c in columns]
 
     blocks = ["### Headline (`report.json` `headline`)\n\n"
-              + table(("figure", "unit", "meaning"), rows(HEADLINE))]
+              + table(("figure", "unit", "meaning"), rows(HEADLINE)),
+              "### Price basis (`report.json` `price_basis`)\n\n"
+              "The line under the headline, and what it is made of.\n\n"
+              + table(("figure", "unit", "meaning"), rows(PRICE_BASIS))]
     for t in REPORT_TABLES:
         more = f"\n\nThen {markdown(t.more_columns)}." if t.more_columns else ""
         blocks.append(f"### {t.title} (`{t.name}`)\n\n{paragraph(t.help)}{more}\n\n"

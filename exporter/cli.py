@@ -400,7 +400,7 @@ def _report(args: argparse.Namespace) -> int:
     google = _google_errors()
     try:
         cfg = load_config(args.config)
-        prices = load_price_book(cfg.prices.book, cfg.prices.region).prices
+        book = load_price_book(cfg.prices.book, cfg.prices.region)
         week = parse_week(args.week) if args.week else last_complete_week(datetime.now(UTC))
         store = _store(args, cfg)
         problem = holdings.unknown_cluster(store, args.cluster)
@@ -428,7 +428,7 @@ def _report(args: argparse.Namespace) -> int:
             bar.update(1)
 
         try:
-            report, mailed = run_weekly(store, week, cfg, prices, args.out, args.email, step,
+            report, mailed = run_weekly(store, week, cfg, book, args.out, args.email, step,
                                         force=args.force, cluster=args.cluster)
         except (ConfigError, MailError, ThinWeek, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)

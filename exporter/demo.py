@@ -179,8 +179,7 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:
     assert wh is not None
     wh.flush(exporter.last_cycle_time, partial=True)
     week = week_containing(scenario.start)
-    prices = exporter.prices.prices
-    report, _ = run_weekly(DuckDBStore(con=wh.con), week, exporter.config, prices,
+    report, _ = run_weekly(DuckDBStore(con=wh.con), week, exporter.config, exporter.prices,
                            out / "report", email=False, force=True)  # however short the run
     h = report.headline
     return (f"Weekly report {week.label}: ${h['cost_usd'] or 0:,.2f}, "

@@ -9,8 +9,16 @@ every GPU model the product knows, in every region that sells it, priced by its 
 component alone (``basis: gpu-component``, what the Cloud Billing export's GPU lines
 charge).
 
+Each entry may say where its prices come from: ``source`` (a ``sources`` entry's ``id``)
+and ``as_of`` (YYYY-MM-DD), each one value for the entry or one per kind
+(``{on_demand: ..., spot: ...}``), and ``estimated: [spot]``, the kinds that are estimates
+rather than prices Google published. A book without them (the earlier format, or one of
+your own) is read as before: each price dated by the book's ``as_of``, cited by its
+``sources``.
+
 A region must be in the book. A GPU model it does not price there (not every region sells
-every GPU) is an unpriced GPU when one is met: counted and shown, never silently $0.
+every GPU, and the shipped book leaves estimates out) is an unpriced GPU when one is met:
+counted and shown, never silently $0.
 """
 
 from __future__ import annotations
@@ -43,6 +51,29 @@ class MachinePrice:
 
 
 @dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where one price of the book comes from."""
+
+    source: str
+    """The entry's ``source`` (a ``sources`` id), else the book's sources, else its path."""
+    as_of: str
+    """YYYY-MM-DD: the entry's ``as_of``, else the book's ("" when neither says)."""
+    estimated: bool = False
+    """An estimate, not a price Google published (the entry's ``estimated`` lists it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BookEntry:
+    """One price of a book, in any region, with its provenance (``book_entries``)."""
+
+    region: str
+    accelerator: str
+    provisioning: str
+    usd_per_hour: float
+    provenance: Provenance
+
+
+@dataclass(frozen=True, slots=True)
 class PriceBook:
     as_of: str
     currency: str
@@ -56,6 +87,13 @@ class PriceBook:
     fix their GPU count."""
     sources: tuple[str, ...] = ()
     """Where the figures come from (package@version, or the book's path)."""
+    provenance: dict[tuple[str, str], Provenance] = field(default_factory=dict)
+    """(accelerator, provisioning) -> where its price comes from."""
+
+    @property
+    def estimated(self) -> frozenset[tuple[str, str]]:
+        """The prices in use that are estimates, not prices Google published."""
+        return frozenset(k for k, p in self.provenance.items() if p.estimated)
 
     def hourly(self, accelerator: str, provisioning: str) -> float | None:
         """List price of one GPU-hour, or None if the book does not price it."""
@@ -85,8 +123,20 @@ def _price(value: object, where: str, source: str) -> float:
     return float(value)
 
 
-def load_price_book(path: Path | None, region: str) -> PriceBook:
-    """Load a book (None: the shipped one) for ``region``."""
+def _per_kind(value: object, where: str, source: str) -> dict[str, str]:
+    """An entry's ``source`` or ``as_of``: one value for every kind, or one per kind."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        unknown = set(value) - {k for k, _ in _PROVISIONINGS}
+        if unknown:
+            raise ConfigError(f"{source}: {where} names {', '.join(sorted(map(str, unknown)))};"
+                              " the kinds are on_demand and spot")
+        return {str(k): str(v) for k, v in value.items()}
+    return {k: str(value) for k, _ in _PROVISIONINGS}
+
+
+def _read(path: Path | None) -> tuple[dict[str, Any], str]:
     if path is None:
         text = resources.files("exporter").joinpath("data/pricebook.yaml").read_text()
         source = "shipped price book"
@@ -102,19 +152,56 @@ def load_price_book(path: Path | None, region: str) -> PriceBook:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("regions"), dict):
         raise ConfigError(f"{source}: a price book needs a 'regions' mapping")
+    return data, source
+
+
+def _cited(data: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(s["package"]) for s in data.get("sources") or ()
+                 if isinstance(s, dict) and "package" in s)
+
+
+def _entries(data: dict[str, Any], region: str, source: str) -> list[BookEntry]:
+    """The prices of one region of a book, each with its provenance."""
+    cited = ", ".join(_cited(data)) or source
+    as_of = str(data.get("as_of", "") or "")
+    out = []
+    for accel, entry in (data["regions"][region] or {}).items():
+        where = f"{region}.{accel}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{source}: {where} must map on_demand/spot to prices")
+        sources = _per_kind(entry.get("source"), f"{where}.source", source)
+        dates = _per_kind(entry.get("as_of"), f"{where}.as_of", source)
+        estimated = entry.get("estimated") or []
+        if not isinstance(estimated, list) or \
+                not set(estimated) <= {k for k, _ in _PROVISIONINGS}:
+            raise ConfigError(f"{source}: {where}.estimated must list on_demand and/or spot")
+        for key, prov in _PROVISIONINGS:
+            if entry.get(key) is not None:
+                out.append(BookEntry(
+                    region, accel, prov, _price(entry[key], f"{where}.{key}", source),
+                    Provenance(sources.get(key, cited), dates.get(key, as_of),
+                               key in estimated)))
+    return out
+
+
+def book_entries(path: Path | None) -> list[BookEntry]:
+    """Every price of a book (None: the shipped one), in every region, with where it comes
+    from: what ``build_pricebook.py --check`` reads."""
+    data, source = _read(path)
+    return [e for region in sorted(data["regions"]) for e in _entries(data, region, source)]
+
+
+def load_price_book(path: Path | None, region: str) -> PriceBook:
+    """Load a book (None: the shipped one) for ``region``."""
+    data, source = _read(path)
     regions = data["regions"]
     if region not in regions:
         raise ConfigError(f"{source}: no prices for region {region!r}; the book has "
                           f"{', '.join(sorted(regions))}. Add the region or set prices.book.")
-    prices: dict[tuple[str, str], float] = {}
-    for accel, entry in (regions[region] or {}).items():
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{source}: {region}.{accel} must map on_demand/spot to prices")
-        for key, prov in _PROVISIONINGS:
-            if entry.get(key) is not None:
-                prices[(accel, prov)] = _price(entry[key], f"{region}.{accel}.{key}", source)
-    if not prices:
+    entries = _entries(data, region, source)
+    if not entries:
         raise ConfigError(f"{source}: region {region} prices no GPU")
+    prices = {(e.accelerator, e.provisioning): e.usd_per_hour for e in entries}
     machines: dict[tuple[str, str], MachinePrice] = {}
     for machine, entry in ((data.get("machines") or {}).get(region) or {}).items():
         where = f"machines.{region}.{machine}"
@@ -126,12 +213,12 @@ def load_price_book(path: Path | None, region: str) -> PriceBook:
                 machines[(machine, prov)] = MachinePrice(
                     entry["accelerator"], entry["gpus"], _price(entry[key], f"{where}.{key}",
                                                                 source))
-    cited = tuple(str(s["package"]) for s in data.get("sources") or ()
-                  if isinstance(s, dict) and "package" in s)
     return PriceBook(as_of=str(data.get("as_of", "")), currency=str(data.get("currency", "USD")),
                      region=region, prices=prices,
                      basis=str(data.get("basis", "gpu-component")), machines=machines,
-                     sources=cited or (source,))
+                     sources=_cited(data) or (source,),
+                     provenance={(e.accelerator, e.provisioning): e.provenance
+                                 for e in entries})
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
+from analytics import figures
 from analytics.report import WeeklyReport, build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
 from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
-from exporter.prices import load_price_book
+from exporter.prices import PriceBook, load_price_book
 from exporter.totals import Totals
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
@@ -69,6 +70,7 @@ class Day:
     """Each pod's last live bottleneck class."""
     report: WeeklyReport
     """The weekly report over the day's week, from the warehouse."""
+    book: PriceBook
 
 
 async def run_day(out: Path) -> Day:
@@ -94,10 +96,12 @@ async def run_day(out: Path) -> Day:
                 f"SELECT {', '.join(cols)} FROM gpu_pods_current").fetchall()}
             events = wh.con.execute("SELECT gpu_uuid, reason, seconds FROM "
                                     "availability_events").fetchall()
-            prices = load_price_book(None, scenario.region).prices
-            report = build(DuckDBStore(con=wh.con), parse_week("2026-W47"), prices,
-                           cfg.sla.target, cfg.cluster, allocation=cfg.allocation.title)
-            return Day(exporter.totals, truth, pods, events, prices, bottlenecks, report)
+            book = load_price_book(None, scenario.region)
+            report = build(DuckDBStore(con=wh.con), parse_week("2026-W47"),
+                           figures.Pricing.of(book, cfg.prices), cfg.sla.target, cfg.cluster,
+                           allocation=cfg.allocation.title)
+            return Day(exporter.totals, truth, pods, events, book.prices, bottlenecks, report,
+                       book)
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +233,34 @@ def test_weekly_report_cost_per_team_equals_ground_truth_to_the_cent(day: Day) -
         assert table.loc[team, "cost_usd"] == pytest.approx(cost, abs=0.01), team
     assert day.report.headline["cost_usd"] == pytest.approx(
         sum(day.totals.cost_usd.values()), abs=0.01)
+
+
+def test_weekly_report_states_its_price_basis(day: Day) -> None:
+    """The costs are the book's list prices (none configured off them); the machines the
+    GPUs ran in, from the true GPU-hours and the book's machine types; the spot share."""
+    basis = day.report.basis
+    assert basis is not None
+    assert basis.discounts == () and basis.off_list_usd == 0.0 and basis.unpriced_gpu_hours == 0
+    assert basis.list_cost_usd == pytest.approx(day.report.headline["cost_usd"], abs=0.01)
+    assert basis.as_of == tuple(sorted({day.book.provenance[k].as_of for k in day.book.prices
+                                        if k in day.truth.seconds_by("accelerator",
+                                                                     "provisioning")}))
+    shares: dict[tuple[str, str], list[float]] = {}
+    for (_, prov), m in day.book.machines.items():
+        shares.setdefault((m.accelerator, prov), []).append(m.per_gpu)
+    hours = {k: s / 3600 for k, s in day.truth.seconds_by("accelerator", "provisioning").items()}
+    assert basis.machine_unknown == tuple(sorted({a for a, p in hours if (a, p) not in shares}))
+    assert basis.machine_unknown == ("nvidia-tesla-t4",)   # N1: any number of GPUs a machine
+    assert basis.machine_usd is not None
+    low, high = basis.machine_usd
+    assert low == pytest.approx(sum(h * min(shares[k]) for k, h in hours.items()
+                                    if k in shares), rel=0.02)
+    assert high == pytest.approx(sum(h * max(shares[k]) for k, h in hours.items()
+                                     if k in shares), rel=0.02)
+    spot = day.report.frame("cost_by_provisioning").set_index("provisioning")
+    assert basis.spot_cost_share == pytest.approx(spot.cost_usd["spot"] / spot.cost_usd.sum())
+    assert basis.spot_hour_share == pytest.approx(
+        hours["nvidia-tesla-t4", "spot"] / sum(hours.values()), rel=0.02)
 
 
 def test_weekly_report_bottlenecks_match_the_workload_profiles(day: Day) -> None:

@@ -42,7 +42,7 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
     store = DuckDBStore(small_warehouse)
     with caplog.at_level(logging.DEBUG):
         report, mailed = run_weekly(store, parse_week("2026-W47"), cfg,
-                                    load_price_book(None, "us-central1").prices, tmp_path,
+                                    load_price_book(None, "us-central1"), tmp_path,
                                     email=True)
     store.close()
     assert mailed == 3
@@ -72,6 +72,9 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
             assert f'src="cid:{cid}"' in body
             assert img.get_content()[:4] == b"\x89PNG"
         assert HOSTILE not in body and HOSTILE not in text.get_content()
+        # under the headline, what the costs are priced on
+        basis = "Prices: GPU component only, at list prices of us-central1 from the price book"
+        assert basis in text.get_content() and basis in body
         # the CSVs the text cites are attached, and only those
         cited = set(re.findall(r"more rows in `([a-z_]+\.csv)`", text.get_content()))
         attached = {p.get_filename(): p for p in msg.iter_attachments()}
@@ -79,6 +82,9 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
         for name, part in attached.items():
             assert part.get_content_type() == "text/csv"
             assert part.get_content() == (tmp_path / name).read_text() or msg is not platform
+    line = render.basis_line(report)
+    assert line is not None and render.md(line) in platform.get_body(  # type: ignore[union-attr]
+        ("plain",)).get_content()
     # a team gets only its slice
     alpha_html = alpha.get_body(("html",)).get_content()  # type: ignore[union-attr]
     assert "train" in alpha_html and "&lt;script&gt;" not in alpha_html

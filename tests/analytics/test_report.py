@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from markupsafe import escape
 
 from analytics import figures, queries, render
 from analytics.report import WeeklyReport, build
@@ -23,13 +25,15 @@ from exporter.sinks.schema import BY_NAME, KUEUE_QUOTAS
 from tests.analytics.conftest import HOSTILE
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "report.md"
-PRICES = load_price_book(None, "us-central1").prices
+BOOK = load_price_book(None, "us-central1")
+PRICES = BOOK.prices
 
 
 def report(path: Path, team: str | None = None) -> WeeklyReport:
     store = DuckDBStore(path)
     try:
-        return build(store, parse_week("2026-W47"), PRICES, 0.995, "c", team=team)
+        return build(store, parse_week("2026-W47"), figures.Pricing.of(BOOK), 0.995, "c",
+                     team=team)
     finally:
         store.close()
 
@@ -102,6 +106,78 @@ def test_a_team_slice_holds_only_that_team(small_warehouse: Path) -> None:
     assert list(r.tables["cost_by_team"].team) == ["alpha"]
     assert "availability" not in r.tables and HOSTILE not in render.markdown(r)
     assert r.headline["cost_usd"] == pytest.approx(7 * 24 * 0.7)
+
+
+def test_the_price_basis_is_one_line_under_the_headline(small_warehouse: Path,
+                                                       tmp_path: Path) -> None:
+    """Markdown, HTML and JSON say what the costs are priced on, right after the headline;
+    the small warehouse priced its L4s above the book's list price, and the line says so."""
+    r = report(small_warehouse)
+    line = render.basis_line(r)
+    assert line == (
+        "Prices: GPU component only, at list prices of us-central1 from the price book of "
+        f"{BOOK.as_of}, no discount configured, though the week's costs differ from them by "
+        "+$70.54 (priced at other list prices: another book, or the catalogue); the machines "
+        "the GPUs run in are not included ($73.98 to $591.87 more at list price by machine "
+        "type, 17.3% to 62.7% of the total); no spot GPUs.")
+    assert r.basis is not None and r.basis.off_list_usd == pytest.approx(
+        round(3 * 7 * 24 * (BOOK.prices["nvidia-l4", "on-demand"] - 0.7), 2))
+    render.write(r, tmp_path)
+    md = (tmp_path / "report.md").read_text().splitlines()
+    bullets = [i for i, text in enumerate(md) if text.startswith("- **")]
+    assert md[bullets[-1] + 1: bullets[-1] + 3] == ["", render.md(line)]
+    page = (tmp_path / "report.html").read_text()
+    assert page.index("Unallocated capacity") < page.index(escape(line)) < \
+        page.index("<h2")
+    assert json.loads((tmp_path / "report.json").read_text())["price_basis"]["line"] == line
+
+
+LINES = {
+    "a negotiated discount took 10 %":
+        "at list prices of us-central1 from the price book of 2026-02-24 less negotiated "
+        "discounts (\N{MINUS SIGN}$10.00, 10.0% off list); the machines the GPUs run in are "
+        "not included (about $12.00 more at list price, 11.8% of the total); no spot GPUs.",
+    "a discount configured that took nothing off":
+        "less negotiated discounts (none applied this week); the machines the GPUs run in are "
+        "not included, nor known (the book gives no machine share for nvidia-tesla-t4, 100.0% "
+        "of GPU-hours); no spot GPUs.",
+    "spot: its share of GPU-hours and of cost":
+        "(about $21.00 more at list price, 11.6% of the total); spot GPUs 75.0% of GPU-hours, "
+        "37.5% of cost.",
+    "the machine share known for some models only":
+        "(about $12.00 more at list price, 10.7% of the total of nvidia-h100-80gb; not known "
+        "for nvidia-tesla-t4, 75.0% of GPU-hours, for which the book gives no machine share)",
+    "unpriced GPU-hours: no cost, no list cost, no machine":
+        "; spot GPUs 33.3% of GPU-hours, 0.0% of cost; 5.0 GPU-hours unpriced, not in the "
+        "cost.",
+    "the dates of the prices the week used":
+        "from the price book (prices of 2026-02-24 to 2026-03-20) (nvidia-h100-80gb spot: "
+        "estimated, not Google's), no discount configured;",
+}
+
+
+@pytest.mark.parametrize("case", LINES)
+def test_the_price_basis_line_says_what_the_figure_holds(case: str) -> None:
+    from tests.analytics.test_figures import BASES
+
+    (usage_rows, given), = [(u, p) for name, u, p, _ in BASES if name == case]
+    line = render.price_basis(figures.price_basis(usage_rows, given))
+    assert line.startswith("Prices: GPU component only, at list prices of us-central1 from ")
+    assert LINES[case] in line
+
+
+def test_the_price_basis_line_of_the_catalogue_says_the_warehouse_cannot_tell() -> None:
+    from tests.analytics.test_figures import BASES
+
+    usage_rows, given = BASES[0][1], BASES[0][2]
+    line = render.price_basis(figures.price_basis(
+        usage_rows, dataclasses.replace(given, catalog=True)))
+    assert "from Google's Cloud Billing catalogue where the exporter read it, else from the " \
+           "price book of 2026-02-24 (the warehouse does not record which)" in line
+    other = render.price_basis(figures.price_basis(
+        usage_rows, dataclasses.replace(given, basis="gpu-and-machine")))
+    assert other.startswith("Prices: the book's basis 'gpu-and-machine', at list prices")
+    assert "machines" not in other
 
 
 def test_every_format_is_written(small_warehouse: Path, tmp_path: Path) -> None:
@@ -193,12 +269,15 @@ def test_the_json_holds_every_row_as_json_dumps_writes_it(small_warehouse: Path)
         t = t.reset_index() if name == "daily_cost_by_team" else t
         tables[name] = [{str(k): render._jsonable(v) for k, v in row.items()}
                         for row in t.to_dict(orient="records")]
+    assert r.basis is not None
     tables["bottlenecks"][0]["evidence"] |= {"inf": float("inf")}
     r.tables["bottlenecks"] = r.frame("bottlenecks").assign(
         evidence=[row["evidence"] for row in tables["bottlenecks"]])
     assert render.as_json(r) == json.dumps(
         {"schema_version": 1, "week": r.week.label, "cluster": r.cluster, "team": r.team,
-         "sla_target": r.sla_target, "headline": r.headline, "tables": tables},
+         "sla_target": r.sla_target, "headline": r.headline,
+         "price_basis": dataclasses.asdict(r.basis) | {"line": render.basis_line(r)},
+         "tables": tables},
         indent=1, default=render._jsonable)
 
 

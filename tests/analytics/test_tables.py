@@ -11,7 +11,7 @@ import pytest
 
 from analytics import render
 from analytics.report import SECTIONS
-from analytics.tables import HEADLINE, TABLES, ReportTable
+from analytics.tables import HEADLINE, PRICE_BASIS, TABLES, ReportTable
 from tests.analytics.test_report import report
 
 SCHEMA_1 = {
@@ -70,6 +70,7 @@ def test_report_json_carries_the_declared_columns(shared_warehouse: Path) -> Non
     render.write_json(r, buf)
     doc = json.loads(buf.getvalue())
     assert list(doc["headline"]) == [c.name for c in HEADLINE]
+    assert list(doc["price_basis"]) == [c.name for c in PRICE_BASIS]
     for t in TABLES:
         if t.more_columns or t.name in BILL_ONLY:
             continue
@@ -79,7 +80,7 @@ def test_report_json_carries_the_declared_columns(shared_warehouse: Path) -> Non
 
 @pytest.mark.parametrize("table", TABLES, ids=lambda t: t.name)
 def test_the_money_columns_are_those_rounded_to_the_cent(table: ReportTable) -> None:
-    for c in (*table.columns, *HEADLINE):
+    for c in (*table.columns, *HEADLINE, *PRICE_BASIS):
         assert render.is_money(c.name) == (c.unit == "usd"), c.name
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from google.cloud import bigquery
 
+from analytics import figures, render
 from analytics.report import build
 from analytics.store import BigQueryStore, DuckDBStore
 from analytics.week import week_containing
@@ -76,12 +77,16 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
     assert cost == pytest.approx(sum(r["cost_usd"] or 0 for r in usage), abs=1e-6)
     assert secs == pytest.approx(sum(r["gpu_seconds"] for r in usage), abs=1e-6)
     # the weekly report reads the same from either warehouse
-    week, prices = week_containing(scenario.start), load_price_book(None, "us-central1").prices
+    week = week_containing(scenario.start)
+    prices = figures.Pricing.of(load_price_book(None, "us-central1"))
     local_store = DuckDBStore(tmp_path / "warehouse.duckdb")
     local = build(local_store, week, prices, 0.995, "demo")
     local_store.close()
     big = build(BigQueryStore(bq, sink.dataset_ref), week, prices, 0.995, "demo")
     assert big.headline == pytest.approx(local.headline)
+    assert big.basis is not None and local.basis is not None
+    assert render.price_basis(big.basis) == render.price_basis(local.basis)
+    assert local.basis.off_list_usd == 0.0   # priced at the book's list prices
     for name, table in local.tables.items():
         other = big.tables[name]
         assert list(other.columns) == list(table.columns), name
