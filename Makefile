@@ -2,19 +2,26 @@
 VENV   ?= .venv
 PYTHON ?= $(shell command -v python3.13 2>/dev/null || echo python3)
 BIN    := $(VENV)/bin
+# The test toolchain (the BigQuery emulator, mypy, ruff, pytest...), installed by the first
+# target that needs it: `make demo` installs only the product.
+TESTED := $(VENV)/.test-extras
 
 .PHONY: demo test lint tools simulate bench clean alerts dashboards docs
 
 $(BIN)/gke-gpu-exporter: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+$(TESTED): $(BIN)/gke-gpu-exporter
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $@
 
 demo: $(BIN)/gke-gpu-exporter
 	$(BIN)/gke-gpu-exporter demo
 
-test: lint tools
+test: $(TESTED) lint tools
 	$(BIN)/pytest
 
 tools:
@@ -22,7 +29,7 @@ tools:
 	@command -v prometheus >/dev/null || { echo "prometheus is missing: apt-get install prometheus"; exit 1; }
 	@command -v kubectl >/dev/null || { echo "kubectl is missing: apt-get install kubernetes-client (or kubectl)"; exit 1; }
 
-lint: $(BIN)/gke-gpu-exporter
+lint: $(TESTED)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
@@ -35,6 +42,7 @@ bench: $(BIN)/gke-gpu-exporter
 	$(BIN)/python benchmarks/exporter_cycle.py
 	$(BIN)/python benchmarks/cycle_floor.py
 	$(BIN)/python benchmarks/weekly_report.py
+	$(BIN)/python benchmarks/demo_week.py
 
 alerts: $(BIN)/gke-gpu-exporter
 	$(BIN)/python alerts/build.py

@@ -2,7 +2,8 @@
 
 For each simulated day, the first ``--real-hours`` go through the exporter's own path: one
 ``Warehouse.add_usage`` per 30 s cycle with N GPUs' usage rows (half of them held by a pod),
-``maybe_flush`` after each (a flush per 60 s interval, the hourly retention). The rest of
+``maybe_flush`` after each (a flush per 60 s interval, the hourly retention, the file's
+checkpoint and reopen on the cycles' time, as in production). The rest of
 the day is appended in bulk (the real hours' rows again, shifted in time, with their own
 ids), so that a month of rows is reached in minutes. Prints, per day: the rows in
 ``gpu_usage``, the per-cycle ``add_usage`` (building the batch and staging it), staging
@@ -90,7 +91,9 @@ def main() -> None:
     states = devices(args.gpus)
     with tempfile.TemporaryDirectory(prefix="soak-", dir=args.dir) as tmp:
         path = Path(tmp) / "w.duckdb"
-        wh = Warehouse(path, "fleet", interval=60.0, raw_retention=args.raw_days * DAY)
+        now = T0  # the cycles' time, on which the file is checkpointed as in production
+        wh = Warehouse(path, "fleet", interval=60.0, raw_retention=args.raw_days * DAY,
+                       clock=lambda: now)
         staged: list[float] = []
         flushed: list[float] = []
         maintained: list[float] = []
@@ -122,7 +125,8 @@ def main() -> None:
                 began = time.perf_counter()
                 wh.add_usage(rows)
                 cycles.append(time.perf_counter() - began)
-                wh.maybe_flush(start + CYCLE)
+                now = start + CYCLE
+                wh.maybe_flush(now)
             real = args.real_hours * 3600
             table = raw_table(base)
             for k in range(1, int(24 * 3600 // real)):  # the rest of the day, in bulk

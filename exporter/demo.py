@@ -69,6 +69,19 @@ def demo_config(scenario: Scenario, kubeconfig: Path, out: Path,
     })
 
 
+PROGRESS_LINES = 10
+"""Off a terminal (no progress bar), a line of progress every tenth of the run."""
+BAR = "{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} h [{elapsed}<{remaining}]"
+
+
+def progress_line(done: int, steps: int, step: float, elapsed: float) -> str:
+    """One line of progress: the simulated day (or hour, in a run under a day) reached, of
+    how many, and the seconds taken."""
+    unit, name = (86400, "day") if steps * step >= 86400 else (3600, "hour")
+    return (f"simulated {name} {done * step / unit:.1f} of {steps * step / unit:.3g} "
+            f"({done / steps:.0%}), {elapsed:.0f} s")
+
+
 async def caught_up(sim: SimulatorServer, exporter: Exporter) -> None:
     """Wait until the exporter's watches have applied every change the simulator made."""
     store, kube = sim.store, exporter.kube
@@ -112,17 +125,23 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
             async with asyncio.timeout(30):
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
-            steps = round(duration / sim.cluster.step)
-            hours = max(1, round(duration / 3600))
-            per_hour = max(1, round(3600 / sim.cluster.step))
-            with tqdm(total=hours, unit="h", desc="simulating", leave=False,
-                      disable=not sys.stderr.isatty()) as bar:
+            step = sim.cluster.step
+            steps = round(duration / step)
+            terminal = sys.stderr.isatty()
+            per_update = max(1, min(round(3600 / step), steps // PROGRESS_LINES))
+            with tqdm(total=steps * step / 3600, unit="h", desc="simulating", leave=False,
+                      disable=not terminal, bar_format=BAR) as bar:
                 done = 0
                 while done < steps:
-                    n = min(per_hour, steps - done)
+                    n = min(per_update, steps - done)
                     await step_both(sim, exporter, n)
+                    bar.update(n * step / 3600)
+                    if not terminal and (done + n) * PROGRESS_LINES // steps \
+                            > done * PROGRESS_LINES // steps:
+                        print(progress_line(done + n, steps, step,
+                                            time.monotonic() - began),
+                              file=sys.stderr, flush=True)
                     done += n
-                    bar.update(1)
             elapsed = time.monotonic() - began
             (out / "metrics.prom").write_bytes(exporter.metrics.text)
             print(f"Simulated {duration / 86400:g} days of cluster '{scenario.cluster}' in "
@@ -178,6 +197,7 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:
     wh = exporter.warehouse
     assert wh is not None
     wh.flush(exporter.last_cycle_time, partial=True)
+    wh.checkpoint()  # the replay's one checkpoint: it wrote a week in less than its interval
     week = week_containing(scenario.start)
     report, _ = run_weekly(DuckDBStore(con=wh.con), week, exporter.config, exporter.prices,
                            out / "report", email=False, force=True)  # however short the run

@@ -66,3 +66,15 @@ def test_the_weekly_report_benchmark_builds_the_report_on_the_present_schema() -
                        r"([\d,]+) workloads", out)
     assert report is not None, out
     assert int(report[1]) > 0 and int(report[2].replace(",", "")) > 0
+
+
+def test_the_demo_benchmark_prints_the_demo_cpu_and_wall_beside_the_references() -> None:
+    out = bench("benchmarks/demo_week.py", "--", "--duration", "1h")
+    assert "Simulated 0.0416667 days of cluster 'demo'" in out
+    assert len(re.findall(r"^(before|after): reference loop [\d.]+ s, memory walk [\d.]+ s$",
+                          out, re.M)) == 2
+    cpu = re.search(r"^demo --duration 1h: CPU ([\d.]+) s \(user ([\d.]+), system ([\d.]+)\), "
+                    r"wall ([\d.]+) s$", out, re.M)
+    assert cpu is not None, out
+    total, user, system, wall = map(float, cpu.groups())
+    assert total > 0 and wall > 0 and total == pytest.approx(user + system, abs=0.11)

@@ -161,12 +161,12 @@ CHECKPOINT_INTERVAL = 900.0
 """How often the write-ahead log is checkpointed into the file. Left to DuckDB (at 16 MB of
 log), a checkpoint came every few cycles at 8,000 GPUs and cost 0.2-1.3 s of that cycle's
 CPU; every 15 minutes it is one cycle in 30, and the log stays under 60 MB (replayed at a
-restart after a kill)."""
+restart after a kill). Counted on the warehouse's ``clock``, not on the rows' time."""
 REOPEN_INTERVAL = HOUR
 """How long the file stays open. At 8,000 GPUs DuckDB's share of the process grew about
 4 MiB an hour it was open (beyond its memory limit's accounting): RSS 289 -> 308 MiB over
 250 cycles; reopened every 30 minutes, 287-295 MiB. A reopen costs about 0.03 s (0.3 s
-on a month-old file)."""
+on a month-old file). Counted on the warehouse's ``clock``, not on the rows' time."""
 ALLOCATOR_FLUSH = "8MB"
 """DuckDB gives freed memory back to the system after freeing this much at once (its
 default, 512 MB, is more than the connection may hold: what a flush or a checkpoint freed
@@ -315,8 +315,14 @@ class Warehouse:
 
     def __init__(self, path: Path, cluster: str, interval: float,
                  flush_interval: float | None = None, outbox: bool = False,
-                 raw_retention: float = 0.0, retention: float = 0.0) -> None:
+                 raw_retention: float = 0.0, retention: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
+        self.clock = clock
+        """The file's own time, on which it is checkpointed and reopened: the process's
+        seconds, whatever time the rows are of (a replay writes a week of rows in a minute,
+        and what those two cadences look after, the log's size and DuckDB's memory, grows
+        with the work done, not with the time written about)."""
         self.cluster = cluster
         self.interval = interval
         self.flush_interval = max(interval, flush_interval or interval)
@@ -326,7 +332,7 @@ class Warehouse:
         """Rows older than this are deleted (0: never)."""
         self.con = self._connect()
         self._opened: float | None = None
-        """The time of the first write since the file was opened."""
+        """The ``clock``'s time of the first write since the file was opened."""
         self._readers = 0
         """Snapshots reading on cursors of their own (the file is not reopened under them)."""
         _drop_keys(self.con)
@@ -386,7 +392,7 @@ class Warehouse:
         """Rows taken out by the retention, by table and why (rolled_up, expired)."""
         self._next_flush = 0.0
         self._next_maintenance = 0.0
-        self._next_checkpoint = 0.0
+        self._next_checkpoint = -math.inf
         self._saved: tuple[object, object] | None = None
         """The state last saved or loaded (``save_state`` writes only changes)."""
         self.lock = threading.RLock()
@@ -446,10 +452,12 @@ class Warehouse:
         con.execute(f"SET allocator_bulk_deallocation_flush_threshold = '{ALLOCATOR_FLUSH}'")
         return con
 
-    def _reopen(self, now: float) -> None:
-        """Close and open the file again every ``REOPEN_INTERVAL`` (when no snapshot reads
-        it). DuckDB keeps memory for what it writes for as long as the file is open; a
-        reopen gives it back, and what the next writes need is read again as they go."""
+    def _reopen(self) -> None:
+        """Close and open the file again every ``REOPEN_INTERVAL`` of the ``clock`` (when no
+        snapshot reads it). DuckDB keeps memory for what it writes for as long as the file
+        is open; a reopen gives it back, and what the next writes need is read again as they
+        go."""
+        now = self.clock()
         if self._opened is None:
             self._opened = now
         if now - self._opened < REOPEN_INTERVAL or self._readers:
@@ -676,21 +684,22 @@ class Warehouse:
 
     @_locked
     def maybe_flush(self, now: float) -> None:
-        """``flush`` when the flush interval has passed; apply the retention and reopen the
-        file hourly."""
+        """``flush`` when the flush interval has passed and apply the retention hourly, both
+        at ``now``, the rows' time; checkpoint and reopen the file on its ``clock``."""
         if now >= self._next_flush:
             self.flush(now)
-        if now >= self._next_checkpoint:
-            self.checkpoint(now)
+        if self.clock() >= self._next_checkpoint:
+            self.checkpoint()
         if now >= self._next_maintenance:
             self.maintain(now)
-        self._reopen(now)
+        self._reopen()
 
     @_locked
-    def checkpoint(self, now: float) -> None:
-        """Write the changes in the write-ahead log to the file (``CHECKPOINT_INTERVAL``)."""
+    def checkpoint(self) -> None:
+        """Write the changes in the write-ahead log to the file (every
+        ``CHECKPOINT_INTERVAL`` of the ``clock``; a replay, once at its end)."""
         self.con.execute("CHECKPOINT")
-        self._next_checkpoint = now + CHECKPOINT_INTERVAL
+        self._next_checkpoint = self.clock() + CHECKPOINT_INTERVAL
 
     @_locked
     def maintain(self, now: float) -> None:

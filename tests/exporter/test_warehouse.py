@@ -189,22 +189,36 @@ def test_each_day_is_written_to_a_table_of_its_own(tmp_path: Path) -> None:
     wh.close()
 
 
+class Clock:
+    """The warehouse's own clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_the_file_is_reopened_hourly_but_not_under_a_snapshot(tmp_path: Path) -> None:
-    """At the first flush an hour after it was opened the warehouse opens its file again
-    (the memory DuckDB kept for what it wrote is let go), unless a snapshot is reading it;
-    nothing written or staged is lost, and the outbox goes on with the new connection."""
+    """At the first flush an hour after it was opened (on its own clock) the warehouse opens
+    its file again (the memory DuckDB kept for what it wrote is let go), unless a snapshot
+    is reading it; nothing written or staged is lost, and the outbox goes on with the new
+    connection."""
     from exporter.sinks.outbox import Outbox
 
-    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0, outbox=True)
+    clock = Clock()
+    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0, outbox=True, clock=clock)
     box: Outbox = wh.open_outbox()
     wh.add_usage(rows(T0))
     wh.maybe_flush(T0 + 30)
     first = wh.con
     wh.add_usage(rows(T0 + 30))
+    clock.now += 60
     wh.maybe_flush(T0 + 60)
     assert wh.con is first and count(wh) == (1, 60.0)
     wh._readers += 1                     # a snapshot under way
     wh.add_usage(rows(T0 + HOUR))
+    clock.now += HOUR
     wh.maybe_flush(T0 + HOUR + 30)
     assert wh.con is first
     wh._readers -= 1
@@ -216,6 +230,33 @@ def test_the_file_is_reopened_hourly_but_not_under_a_snapshot(tmp_path: Path) ->
     assert batch is not None and len(batch.rows) == 2
     box.remove(batch.seqs)
     assert box.size() == (0, 0)
+    wh.close()
+
+
+def test_checkpoints_and_reopens_follow_the_clock_not_the_rows_time(tmp_path: Path) -> None:
+    """A replay writes two hours of rows while the warehouse's clock stands still: the file
+    is checkpointed once (at the first flush) and never reopened; once the clock has moved
+    15 minutes the next flush checkpoints again, and an hour reopens the file."""
+    clock = Clock()
+    path = tmp_path / "w.duckdb"
+    wal = path.with_name(path.name + ".wal")
+    wh = Warehouse(path, "c", interval=60.0, clock=clock)
+    first = wh.con
+    for t in range(0, int(2 * HOUR), 30):
+        wh.add_usage(rows(T0 + t))
+        wh.maybe_flush(T0 + t + 30)
+    assert count(wh) == (120, 2 * HOUR)
+    assert wal.stat().st_size > 0 and wh.con is first
+    clock.now += 14 * 60
+    wh.maybe_flush(T0 + 2 * HOUR + 30)
+    assert wal.stat().st_size > 0
+    clock.now += 60
+    wh.maybe_flush(T0 + 2 * HOUR + 60)
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert wh.con is first
+    clock.now += HOUR
+    wh.maybe_flush(T0 + 2 * HOUR + 90)
+    assert wh.con is not first and count(wh) == (120, 2 * HOUR)
     wh.close()
 
 
