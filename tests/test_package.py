@@ -82,6 +82,24 @@ def _pip_cache_dir() -> str:
         str(Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "pip")
 
 
+UV = Path(sys.executable).with_name("uv")
+"""The installer ``make`` installs with, where there is one (else pip): the same wheel and
+dependencies from the same index, from the cache the checkout's own install filled."""
+
+
+def _uv_cache_dir() -> str:
+    home = Path.home()
+    return os.environ.get("UV_CACHE_DIR") or \
+        str(Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "uv")
+
+
+def _install(venv: Path, wheel: Path) -> list[str | Path]:
+    """The command that installs ``wheel`` (and its dependencies, no extras) into ``venv``."""
+    if UV.is_file():
+        return [UV, "pip", "install", "--quiet", "--python", venv / "bin" / "python", wheel]
+    return [venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel]
+
+
 @pytest.fixture(scope="session")
 def source_files() -> list[str]:
     """The checkout's files as git sees them: tracked, and new ones that are not ignored."""
@@ -104,6 +122,7 @@ def install_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("install-home")
     env = _clean_env(home)
     env["PIP_CACHE_DIR"] = _pip_cache_dir()
+    env["UV_CACHE_DIR"] = _uv_cache_dir()
     for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache"),
                      ("XDG_DATA_HOME", ".local/share")):
         env[var] = str(home / sub)
@@ -123,8 +142,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory, source_files: list[str],
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, src / name)
     dist = tmp_path_factory.mktemp("dist")
-    _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", dist, src],
-             env=install_env, timeout=INSTALL_TIMEOUT))
+    build = [UV, "build", "--wheel", "--out-dir", dist, src] if UV.is_file() else \
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", dist, src]
+    _ok(_run(build, env=install_env, timeout=INSTALL_TIMEOUT))
     (built,) = dist.glob("gke_gpu_exporter-*.whl")
     return built
 
@@ -194,8 +214,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, wheel: Path,
     prefix = _as_unprivileged()
     venv = tmp_path_factory.mktemp("venv")
     _ok(_run([sys.executable, "-m", "venv", venv], env=install_env))
-    _ok(_run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel],
-             env=install_env, timeout=INSTALL_TIMEOUT))
+    _ok(_run(_install(venv, wheel), env=install_env, timeout=INSTALL_TIMEOUT))
 
     home = tmp_path_factory.mktemp("home")
     work = tmp_path_factory.mktemp("work")
