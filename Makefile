@@ -25,8 +25,11 @@ $(TESTED): $(BIN)/gke-gpu-exporter
 demo: $(BIN)/gke-gpu-exporter
 	$(BIN)/gke-gpu-exporter demo
 
+# Three workers on two cores, a test file each at a time: much of the suite waits on the
+# servers it starts (Prometheus, the BigQuery emulator, the demo), and each file's fixtures
+# stay in one worker.
 test: $(TESTED) lint tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3 --dist loadfile
 
 tools:
 	@command -v promtool >/dev/null || { echo "promtool is missing: apt-get install prometheus"; exit 1; }

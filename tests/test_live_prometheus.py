@@ -16,6 +16,9 @@ from simulator.server import SimulatorServer
 from tests.conftest import free_port, post_faults, start_exporter, start_prometheus
 from tests.test_dashboards_alerts import ALERTS, ALL_RULES, RECORDED, panel_exprs
 
+SETTLED_SECONDS = 5.0
+"""How far in the past the panels are compared: five scrapes, so that what a slow scrape
+or remote write delivers late is in before either query reads that instant."""
 RATE_INTERVAL = "10s"
 """What Grafana's $__rate_interval is for a 1 s scrape interval (4 scrapes), rounded up."""
 
@@ -89,9 +92,12 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
             for _ in range(3):
                 await sim.advance(sim.cluster.step)
                 await asyncio.sleep(1)
-            await asyncio.sleep(12)  # rates need a few scrapes; rules a few evaluations
+            # rates need a few scrapes; rules a few evaluations
+            await asyncio.sleep(12 + SETTLED_SECONDS)
             empty, unlike = [], []
-            at = time.time()
+            # An instant whose samples are all in: a scrape or a remote write that a busy
+            # machine slowed down can still bring samples of the last seconds.
+            at = time.time() - SETTLED_SECONDS
             chosen = panel_exprs(cluster="live")  # the one cluster there is
             for (board, title, expr), (_, _, one) in zip(panel_exprs(), chosen, strict=True):
                 expr = expr.replace("[1m]", f"[{RATE_INTERVAL}]")

@@ -30,14 +30,14 @@ def test_the_demo_off_a_terminal_prints_its_progress(tmp_path: Path) -> None:
     """With its output captured (no terminal, so no progress bar), the demo prints a line
     per tenth of the run on stderr, in order, up to 100 %, and its summary on stdout."""
     done = subprocess.run(
-        [sys.executable, "-m", "exporter", "demo", "--duration", "5h", "--out",
+        [sys.executable, "-m", "exporter", "demo", "--duration", "2h", "--out",
          str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300,
         check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("simulated ")]
     shares = [int(m[1]) for line in lines
-              if (m := re.fullmatch(r"simulated hour [\d.]+ of 5 \((\d+)%\), \d+ s", line))]
+              if (m := re.fullmatch(r"simulated hour [\d.]+ of 2 \((\d+)%\), \d+ s", line))]
     assert len(shares) == len(lines) == 10, done.stderr[-2000:]
     assert shares == sorted(shares) and shares[-1] == 100
     assert "\r" not in done.stderr                      # no progress bar
-    assert "Simulated 0.208333 days of cluster 'demo'" in done.stdout
+    assert "Simulated 0.0833333 days of cluster 'demo'" in done.stdout
