@@ -9,6 +9,7 @@ formatted into SQL. The heavy aggregation runs in the warehouse; pandas gets the
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -86,6 +87,14 @@ def _present_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE TEMP VIEW {table.name} AS SELECT {columns}{source}")
 
 
+@functools.lru_cache(maxsize=256)
+def duckdb_sql(sql: str) -> str:
+    """GoogleSQL with ``{table}`` placeholders as DuckDB's SQL, translated once per text (a
+    report and each team's slice run the same queries; the values are bound, not in it)."""
+    return sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",
+                             write="duckdb")[0]
+
+
 class DuckDBStore:
     """The warehouse file, read-only."""
 
@@ -103,15 +112,12 @@ class DuckDBStore:
         self.con.execute("SET enable_progress_bar = false")
 
     def query(self, sql: str, params: Mapping[str, Param] | None = None) -> pd.DataFrame:
-        duck = sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",
-                                 write="duckdb")[0]
-        return self.con.execute(duck, _used(sql, params)).to_arrow_table().to_pandas()
+        return self.con.execute(duckdb_sql(sql), _used(sql, params)).to_arrow_table() \
+            .to_pandas()
 
     def batches(self, sql: str, params: Mapping[str, Param] | None = None,
                 rows: int = BATCH) -> Iterator[pa.RecordBatch]:
-        duck = sqlglot.transpile(_tables(sql, lambda name: name), read="bigquery",
-                                 write="duckdb")[0]
-        reader = self.con.execute(duck, _used(sql, params)).to_arrow_reader(rows)
+        reader = self.con.execute(duckdb_sql(sql), _used(sql, params)).to_arrow_reader(rows)
         yield pa.RecordBatch.from_pylist([], schema=reader.schema)
         yield from reader
 

@@ -57,6 +57,8 @@ class Device:
     info: DeviceInfo
     occupants: list[Pod] = field(default_factory=list)
     since: float = 0.0
+    segment_watts: tuple[float, tuple[PodRef, ...], float] | None = None
+    """The power of the segment open since ``since`` for these occupants, once computed."""
 
 
 @dataclass(slots=True, eq=False)
@@ -388,13 +390,17 @@ class Cluster:
         device.since = self.now
 
     def _segment_watts(self, device: Device) -> float:
-        """Power of a device's open segment, taken from its first step."""
+        """Power of a device's open segment, taken from its first step (computed once per
+        segment: every scrape reads the energy counter)."""
+        refs = tuple(p.ref for p in device.occupants if p.ref is not None)
+        held = device.segment_watts
+        if held is not None and held[0] == device.since and held[1] == refs:
+            return held[2]
         step = round((device.since - self.start) / self.step)
-        act = self.truth.device_activity(device.info, [p.ref for p in device.occupants
-                                                       if p.ref is not None],
-                                         device.since, step)
+        act = self.truth.device_activity(device.info, list(refs), device.since, step)
         m = device.gpu.node.model
         watts = m.idle_power_watts + act.power_ratio * (m.power_limit_watts - m.idle_power_watts)
+        device.segment_watts = (device.since, refs, watts * device.info.fraction)
         return watts * device.info.fraction
 
     def gpu_energy_mj(self, gpu: Gpu) -> float:

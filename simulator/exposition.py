@@ -19,6 +19,7 @@ beside each instance's XID and profiling series (``INSTANCE_FIELDS``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -145,21 +146,36 @@ INSTANCE_FIELDS = frozenset({
 """The fields a MIG instance has in the ``gpu_and_instances`` layout."""
 
 
-def _enabled(cluster: Cluster, node: Node, which: str, mig: bool) -> bool:
-    p = cluster.scenario.profiling
+def _enabled(which: str, dcp: bool, sm_fields: bool, nvlink: bool, clock_events: bool,
+             mig: bool) -> bool:
     if which == "all":
         return True
     if which == "whole":
         return not mig
     if which == "dcp":
-        return p.dcp
+        return dcp
     if which == "sm_fields":
-        return p.dcp and p.sm_fields
+        return dcp and sm_fields
     if which == "nvlink":
-        return p.dcp and p.nvlink and node.model.has_nvlink
+        return dcp and nvlink
     if which == "clock_events":
-        return p.clock_events
+        return clock_events
     raise ValueError(which)
+
+
+Plan = tuple[tuple[str, str, ValueFn, bool], ...]
+"""The families a page prints, in order: their HELP and TYPE lines, the start of a sample
+line (``name{``), the value, and whether a ``gpu_and_instances`` instance prints it."""
+
+
+@functools.cache
+def _plan(dcp: bool, sm_fields: bool, nvlink: bool, clock_events: bool, mig: bool) -> Plan:
+    """The page's families for one combination of the options (``Profiling``'s,
+    NVLink's only where the node has it) and MIG mode."""
+    return tuple((f"# HELP {name} {help_text}\n# TYPE {name} {mtype}\n", f"{name}{{", fn,
+                  name in INSTANCE_FIELDS)
+                 for name, mtype, help_text, fn, which in FAMILIES
+                 if _enabled(which, dcp, sm_fields, nvlink, clock_events, mig))
 
 
 def _device_labels(node: Node, device: Device) -> str:
@@ -221,12 +237,13 @@ def render_node(cluster: Cluster, node: Node) -> str:
         if split:
             whole, act = _whole_gpu(gpu, acts)
             rows.append((_device_labels(node, whole), act, whole, energy, False))
+    p = cluster.scenario.profiling
     out: list[str] = []
-    for name, mtype, help_text, fn, which in FAMILIES:
-        if not _enabled(cluster, node, which, mig):
-            continue
-        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {mtype}\n")
-        for labels, act, device, energy, instance_only in rows:
-            if not instance_only or name in INSTANCE_FIELDS:
-                out.append(f"{name}{{{labels}}} {fn(act, device, energy)}\n")
+    for header, start, fn, on_instances in _plan(p.dcp, p.sm_fields,
+                                                 p.nvlink and node.model.has_nvlink,
+                                                 p.clock_events, mig):
+        out.append(header)
+        out += [f"{start}{labels}}} {fn(act, device, energy)}\n"
+                for labels, act, device, energy, instance_only in rows
+                if on_instances or not instance_only]
     return "".join(out)

@@ -16,6 +16,7 @@ bytes as ``array`` holds them), strings plain or by dictionary, optional columns
 from __future__ import annotations
 
 import csv
+import functools
 import struct
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,7 +71,12 @@ _U32 = struct.Struct("<I")
 _AS_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
 
 
+_BYTES = [bytes((i,)) for i in range(256)]
+
+
 def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _BYTES[n]
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)
@@ -87,14 +93,16 @@ class _Thrift:
     """A struct in Thrift's compact protocol (Parquet's metadata), fields added in
     increasing id order."""
 
-    def __init__(self) -> None:
-        self._out = bytearray()
-        self._last = 0
+    def __init__(self, head: bytes = b"", last: int = 0) -> None:
+        """A new struct; or one whose fields up to id ``last`` are ``head`` (as ``end``
+        wrote them, less the stop byte)."""
+        self._out = bytearray(head)
+        self._last = last
 
     def _field(self, fid: int, kind: int) -> None:
         delta = fid - self._last
-        self._out += bytes([delta << 4 | kind]) if 0 < delta <= 15 else \
-            bytes([kind]) + _zigzag(fid)
+        self._out += _BYTES[delta << 4 | kind] if 0 < delta <= 15 else \
+            _BYTES[kind] + _zigzag(fid)
         self._last = fid
 
     def number(self, fid: int, value: int, kind: int = 5) -> _Thrift:
@@ -176,10 +184,7 @@ def _chunk(name: str, kind: str, n: int, start: int, offset: int, end: int, enco
            dictionary: int | None) -> bytes:
     """The metadata of a column chunk at ``start`` (its dictionary page at ``dictionary``,
     if any; its data page at ``offset``) that ends at ``end``."""
-    key = name.encode()
-    meta = (_Thrift().number(1, _PARQUET_TYPE[kind])
-            .items(2, 5, [_zigzag(e) for e in dict.fromkeys((_PLAIN, _RLE, encoding))])
-            .items(3, 8, [_varint(len(key)) + key]).number(4, 0)  # uncompressed
+    meta = (_Thrift(_chunk_head(name, kind, encoding), 4)
             .number(5, n, 6).number(6, end - start, 6)
             .number(7, end - start, 6).number(9, offset, 6))
     if dictionary is not None:
@@ -187,6 +192,18 @@ def _chunk(name: str, kind: str, n: int, start: int, offset: int, end: int, enco
     return _Thrift().number(2, start, 6).struct(3, meta).end()
 
 
+@functools.cache
+def _chunk_head(name: str, kind: str, encoding: int) -> bytes:
+    """The fields of a column chunk's metadata that its data does not change: type,
+    encodings, path and codec."""
+    key = name.encode()
+    return bytes(_Thrift().number(1, _PARQUET_TYPE[kind])
+                 .items(2, 5, [_zigzag(e) for e in dict.fromkeys((_PLAIN, _RLE, encoding))])
+                 .items(3, 8, [_varint(len(key)) + key]).number(4, 0)  # uncompressed
+                 ._out)
+
+
+@functools.cache
 def _element(name: str, kind: str) -> bytes:
     """A column's schema element: optional, UTF-8 for strings."""
     element = _Thrift().number(1, _PARQUET_TYPE[kind]).number(3, 1).text(4, name)

@@ -14,7 +14,7 @@ from markupsafe import escape
 
 from analytics import figures, queries, render
 from analytics.report import WeeklyReport, build
-from analytics.store import DuckDBStore
+from analytics.store import DuckDBStore, duckdb_sql
 from analytics.week import parse_week
 from analytics.weekly import team_dir
 from analytics.workspace import Table, Workspace
@@ -106,6 +106,15 @@ def test_a_team_slice_holds_only_that_team(small_warehouse: Path) -> None:
     assert list(r.tables["cost_by_team"].team) == ["alpha"]
     assert "availability" not in r.tables and HOSTILE not in render.markdown(r)
     assert r.headline["cost_usd"] == pytest.approx(7 * 24 * 0.7)
+
+
+def test_a_team_slice_translates_no_query_the_platform_report_did(
+        small_warehouse: Path) -> None:
+    report(small_warehouse)
+    translated = duckdb_sql.cache_info().misses
+    slice_ = report(small_warehouse, team="alpha")
+    assert duckdb_sql.cache_info().misses == translated
+    assert list(slice_.tables["cost_by_team"].team) == ["alpha"]
 
 
 def test_the_price_basis_is_one_line_under_the_headline(small_warehouse: Path,
