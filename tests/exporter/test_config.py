@@ -102,10 +102,12 @@ def test_an_unknown_variable_names_the_nearest_setting(
 ])
 def test_every_setting_has_its_variable(monkeypatch: pytest.MonkeyPatch,
                                         variable: str) -> None:
+    """A variable that names a setting (or a key of a mapping setting) is no mistake."""
     monkeypatch.setenv(variable, "20" if "INTERVAL" in variable.upper() else "0.5")
     if "LOG_FORMAT" in variable:
         monkeypatch.setenv(variable, "json")
-    load_config(EXAMPLE)
+    config = load_config(EXAMPLE)
+    assert config.interval == 20 or "INTERVAL" not in variable.upper()
 
 
 def test_every_mistake_in_the_configuration_is_reported_at_once(
