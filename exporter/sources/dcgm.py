@@ -688,8 +688,9 @@ class _Scrape:
                     self.result, self.plan = parse_page(
                         self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks),
                         self.plan, p._max_devices, p._read)
-                else:
+                else:  # a page of more than a piece, parsed in full as it came
                     self.result = self._parser.close()
+                    self.result.read_by = "full"
             except Exception as exc:
                 self._fail(exc)
         self._chunks = None

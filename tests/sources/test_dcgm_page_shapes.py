@@ -29,7 +29,14 @@ from hypothesis import strategies as st
 from exporter.errors import SourceDataError
 from exporter.records import ParseResult
 from exporter.service import DCGM_FIELDS_READ
-from exporter.sources.dcgm import DcgmSource, PagePlan, TargetScrape, parse_dcgm_text, parse_page
+from exporter.sources.dcgm import (
+    PIECE_BYTES,
+    DcgmSource,
+    PagePlan,
+    TargetScrape,
+    parse_dcgm_text,
+    parse_page,
+)
 from tests.conftest import FIXTURES
 from tests.sources.mig_samples import H100_TEXT
 
@@ -286,3 +293,17 @@ def test_a_plan_that_fails_leaves_the_page_to_the_full_parser() -> None:
     assert (result.read_by, result.plan_error) == ("plan_failed", "KeyError: 0")
     again, _ = parse_page(body, plan)  # that shape is read in full from then on
     assert (again, again.read_by) == (result, "full")
+
+
+def test_a_page_of_more_than_a_piece_is_read_in_full_as_it_comes(
+        live: tuple[Pages, DcgmSource, asyncio.AbstractEventLoop]) -> None:
+    """A page longer than a piece is parsed piece by piece, never by plan, and counted so."""
+    server, source, loop = live
+    page = PAGES["dcgm-exporter_L4_kops_driver580.prom"]
+    many = "".join(page.replace("GPU-c2f76b33", f"GPU-{i:08x}") for i in range(600))
+    assert len(many) > PIECE_BYTES
+    server.body = many.encode()
+    (got,) = loop.run_until_complete(source.fetch([server.url]))
+    assert isinstance(got, TargetScrape)
+    assert got.result == full(many) and len(got.result.devices) == 600
+    assert got.result.read_by == "full"
