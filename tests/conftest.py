@@ -27,7 +27,9 @@ HEAVY_FIRST = (
     "test_benchmarks.py", "bigquery/test_exporter_to_bigquery.py", "test_dashboards_alerts.py",
     "test_package.py", "test_end_to_end.py", "test_kueue_end_to_end.py", "test_demo_serve.py",
     "test_scrape_labels.py", "exporter/test_warehouse_faults.py", "bigquery/test_sink.py",
-    "test_cardinality.py", "test_live_prometheus.py",
+    "test_cardinality.py", "test_live_prometheus.py", "bigquery/test_reconcile.py",
+    "analytics/test_scheduled_report.py", "analytics/test_clusters.py",
+    "simulator/test_billing_export.py", "analytics/test_mail.py", "test_regional_prices.py",
 )
 """The test files that take longest, collected first: ``make test`` hands whole files to its
 workers in collection order, so that the light files fill in around these rather than
