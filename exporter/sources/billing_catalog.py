@@ -149,8 +149,14 @@ class CatalogRefresh:
         return gpu_prices(skus, self.region)
 
     async def once(self) -> bool:
-        """One read; whether it priced anything (and was applied)."""
-        self.stats.reads += 1
+        """One read; whether it priced anything (and was applied). It counts in
+        ``stats.reads`` once it is over, so that a read in flight is neither ok nor failed."""
+        try:
+            return await self._once()
+        finally:
+            self.stats.reads += 1
+
+    async def _once(self) -> bool:
         try:
             found = await asyncio.wait_for(self.read(), self.timeout * 4)
         except Exception as exc:  # any failure of the API: keep the prices in use
