@@ -31,6 +31,11 @@ def team_dir(team: str) -> str:
 class ThinWeek(Exception):
     """The week has too little data for a report that says what it cost."""
 
+    def __init__(self, message: str, coverage: float) -> None:
+        super().__init__(message)
+        self.coverage = coverage
+        """The share of the week's hours with data, 0 to 1."""
+
 
 def reconcile_with_bill(report: WeeklyReport, store: Store, week: Week, cfg: Config,
                         cluster: str | None) -> None:
@@ -76,7 +81,7 @@ def run_weekly(store: Store, week: Week, cfg: Config,
     if covered < report_cfg.min_coverage and not force:
         raise ThinWeek(f"{week.label}: the warehouse has data for {covered:.1%} of the "
                        f"week's hours, below report.min_coverage ({report_cfg.min_coverage:.0%})"
-                       "; --force writes the report anyway")
+                       "; --force writes the report anyway", covered)
     found = sorted({str(t) for t in platform.frame("cost_by_team").team
                     if t != "(none)" and t not in POOLED})
     unknown = sorted(t for t, who in report_cfg.team_recipients.items()

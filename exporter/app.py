@@ -357,7 +357,8 @@ def scheduled_report(cfg: Config, warehouse: Warehouse | None,
     return ScheduledReport(
         warehouse, Schedule.parse(r.schedule, r.timezone),
         r.directory or cfg.warehouse.path.parent / "reports", config_file,
-        email=bool(r.platform_recipients or any(r.team_recipients.values())))
+        email=bool(r.platform_recipients or any(r.team_recipients.values())),
+        timeout=r.timeout)
 
 
 async def run(cfg: Config, config_file: str | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import json
 import logging
 import os
 import shutil
@@ -119,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "report.min_coverage of its hours")
     weekly.add_argument("--config", metavar="FILE", help="YAML config (cluster, SLA target, "
                         "prices, warehouse, report recipients and SMTP)")
+    weekly.add_argument("--outcome", metavar="FILE", type=Path,
+                        help="also write the outcome as JSON: the week, ok or thin (a week "
+                             "refused for its coverage), and the share of its hours covered")
     bill = kinds.add_parser("reconcile", help="the week's GPU cost beside the GPU SKUs of the "
                             "Cloud Billing export, per day and namespace, each gap's likely "
                             "cause")
@@ -419,6 +423,7 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     empty = None if args.force else holdings.empty_week(store, week, args.cluster)
     if empty:
+        _outcome(args.outcome, week.label, "thin", 0.0)
         print(f"error: {empty}; --force writes the report anyway", file=sys.stderr)
         return 1
     with tqdm(desc=f"report {week.label}", unit=" step", leave=False,
@@ -430,16 +435,27 @@ def _report(args: argparse.Namespace) -> int:
         try:
             report, mailed = run_weekly(store, week, cfg, book, args.out, args.email, step,
                                         force=args.force, cluster=args.cluster)
-        except (ConfigError, MailError, ThinWeek, OSError) as exc:
+        except ThinWeek as exc:
+            _outcome(args.outcome, week.label, "thin", exc.coverage)
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except (ConfigError, MailError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     h = report.headline
+    _outcome(args.outcome, week.label, "ok", float(h["coverage"] or 0.0))
     print(f"{report.title}: ${h['cost_usd'] or 0:,.2f}, {h['allocated_gpu_hours'] or 0:,.0f} "
           f"allocated GPU-hours. Written to {args.out}/ (report.html, report.md, report.json, "
           f"one CSV per table; teams/ per team)" +
           (f", and accepted by {cfg.report.smtp.host}:{cfg.report.smtp.port} for {mailed} "
            f"recipient{'s' if mailed != 1 else ''}." if args.email else "."))
     return 0
+
+
+def _outcome(path: Path | None, week: str, outcome: str, coverage: float) -> None:
+    """``report weekly --outcome FILE``: what the scheduled report reads of its child."""
+    if path is not None:
+        path.write_text(json.dumps({"week": week, "outcome": outcome, "coverage": coverage}))
 
 
 def _bigquery(cfg: Config) -> str:

@@ -595,6 +595,12 @@ def _report_runs(v: MetricsView) -> Iterator[Sample]:
     return (((v.cluster, outcome), n) for outcome, n in sorted(v.report.runs.items()))
 
 
+def _report_coverage(v: MetricsView) -> list[Sample]:
+    assert v.report is not None and v.report.coverage is not None
+    week, share = v.report.coverage
+    return [((v.cluster, week), share)]
+
+
 def _report_last_success(v: MetricsView) -> list[Sample]:
     assert v.report is not None and v.report.last_success is not None
     return [((v.cluster,), v.report.last_success)]
@@ -814,8 +820,14 @@ FAMILIES: tuple[Family, ...] = (
       "retention: rolled_up (into hourly rows), expired; or given up unstaged while the "
       "warehouse failed.", ("cluster", "table", "reason"), _rows_removed,
       present=lambda v: bool(v.rows_removed)),
-    F("exporter_reports", "counter", "", "Scheduled weekly reports by outcome: ok, failed.",
-      ("cluster", "outcome"), _report_runs, present=lambda v: v.report is not None),
+    F("exporter_reports", "counter", "", "Scheduled weekly reports by outcome: ok, failed "
+      "(retried an hour later), thin (a week covered less than report.min_coverage: not "
+      "made, not retried).", ("cluster", "outcome"), _report_runs,
+      present=lambda v: v.report is not None),
+    F("exporter_report_coverage_ratio", "gauge", "ratio", "The share of its hours the warehouse "
+      "covers, of the last week the schedule reported (made, or found thin).",
+      ("cluster", "week"), _report_coverage,
+      present=lambda v: v.report is not None and v.report.coverage is not None),
     F("exporter_report_last_success_timestamp_seconds", "gauge", "seconds", "When the last "
       "scheduled weekly report was made.", ("cluster",), _report_last_success,
       present=lambda v: v.report is not None and v.report.last_success is not None),

@@ -100,9 +100,11 @@ class RemoteWriteStats:
 class ReportStats:
     """For the exporter's own metrics."""
 
-    runs: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0})
+    runs: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0, "thin": 0})
     last_success: float | None = None
     """When the last report was made (Unix time)."""
+    coverage: tuple[str, float] | None = None
+    """The last week reported (made or found thin) and the share of its hours covered."""
 
 
 @dataclass(slots=True)
