@@ -129,15 +129,15 @@ class ScheduledReport:
             self._retry_at = now + RETRY_SECONDS
             return
         self.warehouse.record_report(week.label, time.time(), out)
-        shutil.rmtree(snapshot, ignore_errors=True)
         if said is not None:
             self.stats.coverage = (week.label, said[1])
-        if code != 0:  # thin: reported as such, once
+        if code != 0:  # thin: reported as such, once; the snapshot kept for --force
             self.stats.runs["thin"] += 1
             log.warning("weekly report not made: thin week", extra=ctx(
                 week=week.label, coverage=round(said[1], 4) if said else None,
-                log=str(out / "report.log")))
+                log=str(out / "report.log"), snapshot=str(snapshot)))
             return
+        shutil.rmtree(snapshot, ignore_errors=True)
         self.stats.runs["ok"] += 1
         self.stats.last_success = time.time()
         log.info("weekly report made", extra=ctx(week=week.label, directory=str(out),

@@ -205,6 +205,7 @@ async def test_a_thin_week_is_reported_thin_once_not_retried(
     assert covered[0] <= job.stats.coverage[1] <= covered[1]
     assert job.stats.last_success is None            # nothing was made
     assert not (tmp_path / "reports" / week / "report").exists()
+    assert (tmp_path / "reports" / week / "snapshot").is_dir()   # kept for --force
     assert job.warehouse.report_done(week)           # recorded once: not again
     assert job.maybe_run(now + RETRY_SECONDS) is None
     assert job.maybe_run(now + 3 * RETRY_SECONDS) is None
