@@ -340,6 +340,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
+    from exporter.prices import load_price_book
 
     google = _google_errors()
     try:
@@ -360,9 +361,15 @@ def _reconcile(args: argparse.Namespace) -> int:
     if empty:
         print(f"error: {empty}", file=sys.stderr)
         return 1
+    bound = reconcile.cost_bound(
+        load_price_book(cfg.prices.book, cfg.prices.region).prices)
     try:
+        checked = reconcile.check(bill.gpu_lines(week.start, week.end, args.cluster, bound))
         table = reconcile.compare(reconcile.ours(store, week.start, week.end, args.cluster),
-                                  bill.gpu_lines(week.start, week.end, args.cluster))
+                                  checked.lines)
+    except reconcile.BillCurrencyError as exc:
+        print(f"error: reconciling {week.label}: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # the bill's or the warehouse's query, with its reason
         print(f"error: reconciling {week.label}: {_one_line(exc, True)}", file=sys.stderr)
         return 1
@@ -370,12 +377,14 @@ def _reconcile(args: argparse.Namespace) -> int:
              f"{args.cluster or 'every cluster'}")
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "reconcile.csv", index=False, float_format="%.2f")
-    (args.out / "reconcile.md").write_text(reconcile.markdown(table, title))
+    (args.out / "reconcile.md").write_text(reconcile.markdown(table, title, checked))
     s = reconcile.summary(table)
+    note = checked.note()
     print(f"{title}: the exporter {s['cost_usd']:,.2f} USD, the bill {s['billed_net_usd']:,.2f}"
           f" after {s['credits_usd']:,.2f} of credits, gap {s['gap_usd']:,.2f}; "
-          f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled. Written to "
-          f"{args.out}/ (reconcile.md, reconcile.csv)")
+          f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled"
+          f"{'; ' + note if note else ''}. Written to {args.out}/ (reconcile.md, "
+          "reconcile.csv)")
     return 0
 
 
