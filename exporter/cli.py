@@ -464,6 +464,7 @@ def _report(args: argparse.Namespace) -> int:
 def _outcome(path: Path | None, week: str, outcome: str, coverage: float) -> None:
     """``report weekly --outcome FILE``: what the scheduled report reads of its child."""
     if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"week": week, "outcome": outcome, "coverage": coverage}))
 
 
