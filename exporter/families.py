@@ -826,9 +826,10 @@ FAMILIES: tuple[Family, ...] = (
       ("cluster",), lambda v: [((v.cluster,), 1.0 if v.warehouse_up else 0.0)],
       present=lambda v: v.warehouse_up is not None),
     F("exporter_warehouse_quarantined_files", "counter", "", "Files the warehouse set aside "
-      "in <warehouse>.staging/quarantine/ and never reads again, by reason: unreadable, "
-      "foreign (other columns) or name (no interval) for a staged file, stray for another "
-      "file there, wal for a write-ahead log DuckDB did not replay. Their rows are lost.",
+      "in the quarantine folder of its staging directory and never reads again, by "
+      "reason: unreadable, foreign (other columns) or name (no interval) for a staged "
+      "file, stray for another file there, wal for a write-ahead log DuckDB did not "
+      "replay. Their rows are lost.",
       ("cluster", "reason"),
       lambda v: [((v.cluster, r), v.warehouse_quarantined.get(r, 0))
                  for r in QUARANTINE_REASONS],
