@@ -30,6 +30,7 @@ from exporter.health import (
     CatalogStats,
     CloudMonitoringStats,
     KubeHealth,
+    QuarantineReason,
     RemoteWriteStats,
     ReportStats,
     SourceHealth,
@@ -126,7 +127,7 @@ class MetricsView:
     warehouse_up: bool | None = None
     """Whether the warehouse is open and its last cycle's work succeeded; None without
     one."""
-    warehouse_quarantined: Mapping[str, int] = field(default_factory=dict)
+    warehouse_quarantined: Mapping[QuarantineReason, int] = field(default_factory=dict)
     """Files the warehouse set aside, by reason (``health.QUARANTINE_REASONS``)."""
 
 
