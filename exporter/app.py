@@ -6,8 +6,10 @@ closes them; ``run`` is the service: a cycle every interval, ``/metrics``, ``/he
 and while the Kubernetes view is older than ``kubernetes.max_staleness``), and on SIGTERM
 or SIGINT the cycle in flight is finished, the warehouse flushed, and the process exits 0
 (past ``shutdown_timeout`` from the signal, whatever is left is dropped with a warning).
-A start-up failure (credentials, warehouse file, listening socket) is a ``StartupError``
-naming the setting.
+A start-up failure (credentials, listening socket, a warehouse file another process holds)
+is a ``StartupError`` naming the setting; a warehouse file that cannot be opened (damaged, a
+full disk) leaves the service running without history, trying it again
+(``service.WarehouseOpening``).
 """
 
 from __future__ import annotations
