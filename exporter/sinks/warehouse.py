@@ -9,7 +9,9 @@ SQL once their interval is complete; the files go once their rows are written. S
 rows of a table in the database, they were inserted and deleted again every interval: at
 8,000 GPUs that cost 25-30 ms of a cycle's CPU and nearly tripled the write-ahead log (4.9
 MiB a cycle, 1.8 MiB without). A file made when staging was a table (``usage_staging``)
-has its staged rows moved to files as it opens.
+has its staged rows moved to files as it opens. A file the warehouse cannot use (a staged
+file that does not read, a stray, a write-ahead log DuckDB dropped) is set aside in the
+staging directory's ``quarantine`` folder, counted and logged once, and the writes go on.
 Every row has a deterministic id (a hash of cluster, interval, device, pod and state) and a
 write skips the ids already there, so a restart or a retried flush never double-counts. The
 tables have no key: DuckDB holds a key's index in memory, and it would grow with the table
