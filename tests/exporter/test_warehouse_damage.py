@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from exporter import duck
-from exporter.health import QUARANTINE_REASONS
+from exporter.health import QUARANTINE_REASONS, QuarantineReason
 from exporter.sinks.warehouse import QUARANTINE, Warehouse
 from tests.exporter.test_warehouse import count, rows
 
@@ -70,7 +70,7 @@ def _stray(staging: Path) -> Path:
     return path
 
 
-DAMAGE: dict[str, tuple[Damage, str]] = {
+DAMAGE: dict[str, tuple[Damage, QuarantineReason]] = {
     "garbage bytes": (_garbage, "unreadable"),
     "truncated Parquet": (_truncated, "unreadable"),
     "a damaged page": (_damaged_page, "unreadable"),
