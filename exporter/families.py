@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from exporter import __version__, compute
 from exporter.health import (
+    QUARANTINE_REASONS,
     BigQueryStats,
     CatalogStats,
     CloudMonitoringStats,
     KubeHealth,
+    QuarantineReason,
     RemoteWriteStats,
     ReportStats,
     SourceHealth,
@@ -122,6 +124,11 @@ class MetricsView:
     workloads: Sequence[QueuedWorkload] = ()
     """Kueue's Workloads, each with its team and ClusterQueue."""
     cluster_queues: Mapping[str, ClusterQueueInfo] = field(default_factory=dict)
+    warehouse_up: bool | None = None
+    """Whether the warehouse is open and its last cycle's work succeeded; None without
+    one."""
+    warehouse_quarantined: Mapping[QuarantineReason, int] = field(default_factory=dict)
+    """Files the warehouse set aside, by reason (``health.QUARANTINE_REASONS``)."""
 
 
 def _always(_: MetricsView) -> bool:
@@ -820,6 +827,20 @@ FAMILIES: tuple[Family, ...] = (
       "retention: rolled_up (into hourly rows), expired; or given up unstaged while the "
       "warehouse failed.", ("cluster", "table", "reason"), _rows_removed,
       present=lambda v: bool(v.rows_removed)),
+    F("exporter_warehouse_up", "gauge", "", "1 while the warehouse is open and its last "
+      "cycle's work succeeded; 0 while it fails, or cannot be opened (the exporter then "
+      "serves its figures without history, and tries again every 5 minutes).",
+      ("cluster",), lambda v: [((v.cluster,), 1.0 if v.warehouse_up else 0.0)],
+      present=lambda v: v.warehouse_up is not None),
+    F("exporter_warehouse_quarantined_files", "counter", "", "Files the warehouse set aside "
+      "in the quarantine folder of its staging directory and never reads again, by "
+      "reason: unreadable, foreign (other columns) or name (no interval) for a staged "
+      "file, stray for another file there, wal for a write-ahead log DuckDB did not "
+      "replay. Their rows are lost.",
+      ("cluster", "reason"),
+      lambda v: [((v.cluster, r), v.warehouse_quarantined.get(r, 0))
+                 for r in QUARANTINE_REASONS],
+      present=lambda v: bool(v.warehouse_quarantined)),
     F("exporter_reports", "counter", "", "Scheduled weekly reports by outcome: ok, failed "
       "(retried an hour later), thin (a week covered less than report.min_coverage: not "
       "made, not retried).", ("cluster", "outcome"), _report_runs,

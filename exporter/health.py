@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 
 @dataclass(slots=True)
@@ -116,3 +116,11 @@ class CatalogStats:
     last_success: float | None = None
     """Unix time of the last read that priced something."""
     last_error: str = ""
+
+
+QuarantineReason = Literal["name", "unreadable", "foreign", "stray", "wal"]
+QUARANTINE_REASONS: tuple[QuarantineReason, ...] = get_args(QuarantineReason)
+"""Why the warehouse set a file aside in its quarantine folder: a staged file whose ``name``
+gives no interval, one that is ``unreadable`` (not Parquet, cut short, damaged) or
+``foreign`` (Parquet without the staged rows' columns), a ``stray`` file of another name in
+the staging folder, a write-ahead log (``wal``) DuckDB found damaged and did not replay."""

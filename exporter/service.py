@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from exporter import compute, logs, memory
@@ -93,6 +94,27 @@ def _mean_fields(samples: Sequence[Mapping[str, float]]) -> Mapping[str, float]:
     return out
 
 
+WAREHOUSE_RETRY_SECONDS = 300.0
+"""How often a warehouse that could not be opened is tried again (a damaged file moved away,
+a full disk freed: it heals without a restart)."""
+
+
+@dataclass(slots=True)
+class WarehouseOpening:
+    """A warehouse that could not be opened at start: the service runs without it (the
+    figures need none; the history waits) and tries ``open`` again every
+    ``retry_seconds`` of the cycles' time, calling ``opened`` with it once it opens."""
+
+    open: Callable[[], Warehouse]
+    path: str
+    error: str
+    """Why the last try failed."""
+    opened: Callable[[Warehouse], None] = lambda _: None
+    retry_seconds: float = WAREHOUSE_RETRY_SECONDS
+    next_try: float | None = None
+    """The cycle time of the next try; None until the first cycle."""
+
+
 class Exporter:
     """The exporter's state between cycles; ``cycle`` is the only thing that changes it."""
 
@@ -100,7 +122,8 @@ class Exporter:
                  dcgm: ReadingSource, metrics: MetricsEndpoint, sinks: Sequence[Sink] = (),
                  warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None, *,
                  remote_write: RemoteWriteStats | None = None,
-                 cloud_monitoring: CloudMonitoringStats | None = None) -> None:
+                 cloud_monitoring: CloudMonitoringStats | None = None,
+                 warehouse_opening: WarehouseOpening | None = None) -> None:
         self.config = config
         self.prices = prices
         self.kube = kube
@@ -164,7 +187,10 @@ class Exporter:
         self._commitments = [
             Commitment(c.gpu, c.gpus, c.usd_per_gpu_hour) for c in config.prices.commitments]
         self._commitment_use: dict[str, tuple[float, float, float]] = {}
-        self.warehouse_error: str | None = None
+        self.warehouse_opening = warehouse_opening
+        """The warehouse to open, while it could not be."""
+        self.warehouse_error: str | None = \
+            None if warehouse_opening is None else warehouse_opening.error
         """Why the last cycle's warehouse work failed; None when it did not."""
         self._warehouse_thread = ThreadPoolExecutor(1, thread_name_prefix="warehouse")
         """One thread for DuckDB's work: its memory stays in one allocator arena."""
@@ -210,7 +236,11 @@ class Exporter:
     def _warehouse_writing(self) -> str | None:
         if self.warehouse_ok:
             return None
-        return f"the warehouse fails: {' '.join(str(self.warehouse_error).split())[:300]}"
+        why = ' '.join(str(self.warehouse_error).split())[:300]
+        if (opening := self.warehouse_opening) is not None:
+            return (f"the warehouse cannot be opened, /metrics is served without history "
+                    f"(tried again every {opening.retry_seconds:g} s): {why}")
+        return f"the warehouse fails: {why}"
 
     # ------------------------------------------------------------------ targets
 
@@ -261,6 +291,8 @@ class Exporter:
         self._bottlenecks(now, states)
         self._forget_gone(states, nodes)
         stages["compute"] = time.process_time() - cpu - stages["scrape"]
+        if self.warehouse is None and self.warehouse_opening is not None:
+            await self._open_warehouse(self.warehouse_opening, now)
         if self.warehouse is not None:
             await self._write_warehouse(self.warehouse, usage, nodes, now)
         stages["warehouse"] = time.process_time() - cpu - sum(stages.values())
@@ -582,6 +614,29 @@ class Exporter:
             log.warning("month-to-date spend not read from the warehouse",
                         extra=logs.ctx(error=f"{type(exc).__name__}: {exc}"))
 
+    async def _open_warehouse(self, opening: WarehouseOpening, now: float) -> None:
+        """Try again to open the warehouse, when its time has come (in the warehouse's
+        thread: opening a large file takes a while). Once open, it goes on from the state
+        it saved, this run's devices first, and its month's spend is added as at a start."""
+        if opening.next_try is None:
+            opening.next_try = now + opening.retry_seconds
+        if now < opening.next_try:
+            return
+        opening.next_try = now + opening.retry_seconds
+        try:
+            warehouse = await asyncio.get_running_loop().run_in_executor(
+                self._warehouse_thread, opening.open)
+        except Exception as exc:
+            opening.error = self.warehouse_error = " ".join(str(exc).split())
+            self.health.errors["warehouse", opening.path] += 1
+            return
+        inventory, _ = warehouse.load_state()
+        self.inventory = inventory | self.inventory
+        self._month_seed = self._warehouse_thread.submit(warehouse.team_month_costs)
+        self.warehouse, self.warehouse_opening, self.warehouse_error = warehouse, None, None
+        log.info("warehouse opened", extra=logs.ctx(target=opening.path))
+        opening.opened(warehouse)
+
     async def _write_warehouse(self, warehouse: Warehouse, usage: list[compute.UsageRow],
                                nodes: dict[str, NodeInfo], now: float) -> None:
         """Hand the cycle to the warehouse. DuckDB's work runs in a worker thread, so a slow
@@ -681,6 +736,9 @@ class Exporter:
             budgets=self.config.budgets, sla_target=self.config.sla.target,
             remote_write=self.remote_write, cloud_monitoring=self.cloud_monitoring,
             rows_removed=dict(self.warehouse.rows_removed) if self.warehouse else {},
+            warehouse_up=None if self.warehouse is None and self.warehouse_opening is None
+            else self.warehouse is not None and self.warehouse_ok,
+            warehouse_quarantined=dict(self.warehouse.quarantined) if self.warehouse else {},
             report=self.report, kube_max_staleness_seconds=self.config.kubernetes.max_staleness,
             commitments=self._commitment_use,
             list_prices={k: (v, *self.price_sources.get(k, ("book", None)))
