@@ -381,7 +381,7 @@ class Exporter:
         states = compute.device_states(
             snap.nodes, snap.readings, snap.unknown_nodes, self.inventory, owners,
             price, self.config.prices.discounts, self.config.prices.default_discount,
-            snap.complete, self.last_seen, self._unviewed_owner)
+            snap.complete, self.last_seen, self.unviewed_owner)
         self.inventory = compute.remember(self.inventory, snap.readings, snap.nodes)
         self._retire(snap.readings, snap.nodes, snap.now)
         self._unowned(states, snap.now)
@@ -398,7 +398,7 @@ class Exporter:
         while len(known) > REMEMBERED_OWNERS:
             del known[next(iter(known))]
 
-    def _unviewed_owner(self, namespace: str, pod: str) -> compute.Owner:
+    def unviewed_owner(self, namespace: str, pod: str) -> compute.Owner:
         """The owner of a GPU's pod not in the view: as last seen, else by its namespace
         (``compute.unviewed_owner``), else ``compute.UNKNOWN_TEAM``'s."""
         return self._known_owners.get((namespace, pod)) or compute.unviewed_owner(
