@@ -138,7 +138,7 @@ class Exporter:
             self.inventory, self.open_incidents = warehouse.load_state()
         self.cycles = 0
         self.viewed_cycles = 0
-        """Cycles that ran on a listed Kubernetes view (nodes and pods)."""
+        """Cycles that ran on a listed Kubernetes view (``VIEW_KINDS``)."""
         self.cycle_seconds = 0.0
         self.stage_cpu: dict[str, float] = {}
         """CPU seconds of the last cycle by stage: scrape (HTTP and parsing), compute,

@@ -8,7 +8,10 @@ status (a list's or a watch's, or a watch's ERROR event) or an answer that is no
 keeps the last good view, marks the kind down, is counted by its ``label`` (``http_503``,
 ``http_403``, ``refused``, ``timeout``...) and retried with exponential backoff, full
 jitter, capped. Each outage is logged when it begins (a 403 with the RBAC grant it lacks)
-and when it ends, with its duration and failed attempts. Pods deleted from the cluster are
+and when it ends, with its duration and failed attempts; a kind answered 403 is in
+``denied`` (with the grant it lacks) until it lists again. Kueue's API group is discovered
+the same way: each failure counted by label in ``discovery_errors``, logged once per
+episode. Pods deleted from the cluster are
 remembered until the next snapshot takes them, so queue wait and cost keep their creation
 and scheduling times, and ``deleted_pod`` gives their last state (ended, whatever phase
 they were deleted in).

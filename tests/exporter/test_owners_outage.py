@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from exporter import compute
+from exporter import compute, service
 from exporter.app import open_exporter
 from exporter.demo import KINDS, demo_config
 from exporter.prices import load_price_book
@@ -242,3 +242,26 @@ async def test_kueue_forbidden_is_not_ready_and_its_discovery_refused_is_counted
             assert errors[0]["reason"] == "http_403" and errors[1] >= 2
             logged = [r for r in caplog.records if r.getMessage() == "kueue discovery failed"]
             assert len(logged) == 1, "once per episode"
+
+
+async def test_a_pod_seen_before_keeps_its_owner_out_of_the_view(
+        make_server: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU pod that leaves the view is its last known owner's, the most recently seen
+    ``REMEMBERED_OWNERS`` of them; any other, its namespace's team; in a namespace the
+    exporter does not know, team ``unknown``."""
+    monkeypatch.setattr(service, "REMEMBERED_OWNERS", 2)
+    sim: SimulatorServer = await make_server(scenario())
+    for job in ("train", "shared", "slice", "spotjob"):
+        sim.cluster.submit(job, run_seconds=HOUR)
+    cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
+    async with open_exporter(cfg) as exporter:
+        async with asyncio.timeout(30):
+            await exporter.kube.wait_synced()
+        await step(sim, exporter, 2)
+        seen = {(o.namespace, o.name): o for d in exporter.states for o in d.owners}
+        assert len(seen) > 2 and all(o.uid for o in seen.values())
+        again = {k: exporter.unviewed_owner(*k) for k in seen}
+        assert sum(again[k] == o for k, o in seen.items()) == 2, "the last two remembered"
+        for k, o in seen.items():
+            assert again[k].team == o.team == {"team-a": "alpha", "team-b": "beta"}[k[0]]
+        assert exporter.unviewed_owner("elsewhere", "p").team == compute.UNKNOWN_TEAM
