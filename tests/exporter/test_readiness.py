@@ -87,6 +87,7 @@ async def test_forbidden_api_is_not_ready_until_listed_and_a_cycle_ran(
         sim.api.set_down(0)
         async with asyncio.timeout(60):  # past the retry's backoff (capped at 30 s)
             await exporter.kube.wait_synced()
+        await until(lambda: all(exporter.kube.discovery_up.values()), 60)  # Kueue's, too
         assert await readyz(client) == (503, "waiting for the first full cycle\n")
         await exporter.cycle(sim.cluster.now)
         assert await readyz(client) == (200, "ready\n")
