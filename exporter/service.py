@@ -72,6 +72,8 @@ not ready before all are listed. Kueue's kinds too where the cluster serves Kueu
 REMEMBERED_OWNERS = 20_000
 """GPU pods whose owner is remembered after they leave the view (by namespace and name,
 the most recently seen kept): a GPU DCGM still shows with such a pod is theirs."""
+REMEMBERED_SECONDS = 3600.0
+"""And for how long after they were last in the view (memory stays flat under churn)."""
 
 GC_THRESHOLDS = (100_000, 50, 50)
 """The garbage collector's thresholds while the exporter runs (Python's are 2,000, 10,
@@ -157,8 +159,8 @@ class Exporter:
         self._episodes = logs.Episodes(log)
         """Failing targets, (url, "scrape" or "rejected:<reason>"): logged per episode."""
         self._interrupted_pods: set[str] = set()
-        self._known_owners: dict[tuple[str, str], compute.Owner] = {}
-        """(namespace, pod) -> the owner last seen (``REMEMBERED_OWNERS`` at most)."""
+        self._known_owners: dict[tuple[str, str], tuple[compute.Owner, float]] = {}
+        """(namespace, pod) -> the owner last seen and when it was last in the view."""
         self._pool_of: dict[str, str] = {}
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
@@ -369,7 +371,7 @@ class Exporter:
     def _compute(self, snap: Snapshot) -> list[compute.DeviceState]:
         """The devices' states of a snapshot; the inventory goes on from it."""
         owners = self._owners()
-        self._remember(owners)
+        self._remember(owners, snap.now)
         self._pool_of.update((n.name, n.pool) for n in snap.nodes.values())
         for pod in snap.ended_pods:
             owners.setdefault((pod.namespace, pod.name), self._owner(pod))
@@ -387,22 +389,27 @@ class Exporter:
         self._unowned(states, snap.now)
         return states
 
-    def _remember(self, owners: Mapping[tuple[str, str], compute.Owner]) -> None:
-        """Keep the owners whose team is known, the most recently seen last, at most
-        ``REMEMBERED_OWNERS``."""
+    def _remember(self, owners: Mapping[tuple[str, str], compute.Owner], now: float) -> None:
+        """Keep the owners whose team is known, the most recently seen last: at most
+        ``REMEMBERED_OWNERS``, none last seen over ``REMEMBERED_SECONDS`` ago."""
         known = self._known_owners
         for key, owner in owners.items():
             if owner.team != compute.UNKNOWN_TEAM:
                 known.pop(key, None)
-                known[key] = owner
-        while len(known) > REMEMBERED_OWNERS:
-            del known[next(iter(known))]
+                known[key] = (owner, now)
+        while known:
+            oldest = next(iter(known))
+            if len(known) <= REMEMBERED_OWNERS and known[oldest][1] >= now - REMEMBERED_SECONDS:
+                break
+            del known[oldest]
 
     def unviewed_owner(self, namespace: str, pod: str) -> compute.Owner:
         """The owner of a GPU's pod not in the view: as last seen, else by its namespace
         (``compute.unviewed_owner``), else ``compute.UNKNOWN_TEAM``'s."""
-        return self._known_owners.get((namespace, pod)) or compute.unviewed_owner(
-            namespace, pod, self.kube.namespace_labels, self.config.team_label)
+        if (known := self._known_owners.get((namespace, pod))) is not None:
+            return known[0]
+        return compute.unviewed_owner(namespace, pod, self.kube.namespace_labels,
+                                      self.config.team_label)
 
     def _unowned(self, states: Sequence[compute.DeviceState], now: float) -> None:
         """Log once per episode that allocated GPUs have pods of an unknown team."""

@@ -15,6 +15,7 @@ import pytest
 
 from exporter import compute, service
 from exporter.app import open_exporter
+from exporter.compute import Owner
 from exporter.demo import KINDS, demo_config
 from exporter.prices import load_price_book
 from exporter.service import Exporter
@@ -247,8 +248,8 @@ async def test_kueue_forbidden_is_not_ready_and_its_discovery_refused_is_counted
 async def test_a_pod_seen_before_keeps_its_owner_out_of_the_view(
         make_server: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A GPU pod that leaves the view is its last known owner's, the most recently seen
-    ``REMEMBERED_OWNERS`` of them; any other, its namespace's team; in a namespace the
-    exporter does not know, team ``unknown``."""
+    ``REMEMBERED_OWNERS`` of them, for ``REMEMBERED_SECONDS``; any other, its namespace's
+    team; in a namespace the exporter does not know, team ``unknown``."""
     monkeypatch.setattr(service, "REMEMBERED_OWNERS", 2)
     sim: SimulatorServer = await make_server(scenario())
     for job in ("train", "shared", "slice", "spotjob"):
@@ -265,3 +266,15 @@ async def test_a_pod_seen_before_keeps_its_owner_out_of_the_view(
         for k, o in seen.items():
             assert again[k].team == o.team == {"team-a": "alpha", "team-b": "beta"}[k[0]]
         assert exporter.unviewed_owner("elsewhere", "p").team == compute.UNKNOWN_TEAM
+
+        monkeypatch.setattr(service, "REMEMBERED_OWNERS", 100)
+        monkeypatch.setattr(service, "REMEMBERED_SECONDS", 45.0)
+        await step(sim, exporter, 1)
+        key, owner = next(iter(seen.items()))
+        sim.cluster.delete_pod(sim.cluster.pods["/".join(key)], grace_seconds=0)
+        await step(sim, exporter, 1)
+        assert all(p.name != key[1] for p in exporter.kube.pods.values()), "out of the view"
+        assert exporter.unviewed_owner(*key) == owner, "seen 30 s ago: remembered"
+        await step(sim, exporter, 1)
+        assert exporter.unviewed_owner(*key) == Owner("", *key, owner.team, key[1]), \
+            "seen 60 s ago: forgotten"
