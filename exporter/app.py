@@ -2,8 +2,9 @@
 
 ``open_exporter`` owns every client (HTTP session, Kubernetes API client, DuckDB file) and
 closes them; ``run`` is the service: a cycle every interval, ``/metrics``, ``/healthz``,
-``/readyz`` (503 with the reason until nodes and pods are listed and a cycle ran on them,
-and while the Kubernetes view is older than ``kubernetes.max_staleness``), and on SIGTERM
+``/readyz`` (503 with the reason until every kind the figures need is listed and a cycle
+ran on them, while the API forbids one or Kueue's discovery fails, and while the
+Kubernetes view is older than ``kubernetes.max_staleness``), and on SIGTERM
 or SIGINT the cycle in flight is finished, the warehouse flushed, and the process exits 0
 (past ``shutdown_timeout`` from the signal, whatever is left is dropped with a warning).
 A start-up failure (credentials, listening socket, a warehouse file another process holds)

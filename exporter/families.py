@@ -553,6 +553,11 @@ def _relists(v: MetricsView) -> Iterator[Sample]:
         yield (v.cluster, kind, "watchdog"), st.watchdog_relists
 
 
+def _unowned(v: MetricsView) -> Iterator[Sample]:
+    yield (v.cluster,), sum(d.fraction for d in v.states if d.state == "allocated" and any(
+        o.team == compute.UNKNOWN_TEAM for o in d.owners))
+
+
 def _rejected(v: MetricsView) -> Iterator[Sample]:
     h = v.health
     return (((v.cluster, reason), h.rejected.get(reason, 0))
@@ -803,6 +808,22 @@ FAMILIES: tuple[Family, ...] = (
       "because they could not be read (a Kueue Workload with a malformed quantity, say), "
       "by resource; each logged once per episode.", ("cluster", "resource"),
       lambda v: [((v.cluster, kind), n) for kind, n in sorted(v.kube.rejected_objects.items())]),
+    F("exporter_kubernetes_discovery_up", "gauge", "", "1 if the API group's discovery "
+      "was answered the last time it was asked (served or not), 0 while it fails (a 403: "
+      "the exporter cannot tell whether the cluster runs Kueue, and is not ready). Absent "
+      "before it is asked.", ("cluster", "group"),
+      lambda v: [((v.cluster, g), 1.0 if ok else 0.0)
+                 for g, ok in sorted(v.kube.discovery_up.items())]),
+    F("exporter_kubernetes_discovery_errors", "counter", "", "Failed discoveries of an API "
+      "group, by reason (http_<status>, refused, timeout...); each episode logged once.",
+      ("cluster", "group", "reason"),
+      lambda v: [((v.cluster, g, r), n)
+                 for (g, r), n in sorted(v.kube.discovery_errors.items())]),
+    F("exporter_unowned_gpus", "gauge", "gpus", "Allocated GPUs (a MIG instance as its "
+      "fraction) with a pod of team \"unknown\" this cycle: the pod neither in the "
+      "exporter's view nor seen before, and its namespace not listed (or the pod without "
+      "the team label while namespaces cannot be listed). Their cost goes to team "
+      "\"unknown\", never to a team guessed.", ("cluster",), _unowned),
     F("exporter_rejected_samples", "counter", "", "DCGM samples dropped, by reason.",
       ("cluster", "reason"), _rejected),
     F("exporter_dcgm_pages", "counter", "", "dcgm-exporter pages read, by how: plan (by "

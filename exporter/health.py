@@ -53,6 +53,15 @@ class KubeHealth(Protocol):
     def last_success(self) -> Mapping[str, float]: ...
     @property
     def rejected_objects(self) -> Mapping[str, int]: ...
+    @property
+    def discovery_up(self) -> Mapping[str, bool]:
+        """API group -> whether its last discovery was answered; absent before asked."""
+    @property
+    def discovery_errors(self) -> Mapping[tuple[str, str], int]:
+        """(API group, reason) -> failed discoveries."""
+    @property
+    def discovery_error(self) -> Mapping[str, str]:
+        """API group -> the error of its discovery, while it fails."""
     def age(self, kind: str) -> float | None: ...
 
 

@@ -51,7 +51,8 @@ from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.snapshot import Placed, Snapshot, place_answers
 from exporter.sources import ClusterSource, ReadingSource
-from exporter.sources.kube import deleted_pod
+from exporter.sources.kube import KUEUE_KINDS, deleted_pod
+from exporter.sources.kueue import GROUP as KUEUE_GROUP
 from exporter.totals import Totals
 
 if TYPE_CHECKING:
@@ -66,8 +67,14 @@ DCGM_FIELDS_READ = _USED | {old for old, new in DCGM_RENAMED.items() if new in _
 """Every DCGM field the exporter uses, under each name DCGM has given it; the source skips
 the other families unparsed."""
 
-VIEW_KINDS = ("nodes", "pods")
-"""The Kubernetes kinds the figures stand on: no figure before both are listed."""
+VIEW_KINDS = ("nodes", "pods", "namespaces")
+"""The Kubernetes kinds the figures stand on (a pod's team may be its namespace's label):
+not ready before all are listed. Kueue's kinds too where the cluster serves Kueue."""
+REMEMBERED_OWNERS = 20_000
+"""GPU pods whose owner is remembered after they leave the view (by namespace and name,
+the most recently seen kept): a GPU DCGM still shows with such a pod is theirs."""
+REMEMBERED_SECONDS = 3600.0
+"""And for how long after they were last in the view (memory stays flat under churn)."""
 
 GC_THRESHOLDS = (100_000, 50, 50)
 """The garbage collector's thresholds while the exporter runs (Python's are 2,000, 10,
@@ -156,7 +163,7 @@ class Exporter:
             self.inventory, self.open_incidents = warehouse.load_state()
         self.cycles = 0
         self.viewed_cycles = 0
-        """Cycles that ran on a listed Kubernetes view (nodes and pods)."""
+        """Cycles that ran on a listed Kubernetes view (``VIEW_KINDS``)."""
         self.cycle_seconds = 0.0
         self.stage_cpu: dict[str, float] = {}
         """CPU seconds of the last cycle by stage: scrape (HTTP and parsing), compute,
@@ -175,6 +182,8 @@ class Exporter:
         self._episodes = logs.Episodes(log)
         """Failing targets, (url, "scrape" or "rejected:<reason>"): logged per episode."""
         self._interrupted_pods: set[str] = set()
+        self._known_owners: dict[tuple[str, str], tuple[compute.Owner, float]] = {}
+        """(namespace, pod) -> the owner last seen and when it was last in the view."""
         self._pool_of: dict[str, str] = {}
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
@@ -212,21 +221,42 @@ class Exporter:
     @property
     def readiness_checks(self) -> tuple[Callable[[], str | None], ...]:
         """Each returns why the exporter is not ready, or None."""
-        return (self._kubernetes_listed, self._kubernetes_fresh, self._warehouse_writing)
+        return (self._kubernetes_listed, self._kubernetes_allowed, self._kueue_discovered,
+                self._kubernetes_fresh, self._warehouse_writing)
+
+    def needed_kinds(self) -> tuple[str, ...]:
+        """The Kubernetes kinds the figures need: ``VIEW_KINDS``, and Kueue's where the
+        cluster serves it (queue wait's admission comes from its Workloads)."""
+        return VIEW_KINDS + (KUEUE_KINDS if self.kube.kueue else ())
+
+    def _kueue_discovered(self) -> str | None:
+        if error := self.kube.discovery_error.get(KUEUE_GROUP):
+            return (f"whether the cluster runs Kueue is unknown: its API group "
+                    f"{KUEUE_GROUP} cannot be discovered ({error})")
+        return None
 
     def _kubernetes_listed(self) -> str | None:
-        missing = [k for k in VIEW_KINDS if not self.kube.synced[k].is_set()]
+        missing = [k for k in self.needed_kinds() if not self.kube.synced[k].is_set()]
         if missing:
             errors = [e for k in missing if (e := self.kube.stats[k].last_error)]
-            return (f"no list of {' and '.join(missing)} from the Kubernetes API yet"
+            kinds = ", ".join(missing[:-1]) + " and " + missing[-1] if len(missing) > 1 \
+                else missing[0]
+            return (f"no list of {kinds} from the Kubernetes API yet"
                     + (f" (last error: {' '.join(errors[0].splitlines()[:2])})"
                        if errors else ""))
         if not self.viewed_cycles:
             return "waiting for the first full cycle"
         return None
 
+    def _kubernetes_allowed(self) -> str | None:
+        denied = [k for k in self.needed_kinds() if k in self.kube.denied]
+        if denied:
+            return (f"the Kubernetes API forbids {', '.join(denied)} to the exporter (HTTP "
+                    f"403): {self.kube.denied[denied[0]]}")
+        return None
+
     def _kubernetes_fresh(self) -> str | None:
-        ages = [a for k in VIEW_KINDS if (a := self.kube.age(k)) is not None]
+        ages = [a for k in self.needed_kinds() if (a := self.kube.age(k)) is not None]
         bound = self.config.kubernetes.max_staleness
         if ages and max(ages) > bound:
             return (f"the Kubernetes view is {max(ages):.0f} s old (kubernetes.max_staleness "
@@ -373,6 +403,7 @@ class Exporter:
     def _compute(self, snap: Snapshot) -> list[compute.DeviceState]:
         """The devices' states of a snapshot; the inventory goes on from it."""
         owners = self._owners()
+        self._remember(owners, snap.now)
         self._pool_of.update((n.name, n.pool) for n in snap.nodes.values())
         for pod in snap.ended_pods:
             owners.setdefault((pod.namespace, pod.name), self._owner(pod))
@@ -384,15 +415,50 @@ class Exporter:
         states = compute.device_states(
             snap.nodes, snap.readings, snap.unknown_nodes, self.inventory, owners,
             price, self.config.prices.discounts, self.config.prices.default_discount,
-            snap.complete, self.last_seen)
+            snap.complete, self.last_seen, self.unviewed_owner)
         self.inventory = compute.remember(self.inventory, snap.readings, snap.nodes)
         self._retire(snap.readings, snap.nodes, snap.now)
+        self._unowned(states, snap.now)
         return states
+
+    def _remember(self, owners: Mapping[tuple[str, str], compute.Owner], now: float) -> None:
+        """Keep the owners whose team is known, the most recently seen last: at most
+        ``REMEMBERED_OWNERS``, none last seen over ``REMEMBERED_SECONDS`` ago."""
+        known = self._known_owners
+        for key, owner in owners.items():
+            if owner.team != compute.UNKNOWN_TEAM:
+                known.pop(key, None)
+                known[key] = (owner, now)
+        while known:
+            oldest = next(iter(known))
+            if len(known) <= REMEMBERED_OWNERS and known[oldest][1] >= now - REMEMBERED_SECONDS:
+                break
+            del known[oldest]
+
+    def unviewed_owner(self, namespace: str, pod: str) -> compute.Owner:
+        """The owner of a GPU's pod not in the view: as last seen, else by its namespace
+        (``compute.unviewed_owner``), else ``compute.UNKNOWN_TEAM``'s."""
+        if (known := self._known_owners.get((namespace, pod))) is not None:
+            return known[0]
+        return compute.unviewed_owner(namespace, pod, self.kube.namespace_labels,
+                                      self.config.team_label)
+
+    def _unowned(self, states: Sequence[compute.DeviceState], now: float) -> None:
+        """Log once per episode that allocated GPUs have pods of an unknown team."""
+        pods = sorted({f"{o.namespace}/{o.name}" for d in states for o in d.owners
+                       if o.team == compute.UNKNOWN_TEAM})
+        if pods:
+            missing = [k for k in ("pods", "namespaces") if not self.kube.up.get(k)]
+            self._episodes.failed(("owners", "unknown"), now, "gpu owners unknown",
+                                  team=compute.UNKNOWN_TEAM, pods=len(pods), first=pods[:5],
+                                  kubernetes_down=missing)
+        else:
+            self._episodes.recovered(("owners", "unknown"), now, "gpu owners known again")
 
 
     def _owner(self, pod: PodInfo) -> compute.Owner:
         team = compute.team_of(pod.labels, pod.namespace, self.kube.namespace_labels,
-                               self.config.team_label)
+                               self.config.team_label, self.kube.synced["namespaces"].is_set())
         a = self.config.allocation
         allocation = compute.allocation_of(pod.labels, pod.annotations, pod.namespace,
                                            self.kube.namespace_labels, a.label, a.annotation
@@ -566,7 +632,7 @@ class Exporter:
 
     def workload_team(self, wl: WorkloadInfo) -> str:
         return compute.team_of(wl.labels, wl.namespace, self.kube.namespace_labels,
-                               self.config.team_label)
+                               self.config.team_label, self.kube.synced["namespaces"].is_set())
 
     def cluster_queue_of(self, wl: WorkloadInfo) -> str:
         """The ClusterQueue that admitted it, else its LocalQueue's ("" if unknown)."""
