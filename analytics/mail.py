@@ -3,9 +3,10 @@ as the plain-text alternative, the CSVs they cite attached; one platform-wide me
 one per team, each team's recipients getting only their slice. Each message has a
 ``Date``, a ``Message-ID`` of the sender's domain and ``Auto-Submitted: auto-generated``
 (RFC 3834: no vacation replies to it); its subject carries the headline cost. SMTP with
-STARTTLS or SSL; the password comes from the environment or a mounted secret file and
-never reaches a log line. A message counts as sent only once the server has accepted it
-for every recipient; any failure names the server (``MailError``)."""
+STARTTLS or SSL (a login without either is refused unless ``allow_plaintext_auth`` says
+otherwise, and then warned about at each send); the password comes from a mounted secret
+file or the environment and never reaches a log line. A message counts as sent only once
+the server has accepted it for every recipient; any failure names the server (``MailError``)."""
 
 from __future__ import annotations
 
@@ -120,6 +121,10 @@ def send(msgs: Sequence[EmailMessage], smtp: Smtp) -> int:
             if smtp.security == "starttls":
                 client.starttls(context=context)
             if smtp.username and secret is not None:
+                if smtp.security == "none":
+                    log.warning("smtp login in clear", extra=ctx(
+                        server=server, username=smtp.username,
+                        why="security: none with allow_plaintext_auth"))
                 client.login(smtp.username, secret)
             for m in msgs:
                 to = getaddresses([str(m["To"])])

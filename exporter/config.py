@@ -387,6 +387,18 @@ class Smtp(_Section):
     """CA bundle for the server's certificate; default: the system's."""
     timeout: Duration = 30.0
     """Timeout of one SMTP exchange."""
+    allow_plaintext_auth: bool = False
+    """Log in over ``security: none`` all the same (the password then crosses the network
+    in clear; a warning is logged at each send). Without it such a login is refused."""
+
+    @model_validator(mode="after")
+    def _no_login_in_clear(self) -> Self:
+        login = self.username is not None or self.password is not None \
+            or self.password_file is not None
+        if self.security == "none" and login and not self.allow_plaintext_auth:
+            raise ValueError("a login over security: none sends the password in clear; use "
+                             "starttls or ssl (or set allow_plaintext_auth: true)")
+        return self
 
 
 SCHEDULE = r"(?i)^(mon|tue|wed|thu|fri|sat|sun)[a-z]*\s+([01]?\d|2[0-3]):[0-5]\d$"
