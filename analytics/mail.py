@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime, getaddresses, make_msgid
 
+from analytics import format as fmt
 from analytics import render
 from analytics.charts import render_all
 from analytics.report import WeeklyReport
@@ -52,7 +53,7 @@ def compose(report: WeeklyReport, cfg: ReportConfig, recipients: Sequence[str],
     the CSVs they cite attached (``render.cited_csvs``)."""
     charts = charts if charts is not None else render_all(report)
     msg = EmailMessage()
-    scope = f"team {report.team}" if report.team else f"{report.cluster}, all teams"
+    scope = fmt.text(f"team {report.team}" if report.team else f"{report.cluster}, all teams")
     msg["Subject"] = _header(subject(cfg.subject, report.week.label, scope,
                                      report.headline.get("cost_usd")), "subject")
     msg["From"] = _header(cfg.sender, "sender")

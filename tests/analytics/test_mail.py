@@ -14,6 +14,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from analytics import mail, render
+from analytics.charts import CHARTS
 from analytics.report import build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
@@ -171,12 +172,18 @@ def test_a_subject_template_with_an_unknown_placeholder_is_refused() -> None:
 
 
 def test_line_breaks_never_reach_a_header(small_warehouse: Path) -> None:
+    """A cluster's name is the subject's; its line breaks read as spaces there."""
     cfg = load_config(None, {"report": {"platform_recipients": ["p@example.com"]}})
     store = DuckDBStore(small_warehouse)
     r = build(store, parse_week("2026-W47"), {}, 0.995,
               only_cluster="c\r\nBcc: evil@example.com")
+    msg = mail.compose(r, cfg.report, cfg.report.platform_recipients,
+                       charts=dict.fromkeys(CHARTS, b""))
+    assert msg["Bcc"] is None
+    assert "c  Bcc: evil@example.com, all teams" in str(msg["Subject"])
     with pytest.raises(ValueError, match="line break"):
-        mail.compose(r, cfg.report, cfg.report.platform_recipients, charts={})
+        mail.compose(r, cfg.report.model_copy(update={"sender": "a@b\r\nBcc: e@x"}),
+                     cfg.report.platform_recipients, charts=dict.fromkeys(CHARTS, b""))
 
 
 @pytest.mark.parametrize("login", [
