@@ -380,9 +380,10 @@ class Smtp(_Section):
     username: str | None = Field(default=None, pattern=_NO_CRLF)
     """The login, if the server wants one (the password: ``password``)."""
     password: SecretStr | None = None
-    """Better from the environment (GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD) or a file."""
+    """Better from a file (``password_file``) or the environment
+    (GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD), which child processes inherit."""
     password_file: Path | None = None
-    """A mounted secret holding the password."""
+    """A mounted secret holding the password (as ``deploy/`` mounts it)."""
     ca_file: Path | None = None
     """CA bundle for the server's certificate; default: the system's."""
     timeout: Duration = 30.0
