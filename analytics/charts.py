@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analytics import format as fmt
 from analytics.report import WeeklyReport
 from analytics.workspace import Table
 
@@ -33,7 +34,7 @@ def daily_cost(report: WeeklyReport) -> bytes:
     x = np.arange(len(table))
     greys = {"(unallocated)": "#bdc1c6", "(unavailable)": "#5f6368"}  # the pool's, not a team's
     for team in table.columns:
-        ax.bar(x, table[team].to_numpy(), bottom=bottom, label=str(team),
+        ax.bar(x, table[team].to_numpy(), bottom=bottom, label=fmt.text(str(team)),
                color=greys.get(str(team)))
         bottom += table[team].to_numpy()
     ax.set_xticks(x, [d.strftime("%a %d") for d in table.index])
@@ -78,8 +79,8 @@ def queue_wait(report: WeeklyReport) -> bytes:
     q = q[q.pods > 0].head(8)
     fig = Figure(figsize=(7, 3.2))
     ax = fig.subplots()
-    labels = [f"{t}\n{m.removeprefix('nvidia-')}" for t, m in zip(q.team, q.gpu_model,
-                                                                    strict=True)]
+    labels = [f"{fmt.text(str(t))}\n{fmt.text(str(m)).removeprefix('nvidia-')}"
+              for t, m in zip(q.team, q.gpu_model, strict=True)]
     x = np.arange(len(q))
     for i, p in enumerate(("p50", "p90", "p99")):
         ax.bar(x + (i - 1) * 0.27, q[f"{p}_seconds"].to_numpy() / 60, width=0.27, label=p)

@@ -14,6 +14,18 @@ PERCENT = {"change", "share", "share_of_allocated", "utilization", "utilization_
 
 MINUS = "\N{MINUS SIGN}"
 
+_CONTROL = {c: None for c in [*range(0x20), *range(0x7F, 0xA0)]} | \
+    dict.fromkeys(map(ord, "\t\n\v\f\r\x85"), " ")
+"""C0 and C1 control characters and DEL: dropped, those that break a line or space
+a column read as a space."""
+
+
+def text(s: str) -> str:
+    """Cluster-supplied text (a team, allocation, namespace, pod or model name, from labels
+    and annotations anyone may set) with no control character: a NUL or an escape sequence
+    never reaches a report, a table cell or a mail."""
+    return s.translate(_CONTROL)
+
 
 def money(v: float | None) -> str:
     return "—" if v is None or _nan(v) else f"${v:,.2f}"
@@ -74,7 +86,7 @@ def cell(column: str, v: Any) -> str:
         if column.endswith(("_hours", "_gib")):
             return f"{v:,.1f}"
         return f"{v:,}" if isinstance(v, int) else f"{v:,.2f}"
-    return str(v)
+    return text(str(v))
 
 
 def heading(column: str) -> str:

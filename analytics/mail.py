@@ -3,9 +3,10 @@ as the plain-text alternative, the CSVs they cite attached; one platform-wide me
 one per team, each team's recipients getting only their slice. Each message has a
 ``Date``, a ``Message-ID`` of the sender's domain and ``Auto-Submitted: auto-generated``
 (RFC 3834: no vacation replies to it); its subject carries the headline cost. SMTP with
-STARTTLS or SSL; the password comes from the environment or a mounted secret file and
-never reaches a log line. A message counts as sent only once the server has accepted it
-for every recipient; any failure names the server (``MailError``)."""
+STARTTLS or SSL (a login without either is refused unless ``allow_plaintext_auth`` says
+otherwise, and then warned about at each send); the password comes from a mounted secret
+file or the environment and never reaches a log line. A message counts as sent only once
+the server has accepted it for every recipient; any failure names the server (``MailError``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime, getaddresses, make_msgid
 
+from analytics import format as fmt
 from analytics import render
 from analytics.charts import render_all
 from analytics.report import WeeklyReport
@@ -51,7 +53,7 @@ def compose(report: WeeklyReport, cfg: ReportConfig, recipients: Sequence[str],
     the CSVs they cite attached (``render.cited_csvs``)."""
     charts = charts if charts is not None else render_all(report)
     msg = EmailMessage()
-    scope = f"team {report.team}" if report.team else f"{report.cluster}, all teams"
+    scope = fmt.text(f"team {report.team}" if report.team else f"{report.cluster}, all teams")
     msg["Subject"] = _header(subject(cfg.subject, report.week.label, scope,
                                      report.headline.get("cost_usd")), "subject")
     msg["From"] = _header(cfg.sender, "sender")
@@ -120,6 +122,10 @@ def send(msgs: Sequence[EmailMessage], smtp: Smtp) -> int:
             if smtp.security == "starttls":
                 client.starttls(context=context)
             if smtp.username and secret is not None:
+                if smtp.security == "none":
+                    log.warning("smtp login in clear", extra=ctx(
+                        server=server, username=smtp.username,
+                        why="security: none with allow_plaintext_auth"))
                 client.login(smtp.username, secret)
             for m in msgs:
                 to = getaddresses([str(m["To"])])

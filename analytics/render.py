@@ -1,5 +1,6 @@
 """The report as Markdown, HTML (for email: inline styles, charts by Content-ID), JSON and
-CSV. Every name that comes from the cluster is escaped for the format it lands in."""
+CSV. Every name that comes from the cluster is escaped for the format it lands in, and
+rid of control characters in all of them (``format.text``)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ INTRO = {
 
 _encode_str = json.encoder.encode_basestring_ascii
 _env = Environment(loader=PackageLoader("analytics"), autoescape=select_autoescape(["html"]),
-                   trim_blocks=True, lstrip_blocks=True)
+                   trim_blocks=True, lstrip_blocks=True,
+                   finalize=lambda v: fmt.text(v) if isinstance(v, str) else v)
 
 
 def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
@@ -192,7 +194,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 def md(text: str) -> str:
     """Cluster-supplied text, inert in Markdown (and in the HTML Markdown may embed)."""
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=False)).replace("\n", " ")
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(fmt.text(text), quote=False))
 
 
 def markdown(report: WeeklyReport) -> str:
@@ -274,7 +276,7 @@ def _json_value(v: Any, pad: str) -> str:
     if v is None:
         return "null"
     if isinstance(v, str):
-        return _encode_str(v)
+        return _encode_str(fmt.text(v))
     if type(v) is float:
         if v != v:
             return "null"
@@ -283,9 +285,21 @@ def _json_value(v: Any, pad: str) -> str:
         return int.__repr__(v)
     if isinstance(v, dict) and v:
         inner = pad + " "
-        return "{\n" + ",\n".join(f"{inner}{_encode_str(str(k))}: {_json_value(x, inner)}"
+        return "{\n" + ",\n".join(f"{inner}{_encode_str(fmt.text(str(k)))}: "
+                                  f"{_json_value(x, inner)}"
                                   for k, x in v.items()) + f"\n{pad}}}"
-    return json.dumps(_jsonable(v), default=_jsonable)
+    return json.dumps(_texts(_jsonable(v)), default=_jsonable)
+
+
+def _texts(v: Any) -> Any:
+    """``v`` with ``format.text`` applied to every string in it, keys included."""
+    if isinstance(v, str):
+        return fmt.text(v)
+    if isinstance(v, dict):
+        return {_texts(k): _texts(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_texts(x) for x in v]
+    return v
 
 
 def _json_rows(chunk: pd.DataFrame) -> list[str]:
@@ -293,7 +307,7 @@ def _json_rows(chunk: pd.DataFrame) -> list[str]:
     if not len(chunk.columns):
         return [_ROW + "{}"] * len(chunk)
     pad = _ROW + " "
-    keys = [f"{pad}{_encode_str(str(c))}: " for c in chunk.columns]
+    keys = [f"{pad}{_encode_str(fmt.text(str(c)))}: " for c in chunk.columns]
     columns = [[k + _json_value(v, pad) for v in chunk[c].tolist()]
                for k, c in zip(keys, chunk.columns, strict=True)]
     return [f"{_ROW}{{\n" + ",\n".join(values) + f"\n{_ROW}}}"
@@ -308,13 +322,13 @@ meaning or goes."""
 def write_json(report: WeeklyReport, out: IO[str]) -> None:
     """The report and every row of its tables as JSON, in ``json.dumps(..., indent=1)``'s
     layout, written a chunk of rows at a time."""
-    head = json.dumps({"schema_version": JSON_SCHEMA_VERSION, "week": report.week.label,
-                       "cluster": report.cluster,
-                       "team": report.team, "sla_target": report.sla_target,
-                       "headline": report.headline,
-                       "price_basis": None if report.basis is None else
-                       asdict(report.basis) | {"line": price_basis(report.basis)},
-                       "tables": {}},
+    head = json.dumps(_texts({"schema_version": JSON_SCHEMA_VERSION,
+                              "week": report.week.label, "cluster": report.cluster,
+                              "team": report.team, "sla_target": report.sla_target,
+                              "headline": report.headline,
+                              "price_basis": None if report.basis is None else
+                              asdict(report.basis) | {"line": price_basis(report.basis)},
+                              "tables": {}}),
                       indent=1, default=_jsonable)
     if not report.tables:
         out.write(head)
@@ -353,7 +367,8 @@ def _csv(report: WeeklyReport, name: str, table: pd.DataFrame | Table, f: IO[str
         _csv_rows(chunk, report).to_csv(f, index=False, header=header)
         header = False
     if header:
-        pd.DataFrame(columns=["week", "cluster", *_columns(name, table)]).to_csv(f, index=False)
+        pd.DataFrame(columns=["week", "cluster", *map(fmt.text, _columns(name, table))]
+                     ).to_csv(f, index=False)
 
 
 def is_money(column: str) -> bool:
@@ -369,7 +384,11 @@ def _csv_rows(chunk: pd.DataFrame, report: WeeklyReport) -> pd.DataFrame:
     if "evidence" in out.columns:
         out["evidence"] = [json.dumps(_jsonable(e), default=_jsonable)
                            if isinstance(e, dict) else e for e in out["evidence"]]
-    out.insert(0, "cluster", report.cluster)
+    for c in out.columns:
+        if pd.api.types.is_object_dtype(out[c]) or pd.api.types.is_string_dtype(out[c]):
+            out[c] = [fmt.text(v) if isinstance(v, str) else v for v in out[c]]
+    out.columns = [fmt.text(str(c)) for c in out.columns]  # teams, by day
+    out.insert(0, "cluster", fmt.text(report.cluster))
     out.insert(0, "week", report.week.label)
     return out
 

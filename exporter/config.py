@@ -116,6 +116,11 @@ class Dcgm(_Section):
     retire_after: Duration = Field(default=3600.0, gt=0)
     """A device DCGM has not reported for this long, beyond what Kubernetes counts on its
     node, is forgotten: its series go, its open incident ends."""
+    stuck_after: int = Field(default=5, ge=2)
+    """A dcgm-exporter whose page is byte for byte the same this many scrapes in a row
+    while GPUs of its nodes are allocated is flagged stuck
+    (``gke_gpu_exporter_dcgm_target_stuck``, logged once per episode): a live one's
+    clocks, power and energy counters move every interval."""
 
     @model_validator(mode="after")
     def _urls(self) -> Self:
@@ -380,13 +385,26 @@ class Smtp(_Section):
     username: str | None = Field(default=None, pattern=_NO_CRLF)
     """The login, if the server wants one (the password: ``password``)."""
     password: SecretStr | None = None
-    """Better from the environment (GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD) or a file."""
+    """Better from a file (``password_file``) or the environment
+    (GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD), which child processes inherit."""
     password_file: Path | None = None
-    """A mounted secret holding the password."""
+    """A mounted secret holding the password (as ``deploy/`` mounts it)."""
     ca_file: Path | None = None
     """CA bundle for the server's certificate; default: the system's."""
     timeout: Duration = 30.0
     """Timeout of one SMTP exchange."""
+    allow_plaintext_auth: bool = False
+    """Log in over ``security: none`` all the same (the password then crosses the network
+    in clear; a warning is logged at each send). Without it such a login is refused."""
+
+    @model_validator(mode="after")
+    def _no_login_in_clear(self) -> Self:
+        login = self.username is not None or self.password is not None \
+            or self.password_file is not None
+        if self.security == "none" and login and not self.allow_plaintext_auth:
+            raise ValueError("a login over security: none sends the password in clear; use "
+                             "starttls or ssl (or set allow_plaintext_auth: true)")
+        return self
 
 
 SCHEDULE = r"(?i)^(mon|tue|wed|thu|fri|sat|sun)[a-z]*\s+([01]?\d|2[0-3]):[0-5]\d$"

@@ -26,6 +26,36 @@ class SourceHealth:
     """(source, target) -> the cycle time of its last answer."""
     pages: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """dcgm-exporter pages by how they were read (``records.PAGE_READS``)."""
+    stuck: dict[str, bool] = field(default_factory=dict)
+    """dcgm target -> whether it is stuck (``PageRuns.stuck``), from its last answer."""
+
+
+@dataclass(slots=True)
+class PageRuns:
+    """Each dcgm target's last page (its CRC-32 and length) and how many answers in a row
+    brought it: a live dcgm-exporter's clocks, power and energy counters change its page
+    every scrape, so one that repeats while its GPUs are busy is stuck. A failed scrape
+    between two answers neither ends nor lengthens a run."""
+
+    last: dict[str, tuple[int, int]] = field(default_factory=dict)
+    runs: dict[str, int] = field(default_factory=dict)
+
+    def see(self, target: str, page: tuple[int, int]) -> int:
+        """The answers in a row, this one included, that brought ``page``."""
+        run = self.runs.get(target, 0) + 1 if self.last.get(target) == page else 1
+        self.last[target], self.runs[target] = page, run
+        return run
+
+    def forget(self, target: str) -> None:
+        self.last.pop(target, None)
+        self.runs.pop(target, None)
+
+    @staticmethod
+    def stuck(run: int, after: int, allocated_nodes: int) -> bool:
+        """Whether a target is stuck: the same page ``after`` answers in a row or more
+        while GPUs of ``allocated_nodes`` of its nodes are allocated (an idle node's page
+        may rightly stand still)."""
+        return run >= after and allocated_nodes > 0
 
 
 @dataclass(slots=True)

@@ -158,6 +158,9 @@ class TargetScrape:
     bytes_read: int
     complete: bool = True
     """Whether the devices are every GPU of their nodes (per-container sources: not)."""
+    page_crc: int | None = None
+    """The CRC-32 of the page as it came (dcgm-exporter's; None from other sources): two
+    pages alike in it and ``bytes_read`` are the same page."""
 
 
 # ---------------------------------------------------------------------------- Kueue

@@ -31,6 +31,7 @@ from exporter.families import DEVICE_READINGS, MetricsView, QueuedWorkload
 from exporter.health import (
     CatalogStats,
     CloudMonitoringStats,
+    PageRuns,
     RemoteWriteStats,
     ReportStats,
     SourceHealth,
@@ -181,6 +182,7 @@ class Exporter:
         self._logged: set[tuple[str, str]] = set()
         self._episodes = logs.Episodes(log)
         """Failing targets, (url, "scrape" or "rejected:<reason>"): logged per episode."""
+        self._page_runs = PageRuns()
         self._interrupted_pods: set[str] = set()
         self._known_owners: dict[tuple[str, str], tuple[compute.Owner, float]] = {}
         """(namespace, pod) -> the owner last seen and when it was last in the view."""
@@ -299,11 +301,14 @@ class Exporter:
                 del self.health.error_reasons[k]
             self._target_nodes.pop(gone[1], None)
             self._episodes.forget(gone[1])
+            self._page_runs.forget(gone[1])
+            self.health.stuck.pop(gone[1], None)
         nodes = dict(self.kube.nodes)
         self._admit(placed.readings, nodes, now)
         snap = Snapshot(now, nodes, dict(self.kube.pods), tuple(self.kube.take_deleted_pods()),
                         placed.readings, frozenset(placed.unknown_nodes), placed.complete)
         states = self._compute(snap)
+        self._stuck(dict(zip(targets, results, strict=True)), states, now)
         for d in states:
             if d.price_usd_per_hour is None:
                 self._log_once(d.node, f"unpriced:{d.accelerator}", "gpu model not priced",
@@ -379,6 +384,27 @@ class Exporter:
         self._episodes.failed((url, "scrape"), now, "dcgm scrape failed", target=url,
                               reason=res.label, error=res.reason,
                               **({"rejected": res.rejected} if res.rejected else {}))
+
+    def _stuck(self, answers: Mapping[str, TargetScrape | Exception],
+               states: Sequence[compute.DeviceState], now: float) -> None:
+        """Each answering target's page compared with its last: the same
+        ``dcgm.stuck_after`` times in a row while GPUs of its nodes are allocated, it is
+        flagged stuck, logged once per episode."""
+        allocated = {d.node for d in states if d.state == "allocated"}
+        after = self.config.dcgm.stuck_after
+        for url, res in answers.items():
+            if not isinstance(res, TargetScrape) or res.page_crc is None:
+                continue
+            run = self._page_runs.see(url, (res.page_crc, res.bytes_read))
+            busy = sorted(self._target_nodes.get(url, set()) & allocated)
+            stuck = self.health.stuck[url] = PageRuns.stuck(run, after, len(busy))
+            if stuck:
+                self._episodes.failed((url, "stuck"), now, "dcgm page unchanged while its "
+                                      "gpus are allocated", target=url, scrapes=run,
+                                      nodes=busy)
+            else:
+                self._episodes.recovered((url, "stuck"), now, "dcgm page changing again",
+                                         target=url)
 
     def _page_read(self, url: str, result: ParseResult, now: float) -> None:
         """How a page was read, counted; a plan that failed logged once, until a page of

@@ -207,8 +207,7 @@ def test_the_warehouse_outlives_the_pod(objects: Objects) -> None:
     assert "emptyDir" in tmp
 
 
-def test_the_weekly_report_job(objects: Objects, with_component: dict[str, Objects],
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_weekly_report_job(objects: Objects, with_component: dict[str, Objects]) -> None:
     """Mondays 07:00 UTC, never two at once, as hardened as the exporter, from BigQuery."""
     rendered = with_component["bigquery-report"]
     job = rendered["CronJob"]
@@ -235,12 +234,33 @@ def test_the_weekly_report_job(objects: Objects, with_component: dict[str, Objec
     assert config["readOnly"] and volumes[config["name"]]["configMap"]["name"] == \
         objects["ConfigMap"]["metadata"]["name"]
     assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
-    (password,) = [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})]
-    assert password["valueFrom"]["secretKeyRef"]["key"]
-    monkeypatch.setenv(password["name"], "from-the-secret")
-    cfg = load_config(None, yaml.safe_load(objects["ConfigMap"]["data"]["config.yaml"]))
-    assert cfg.report.smtp.password is not None
-    assert cfg.report.smtp.password.get_secret_value() == "from-the-secret"
+
+
+@pytest.mark.parametrize("component", ["", "bigquery-report"], ids=["exporter", "report job"])
+def test_the_smtp_password_is_a_mounted_file_never_an_environment_variable(
+        objects: Objects, with_component: dict[str, Objects], component: str) -> None:
+    """What a process inherits (the scheduled report's child, anything it runs) holds no
+    secret: the password is read from the Secret's file, ``report.smtp.password_file``."""
+    pod = with_component[component]["CronJob"]["spec"]["jobTemplate"]["spec"]["template"][
+        "spec"] if component else objects["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert [e["name"] for e in container.get("env", []) if "valueFrom" in e] == []
+    assert [e for e in container.get("envFrom", []) if "secretRef" in e] == []
+    cfg = load_config(None, _documented(objects["ConfigMap"]["data"]["config.yaml"]))
+    smtp = cfg.report.smtp
+    assert smtp.password is None and smtp.password_file is not None
+    assert cfg.report.platform_recipients and smtp.security == "starttls"
+    file = PurePosixPath(smtp.password_file)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(file.parent)]
+    assert mount["readOnly"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = volume["secret"]
+    assert secret["secretName"] == "gke-gpu-exporter-smtp" and "items" not in secret
+    assert file.name == "password"  # the key docs/deploying.md creates the Secret with
+    # readable by the pod's group (its fsGroup), by no other user
+    mode = secret["defaultMode"]
+    assert mode & 0o040 and not mode & 0o007, oct(mode)
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
 
 
 # ---------------------------------------------------------------------------- the rules
@@ -301,8 +321,8 @@ def _merge(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
 
 def _documented(text: str) -> dict[str, Any]:
     """deploy/config.yaml with the settings it shows commented out turned on."""
-    data: dict[str, Any] = yaml.safe_load(re.sub(r"^(\s+)# ([a-z_]+: )", r"\1\2", text,
-                                                 flags=re.M))
+    data: dict[str, Any] = yaml.safe_load(re.sub(r"^( +)# ( *[a-z_]+:(?: |$))", r"\1\2",
+                                                 text, flags=re.M))
     return data
 
 
@@ -328,6 +348,72 @@ def _config(objects: Objects, features: dict[str, Any] | None) -> Config:
     text = objects["ConfigMap"]["data"]["config.yaml"]
     data = yaml.safe_load(text) if features is None else _merge(_documented(text), features)
     return load_config(None, data)
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector, as Kubernetes reads it."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        key, values = e["key"], e.get("values", [])
+        holds = {"In": key in labels and labels[key] in values,
+                 "NotIn": key not in labels or labels[key] not in values,
+                 "Exists": key in labels, "DoesNotExist": key not in labels}[e["operator"]]
+        if not holds:
+            return False
+    return True
+
+
+def admits(policy: dict[str, Any], namespace: str, port: int) -> bool:
+    """Whether a NetworkPolicy's ingress lets any pod of ``namespace`` (labelled, as every
+    namespace is, with its name) reach ``port`` of the pods it selects."""
+    own = policy["metadata"]["namespace"]
+    for rule in policy["spec"].get("ingress", []):
+        if rule.get("ports") and not any(p.get("protocol", "TCP") == "TCP" and p.get(
+                "port") == port for p in rule["ports"]):
+            continue
+        if not rule.get("from"):
+            return True  # from everywhere
+        for peer in rule["from"]:
+            if "ipBlock" in peer:
+                continue
+            selector = peer.get("namespaceSelector")
+            in_namespace = namespace == own if selector is None else \
+                _selects(selector, {"kubernetes.io/metadata.name": namespace})
+            if in_namespace and not peer.get("podSelector"):  # any pod of it
+                return True
+    return False
+
+
+@pytest.mark.parametrize(("namespace", "port", "admitted"), [
+    ("gmp-system", 9808, True),
+    ("monitoring", 9808, True),
+    ("default", 9808, False),
+    ("research", 9808, False),
+    ("gke-gpu-exporter", 9808, False),
+    ("gmp-system", 9400, False),
+])
+def test_metrics_are_let_in_from_the_scrapers_namespaces_only(
+        objects: Objects, namespace: str, port: int, admitted: bool) -> None:
+    """``/metrics`` names pods, teams and costs: Managed Prometheus' collectors
+    (gmp-system) and prometheus-operator's Prometheus (monitoring) read it, no one else."""
+    assert admits(objects["NetworkPolicy"], namespace, port) is admitted
+
+
+def test_an_overlay_lets_another_scraper_in_as_the_docs_show(tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "deploying.md").read_text()
+    (block,) = re.findall(r"```yaml\n(# kustomization.yaml of your overlay\n.*?)```", doc,
+                          re.S)
+    overlay = yaml.safe_load(block)
+    overlay["resources"] = [os.path.relpath(DEPLOY, tmp_path)]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    proc = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    policy = by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])["NetworkPolicy"]
+    assert admits(policy, "observability", 9808)
+    assert not admits(policy, "gmp-system", 9808) and not admits(policy, "default", 9808)
+    assert policy["spec"]["egress"]  # the rest of the policy as shipped
 
 
 def test_the_network_policy_lets_the_shipped_config_out(objects: Objects) -> None:

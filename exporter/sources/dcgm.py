@@ -42,6 +42,7 @@ import math
 import operator
 import re
 import sys
+import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
@@ -646,7 +647,8 @@ class _Scrape:
     A page that breaks the parser is this target's error (``failure``), never the
     round's."""
 
-    __slots__ = ("_chunks", "_held", "_parser", "ending", "failure", "plan", "result", "url")
+    __slots__ = ("_chunks", "_held", "_parser", "crc", "ending", "failure", "plan", "result",
+                 "url")
 
     def __init__(self, url: str, max_devices: int, read: Collection[str] | None,
                  plan: PagePlan | None = None) -> None:
@@ -659,10 +661,13 @@ class _Scrape:
         self.failure: Exception | None = None
         self.plan = plan
         """The plan of the target's last page held whole; None after a longer one."""
+        self.crc = 0
+        """The CRC-32 of the body so far (a page the same as the last: a stuck exporter)."""
 
     def body(self, chunk: bytes) -> None:
         if self.failure is not None:
             return
+        self.crc = zlib.crc32(chunk, self.crc)
         chunks: Sequence[bytes] = (chunk,)
         if self._chunks is not None:
             self._chunks.append(chunk)
@@ -800,4 +805,5 @@ class DcgmSource:
         if not scrape.result.devices:
             return SourceDataError("dcgm", target, "no DCGM GPU samples in the answer",
                                    rejected=scrape.result.rejected)
-        return TargetScrape(target, scrape.result, end.seconds, end.size)
+        return TargetScrape(target, scrape.result, end.seconds, end.size,
+                            page_crc=scrape.crc)

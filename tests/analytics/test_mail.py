@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiosmtpd.controller import Controller
 
 from analytics import mail, render
+from analytics.charts import CHARTS
 from analytics.report import build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
@@ -19,6 +23,7 @@ from exporter.config import Config, load_config
 from exporter.errors import ConfigError
 from exporter.prices import load_price_book
 from tests.analytics.conftest import HOSTILE, PASSWORD, REFUSED_DOMAIN, Inbox
+from tests.analytics.conftest import _auth as auth
 
 
 def config(port: int, ca_file: Path, **report: Any) -> Config:
@@ -167,9 +172,69 @@ def test_a_subject_template_with_an_unknown_placeholder_is_refused() -> None:
 
 
 def test_line_breaks_never_reach_a_header(small_warehouse: Path) -> None:
+    """A cluster's name is the subject's; its line breaks read as spaces there."""
     cfg = load_config(None, {"report": {"platform_recipients": ["p@example.com"]}})
     store = DuckDBStore(small_warehouse)
     r = build(store, parse_week("2026-W47"), {}, 0.995,
               only_cluster="c\r\nBcc: evil@example.com")
+    msg = mail.compose(r, cfg.report, cfg.report.platform_recipients,
+                       charts=dict.fromkeys(CHARTS, b""))
+    assert msg["Bcc"] is None
+    assert "c  Bcc: evil@example.com, all teams" in str(msg["Subject"])
     with pytest.raises(ValueError, match="line break"):
-        mail.compose(r, cfg.report, cfg.report.platform_recipients, charts={})
+        mail.compose(r, cfg.report.model_copy(update={"sender": "a@b\r\nBcc: e@x"}),
+                     cfg.report.platform_recipients, charts=dict.fromkeys(CHARTS, b""))
+
+
+@pytest.mark.parametrize("login", [
+    {"username": "reports"},
+    {"username": "reports", "password": PASSWORD},
+    {"password_file": "/run/secrets/smtp/password"},
+], ids=["username", "username and password", "password file"])
+def test_a_login_over_security_none_is_refused(login: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {"report": {"smtp": {"security": "none"} | login}})
+    lines = str(caught.value).splitlines()
+    assert [line for line in lines if "in clear" in line] == [
+        "config: report.smtp: a login over security: none sends the password in clear; use "
+        "starttls or ssl (or set allow_plaintext_auth: true)"]
+
+
+def test_security_none_without_a_login_is_allowed() -> None:
+    assert load_config(None, {"report": {"smtp": {"security": "none"}}}).report.smtp.security \
+        == "none"
+
+
+@pytest.fixture
+def plaintext_smtp_server() -> Iterator[tuple[Inbox, int]]:
+    """A server that offers no TLS and takes AUTH PLAIN in clear."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port, authenticator=auth,
+                            auth_require_tls=False)
+    controller.start()
+    yield inbox, port
+    controller.stop()
+
+
+def test_an_allowed_login_in_clear_is_sent_and_warned_about_at_each_send(
+        small_warehouse: Path, plaintext_smtp_server: tuple[Inbox, int],
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    inbox, port = plaintext_smtp_server
+    monkeypatch.setenv("GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD", PASSWORD)
+    cfg = load_config(None, {"report": {
+        "platform_recipients": ["platform@example.com"],
+        "smtp": {"host": "127.0.0.1", "port": port, "security": "none",
+                 "username": "reports", "allow_plaintext_auth": True}}})
+    store = DuckDBStore(small_warehouse)
+    r = build(store, parse_week("2026-W47"), {}, 0.995, "c")
+    store.close()
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):
+            assert mail.send(mail.messages(r, {}, cfg.report), cfg.report.smtp) == 1
+    assert len(inbox.messages) == 2
+    warned = [rec for rec in caplog.records if rec.getMessage() == "smtp login in clear"]
+    assert len(warned) == 2 and all(rec.levelno == logging.WARNING for rec in warned)
+    assert PASSWORD not in caplog.text
