@@ -8,7 +8,8 @@ scrape, join, compute, ``/metrics``, and with the warehouse on, its staging, flu
 checkpoints, hourly retention and reopens. The warehouse's own clock (checkpoints,
 reopens) is the cycles' time, so that an hour of the soak is an hour of production's
 cadence however fast the cycles run here. After ``--warmup`` simulated hours, the RSS
-after each cycle is fitted by least squares: the slope is printed in MB (10^6 bytes) per
+after each cycle of the whole hours that follow (the file is reopened hourly: a part hour
+would tilt the fit) is fitted by least squares: the slope is printed in MB (10^6 bytes) per
 simulated hour, beside what the warehouse holds (DuckDB's ``duckdb_memory()``, the file,
 its change-tracking maps) and, with ``--tracemalloc``, the Python allocations that grew
 most between the end of the warm-up and the end. Each mode runs in a process of its own,
@@ -16,7 +17,7 @@ so that one's memory is no part of the other's. The reference loop (as in
 ``exporter_cycle.py``) is printed at the start and the end: compare only beside it.
 
     .venv/bin/python benchmarks/memory_soak.py [--nodes 10] [--hours 24] [--warmup 4]
-        [--minutes 4] [--modes on off] [--tracemalloc]
+        [--minutes 4] [--modes on off] [--wall-clock] [--tracemalloc]
 """
 
 from __future__ import annotations
@@ -128,12 +129,17 @@ async def soak(nodes: int, hours: float, warmup: float, minutes: float, warehous
     finally:
         proc.terminate()
         await proc.wait()
+    whole = warmup + int(xs[-1] - warmup) if xs else 0.0  # whole hours: the reopens' period
+    if whole > warmup:
+        ys = [y for x, y in zip(xs, ys, strict=True) if x <= whole + 1e-9]
+        xs = xs[:len(ys)]
     if len(xs) < 2:
         print("steady state not reached: raise --minutes or lower --warmup")
         return
     print(f"warehouse {'on' if warehouse else 'off'}: RSS slope {slope(xs, ys):+.2f} MB per "
           f"hour over simulated hours {xs[0]:.1f}-{xs[-1]:.1f} ({len(xs)} cycles, "
-          f"{time.monotonic() - began:.0f} s); RSS {min(ys):.1f}-{max(ys):.1f} MB")
+          f"{time.monotonic() - began:.0f} s); RSS {min(ys):.1f}-{max(ys):.1f} MB, "
+          f"mean {sum(ys) / len(ys):.1f}")
 
 
 def main() -> None:

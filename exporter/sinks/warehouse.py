@@ -190,10 +190,9 @@ default, 512 MB, is more than the connection may hold: what a flush or a checkpo
 stayed with the process; at 8,000 GPUs this holds RSS about 17 MiB lower)."""
 EXTERNAL_FILE_CACHE = False
 """Whether DuckDB keeps the files it reads in memory: never here. Each staged file is read
-once and then deleted, yet DuckDB kept its bytes until its memory limit pushed them out, and
-an entry per file name in its object cache until the file was closed: 38 MB of the
-connection's 64 MB at 80 GPUs (a third of the process's RSS), and about 160 bytes more
-each cycle. No file the warehouse reads is read twice."""
+once and then deleted, yet DuckDB kept its bytes in whatever room its memory limit left
+(up to 38 MB at 80 GPUs), and an entry per file name in its object cache until the file
+was closed (about 160 bytes more each cycle). No file the warehouse reads is read twice."""
 CHECKPOINT_WAL = "1GB"
 """DuckDB's own checkpoint threshold: past ``CHECKPOINT_INTERVAL``'s log, only a guard."""
 """How often old rows are rolled up and expired rows deleted."""
