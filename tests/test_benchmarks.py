@@ -78,3 +78,13 @@ def test_the_demo_benchmark_prints_the_demo_cpu_and_wall_beside_the_references()
     assert cpu is not None, out
     total, user, system, wall = map(float, cpu.groups())
     assert total > 0 and wall > 0 and total == pytest.approx(user + system, abs=0.11)
+
+
+def test_the_memory_soak_prints_the_rss_slope_with_the_warehouse_on_and_off() -> None:
+    out = bench("benchmarks/memory_soak.py", "--nodes", "3", "--hours", "0.5", "--warmup",
+                "0.2", "--minutes", "2")
+    slopes = re.findall(r"^warehouse (on|off): RSS slope [+-][\d.]+ MB per hour over simulated "
+                        r"hours 0\.2-0\.5 \((\d+) cycles", out, re.M)
+    assert [(mode, int(n)) for mode, n in slopes] == [("on", 36), ("off", 36)], out
+    assert re.search(r"^  0\.5     60 .* in_memory_table MiB [\d.]+, file MiB", out, re.M), out
+    assert "external_file_cache" not in out
