@@ -347,15 +347,22 @@ def _staged_columns(con: duckdb.DuckDBPyConnection, staging: Path) -> list[str]:
     does not bind); the names of the files rewritten."""
     rewritten = []
     for f in sorted(staging.glob("usage-*.parquet")):
-        have = {n for (n,) in con.execute(
-            f"SELECT name FROM parquet_schema({duck.quote(str(f))})").fetchall()}
-        if not _STAGE_TYPES.keys() - have:
-            continue
         part = f.with_name(f.name + ".part")
-        cols = ", ".join(c if c in have else f"CAST(NULL AS {t}) AS {c}"
-                         for c, t in _STAGE_TYPES.items())
-        con.execute(f"COPY (SELECT {cols} FROM read_parquet({duck.quote(str(f))})) TO "
-                    f"{duck.quote(str(part))} (FORMAT parquet)")
+        try:
+            have = {n for (n,) in con.execute(
+                f"SELECT name FROM parquet_schema({duck.quote(str(f))})").fetchall()}
+            if not _STAGE_TYPES.keys() - have:
+                continue
+            cols = ", ".join(c if c in have else f"CAST(NULL AS {t}) AS {c}"
+                             for c, t in _STAGE_TYPES.items())
+            con.execute(f"COPY (SELECT {cols} FROM read_parquet({duck.quote(str(f))})) TO "
+                        f"{duck.quote(str(part))} (FORMAT parquet)")
+        except (duckdb.OutOfMemoryException, duckdb.FatalException, duckdb.InternalException,
+                duckdb.InterruptException):
+            raise                          # DuckDB's own fault, not the file's
+        except duckdb.Error:               # a file that does not read: left to the flush
+            part.unlink(missing_ok=True)
+            continue
         with part.open("rb") as written:   # on disk before it takes the staged file's name
             os.fsync(written.fileno())
         os.replace(part, f)

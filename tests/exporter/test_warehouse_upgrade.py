@@ -89,7 +89,8 @@ def test_a_file_of_an_earlier_layout_opens_with_every_row(
     # every row the release wrote, as it wrote it, and none twice; its staged rows in files
     staged = MANIFEST["files"][name]["staged"]
     assert staged["rows"] > 0 and staged["intervals"] == [STAGED_AT]
-    files = sorted(str(f) for f in wh._staging.glob("*.parquet"))
+    staging = path.with_name(path.name + ".staging")
+    files = sorted(str(f) for f in staging.glob("*.parquet"))
     assert wh.con.execute(f"SELECT count(*), sum(gpu_seconds) FROM read_parquet({files!r}, "
                           "union_by_name = true)").fetchone() == (
         staged["rows"], staged["gpu_seconds"])
@@ -124,7 +125,7 @@ def test_a_file_of_an_earlier_layout_opens_with_every_row(
     assert wh.con.execute(f"SELECT epoch(time), gpu_seconds FROM gpu_usage WHERE time >= "
                           f"to_timestamp({STAGED_AT}) ORDER BY time").fetchall() == [
         (STAGED_AT, staged["gpu_seconds"]), (start, 60.0)]
-    assert not any(wh._staging.glob("*.parquet"))
+    assert not any(staging.glob("*.parquet"))
     week_cost, week_hours = wh.con.execute(
         "SELECT sum(cost_usd), sum(gpu_seconds) / 3600 FROM gpu_usage WHERE cluster = 'demo'"
     ).fetchone() or (0.0, 0.0)
@@ -144,6 +145,24 @@ def test_a_file_of_an_earlier_layout_opens_with_every_row(
     headline = json.loads((out / "report.json").read_text())["headline"]
     assert headline["cost_usd"] == pytest.approx(week_cost)
     assert headline["gpu_hours"] == pytest.approx(week_hours)
+
+
+def test_a_staged_file_that_does_not_read_leaves_the_upgrade_going(tmp_path: Path) -> None:
+    """A damaged staged file beside a 0.1.0 file: the others are upgraded, the file opens,
+    and the damaged one is left as it was (for the flush to deal with)."""
+    path = unpack("v0.1.0", tmp_path)
+    staging = tmp_path / "warehouse.duckdb.staging"
+    staging.mkdir()
+    damaged = {"usage-60.0-garbage.parquet": b"not parquet",
+               "usage-120.0-cut.parquet": b"PAR1" + bytes(60)}
+    for name, data in damaged.items():
+        (staging / name).write_bytes(data)
+    wh = Warehouse(path, "demo", interval=60.0)
+    assert wh.migrated["staged_columns"] == [MOVED]
+    for name, data in damaged.items():
+        assert (staging / name).read_bytes() == data
+    assert not any(staging.glob("*.part"))
+    wh.close()
 
 
 async def _get(port: int, path: str) -> tuple[int, str]:
