@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -56,23 +57,55 @@ GROUP BY 1, 2
 """The exporter's GPU cost and GPU-hours per day (UTC) and namespace."""
 
 BILLED = """
-SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(usage_start_time), 86400) * 86400) AS day,
-       project.id AS project,
-       IFNULL((SELECT l.value FROM UNNEST(labels) AS l WHERE l.key = 'k8s-namespace'),
-              '{none}') AS namespace,
-       SUM(cost) AS billed_cost_usd,
-       SUM(IFNULL((SELECT SUM(c.amount) FROM UNNEST(credits) AS c), 0)) AS credits_usd,
-       SUM(IF(usage.pricing_unit = 'hour', usage.amount_in_pricing_units,
-              usage.amount / 3600)) AS billed_gpu_hours
-FROM `{table}`
-WHERE service.description = 'Compute Engine'
-  AND (LOWER(sku.description) LIKE '%gpu%' OR sku.description LIKE '%RTX %')
-  AND usage_start_time >= @start AND usage_start_time < @end
-  AND (@cluster IS NULL OR (SELECT l.value FROM UNNEST(labels) AS l
-                            WHERE l.key = 'goog-k8s-cluster-name') = @cluster)
-GROUP BY 1, 2, 3
+WITH line AS (
+  SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(usage_start_time), 86400) * 86400) AS day,
+         project.id AS project,
+         IFNULL((SELECT l.value FROM UNNEST(labels) AS l WHERE l.key = 'k8s-namespace'),
+                '{none}') AS namespace,
+         sku.description AS sku, currency,
+         IF(currency = 'USD', 1.0, currency_conversion_rate) AS rate, cost,
+         IFNULL((SELECT SUM(c.amount) FROM UNNEST(credits) AS c), 0) AS credits,
+         IF(usage.pricing_unit = 'hour', usage.amount_in_pricing_units,
+            usage.amount / 3600) AS hours
+  FROM `{table}`
+  WHERE service.description = 'Compute Engine'
+    AND (sku.description IS NULL OR LOWER(sku.description) LIKE '%gpu%'
+         OR sku.description LIKE '%RTX %')
+    AND usage_start_time >= @start AND usage_start_time < @end
+    AND (@cluster IS NULL OR (SELECT l.value FROM UNNEST(labels) AS l
+                              WHERE l.key = 'goog-k8s-cluster-name') = @cluster)
+), checked AS (
+  SELECT *, CASE
+      WHEN cost IS NULL OR hours IS NULL OR sku IS NULL THEN 'missing'
+      WHEN hours < 0 THEN 'negative_usage'
+      WHEN currency IS NULL OR rate IS NULL OR rate <= 0 THEN 'unconvertible'
+      WHEN ABS(cost / rate) > @max_usd_per_gpu_hour * GREATEST(hours, 1) THEN 'implausible_cost'
+      ELSE '{ok}' END AS problem
+  FROM line
+)
+SELECT day, project, namespace, IFNULL(currency, '(none)') AS currency, problem,
+       COUNT(*) AS lines,
+       SUM(cost / rate) AS billed_cost_usd, SUM(credits / rate) AS credits_usd,
+       SUM(hours) AS billed_gpu_hours
+FROM checked
+GROUP BY 1, 2, 3, 4, 5
 """
-"""The GPU lines of the bill per day (UTC), project and namespace."""
+"""The GPU lines of the bill per day (UTC), project, namespace, currency and ``problem``
+(``PROBLEMS``; ``ok`` for a line to reconcile), in USD: a line in another currency
+converted with the export's own ``currency_conversion_rate`` (its currency per US dollar:
+``cost / currency_conversion_rate`` is USD)."""
+
+OK = "ok"
+PROBLEMS = {
+    "missing": "no cost, usage or SKU (NULL)",
+    "negative_usage": "negative usage",
+    "implausible_cost": "cost beyond {factor:g}x the highest list price of its GPU-hours",
+    "unconvertible": "a currency without a conversion rate to USD",
+}
+"""Why a bill line is left out of the reconciliation: what the reconciliation shows."""
+PLAUSIBLE_FACTOR = 1000.0
+"""A line costing more than this many times the price book's highest GPU-hour price for
+its GPU-hours (at least one) is not a price anyone pays: a damaged or hand-edited bill."""
 
 COLUMNS = tuple(columns("reconciliation"))
 """The comparison's columns, as the report declares them (``analytics.tables``)."""
@@ -82,7 +115,7 @@ TOLERANCE_SHARE = 0.01
 
 
 READS = ("service", "sku", "usage_start_time", "project", "labels", "cost", "credits",
-         "usage")
+         "usage", "currency", "currency_conversion_rate")
 """The export's columns ``BILLED`` reads."""
 
 
@@ -90,10 +123,78 @@ class BillNotFound(ValueError):
     """The bill named is not there; the message says what is, in one line."""
 
 
+class BillCurrencyError(ValueError):
+    """Bill lines in a currency that cannot be converted to USD; the message says which."""
+
+
 class Bill(Protocol):
-    def gpu_lines(self, start: datetime, end: datetime, cluster: str | None) -> pd.DataFrame:
+    def gpu_lines(self, start: datetime, end: datetime, cluster: str | None,
+                  max_usd_per_gpu_hour: float) -> pd.DataFrame:
         """The bill's GPU lines (``BILLED``) of ``[start, end)``, of ``cluster``."""
         ...
+
+
+def cost_bound(prices: Mapping[tuple[str, str], float]) -> float:
+    """The most a bill line may cost per GPU-hour before it is left out as implausible:
+    ``PLAUSIBLE_FACTOR`` times the highest price of the book (``(model, provisioning) ->
+    USD per GPU-hour``)."""
+    return PLAUSIBLE_FACTOR * max(prices.values(), default=100.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedBill:
+    """The bill's GPU lines once checked: those to reconcile, in USD, and those left out."""
+
+    lines: pd.DataFrame
+    """``BILLED``'s rows whose problem is ``ok``."""
+    excluded: pd.DataFrame
+    """One row per reason (``PROBLEMS``' key): ``reason``, ``lines``, ``billed_cost_usd``
+    (NaN where unknown), ``billed_gpu_hours``; the most lines first."""
+    currencies: tuple[str, ...]
+    """The currencies of the lines reconciled (USD alone for most bills)."""
+
+    def note(self) -> str:
+        """One line on what was converted and left out; empty for a clean USD bill."""
+        parts = []
+        foreign = [c for c in self.currencies if c != "USD"]
+        if foreign:
+            parts.append(f"bill in {', '.join(foreign)} converted to USD at the export's "
+                         "currency_conversion_rate")
+        if len(self.excluded):
+            n = int(self.excluded.lines.sum())
+            why = ", ".join(f"{int(r.lines)} {describe(str(r.reason))}"
+                            for r in self.excluded.itertuples())
+            parts.append(f"{n} bill line{'s' if n != 1 else ''} left out ({why})")
+        return "; ".join(parts)
+
+
+def describe(reason: str) -> str:
+    return PROBLEMS[reason].format(factor=PLAUSIBLE_FACTOR)
+
+
+def check(billed: pd.DataFrame) -> CheckedBill:
+    """``BILLED``'s rows split into those to reconcile and those left out, counted by
+    reason; ``BillCurrencyError`` when lines carry a currency with no rate to USD, since
+    leaving them out would make the bill look cheaper than it is."""
+    bad = billed[billed.problem == "unconvertible"]
+    if len(bad):
+        held = ", ".join(sorted({str(c) for c in bad.currency}))
+        n = int(bad.lines.sum())
+        raise BillCurrencyError(
+            f"{n} GPU line{'s' if n != 1 else ''} of the bill in {held} "
+            f"{'carry' if n != 1 else 'carries'} no usable currency_conversion_rate: "
+            "the cost cannot be converted to USD; export the bill with its rates (Cloud "
+            "Billing's BigQuery export has them) or in USD")
+    ok = billed[billed.problem == OK].reset_index(drop=True)
+    out = billed[billed.problem != OK]
+    excluded = (out.groupby("problem", as_index=False)
+                .agg(lines=("lines", "sum"),
+                     billed_cost_usd=("billed_cost_usd", lambda c: c.sum(min_count=1)),
+                     billed_gpu_hours=("billed_gpu_hours", "sum"))
+                .rename(columns={"problem": "reason"})
+                .sort_values(["lines", "reason"], ascending=[False, True])
+                .reset_index(drop=True))
+    return CheckedBill(ok, excluded, tuple(sorted({str(c) for c in ok.currency})))
 
 
 def _listing(names: list[str], what: str) -> str:
@@ -137,17 +238,19 @@ class BillingExport:
                            f"{_listing(tables, 'it has')}")
 
     def gpu_lines(self, start: datetime, end: datetime, cluster: str | None,
-                  timeout: float = 300.0) -> pd.DataFrame:
+                  max_usd_per_gpu_hour: float, timeout: float = 300.0) -> pd.DataFrame:
         """The bill's GPU lines (``BILLED``) of ``[start, end)``, of ``cluster`` (None:
         every cluster's)."""
         from google.cloud import bigquery
 
         rows = self.client.query_and_wait(
-            BILLED.format(table=self.table, none=NO_NAMESPACE),
+            BILLED.format(table=self.table, none=NO_NAMESPACE, ok=OK),
             job_config=bigquery.QueryJobConfig(query_parameters=[
                 bigquery.ScalarQueryParameter("start", "TIMESTAMP", start),
                 bigquery.ScalarQueryParameter("end", "TIMESTAMP", end),
-                bigquery.ScalarQueryParameter("cluster", "STRING", cluster)]),
+                bigquery.ScalarQueryParameter("cluster", "STRING", cluster),
+                bigquery.ScalarQueryParameter("max_usd_per_gpu_hour", "FLOAT64",
+                                              max_usd_per_gpu_hour)]),
             wait_timeout=timeout)
         frame: pd.DataFrame = rows.to_arrow(create_bqstorage_client=False).to_pandas()
         return frame
@@ -184,12 +287,14 @@ class BillingFile:
             raise ValueError(f"{path} is not a Cloud Billing detailed export: no column "
                              f"{', '.join(lacking)}")
 
-    def gpu_lines(self, start: datetime, end: datetime, cluster: str | None) -> pd.DataFrame:
+    def gpu_lines(self, start: datetime, end: datetime, cluster: str | None,
+                  max_usd_per_gpu_hour: float) -> pd.DataFrame:
         """The bill's GPU lines (``BILLED``) of ``[start, end)``, of ``cluster`` (None:
         every cluster's)."""
         return DuckDBStore(con=self.con).query(
-            BILLED.format(table=self.VIEW, none=NO_NAMESPACE),
-            {"start": start, "end": end, "cluster": cluster})
+            BILLED.format(table=self.VIEW, none=NO_NAMESPACE, ok=OK),
+            {"start": start, "end": end, "cluster": cluster,
+             "max_usd_per_gpu_hour": max_usd_per_gpu_hour})
 
     def close(self) -> None:
         self.con.close()
@@ -278,17 +383,28 @@ def summary(table: pd.DataFrame) -> dict[str, float]:
             "unreconciled_rows": float((table.cause != "reconciled").sum())}
 
 
-def markdown(table: pd.DataFrame, title: str) -> str:
-    """The comparison as a Markdown page: the totals, then every row."""
+def markdown(table: pd.DataFrame, title: str, bill: CheckedBill | None = None) -> str:
+    """The comparison as a Markdown page: the totals, the bill lines left out and why,
+    then every row."""
     s = summary(table)
+    note = bill.note() if bill is not None else ""
     lines = [f"# {title}", "",
              f"The exporter attributed {s['cost_usd']:,.2f} USD of GPU cost; the bill charged "
              f"{s['billed_cost_usd']:,.2f} USD before credits and {s['billed_net_usd']:,.2f} "
              f"after ({s['credits_usd']:,.2f} of credits): a gap of {s['gap_usd']:,.2f} USD, "
-             f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled.", "",
-             "| " + " | ".join(COLUMNS) + " |",
-             "|" + "|".join("---:" if c.endswith(("_usd", "_hours")) else "---"
-                            for c in COLUMNS) + "|"]
+             f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled."
+             + (f" Note: {note}." if note else ""), ""]
+    if bill is not None and len(bill.excluded):
+        lines += ["## Bill lines left out", "", "| reason | lines | billed_cost_usd | "
+                  "billed_gpu_hours |", "|---|---:|---:|---:|"]
+        lines += [f"| {describe(str(r.reason))} | {int(r.lines)} | "
+                  f"{'n/a' if pd.isna(r.billed_cost_usd) else f'{r.billed_cost_usd:,.2f}'} | "
+                  f"{r.billed_gpu_hours:,.2f} |" for r in bill.excluded.itertuples()]
+        lines.append("")
+    lines += [
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---:" if c.endswith(("_usd", "_hours")) else "---"
+                       for c in COLUMNS) + "|"]
     for r in table.itertuples(index=False):
         cells = [f"{v:,.2f}" if isinstance(v, float) else str(v).replace("|", "\\|")
                  for v in r]

@@ -31,10 +31,17 @@ def team_dir(team: str) -> str:
 class ThinWeek(Exception):
     """The week has too little data for a report that says what it cost."""
 
+    def __init__(self, message: str, coverage: float) -> None:
+        super().__init__(message)
+        self.coverage = coverage
+        """The share of the week's hours with data, 0 to 1."""
+
 
 def reconcile_with_bill(report: WeeklyReport, store: Store, week: Week, cfg: Config,
-                        cluster: str | None) -> None:
-    """Add the week's reconciliation with ``report.billing_table`` to the platform report."""
+                        cluster: str | None,
+                        prices: Mapping[tuple[str, str], float]) -> None:
+    """Add the week's reconciliation with ``report.billing_table`` to the platform report;
+    bill lines converted from another currency or left out as implausible are logged."""
     from analytics import reconcile
     from exporter.sinks.bigquery import make_client
 
@@ -42,8 +49,13 @@ def reconcile_with_bill(report: WeeklyReport, store: Store, week: Week, cfg: Con
     assert table is not None
     bq = cfg.warehouse.bigquery.model_copy(update={"project": table.split(".", 1)[0]})
     bill = reconcile.BillingExport(make_client(bq), table)
+    checked = reconcile.check(bill.gpu_lines(week.start, week.end, cluster,
+                                             reconcile.cost_bound(prices)))
+    if checked.note():
+        log.warning("reconciliation: bill lines converted or left out", extra=ctx(
+            week=week.label, table=table, note=checked.note()))
     found = reconcile.compare(reconcile.ours(store, week.start, week.end, cluster),
-                              bill.gpu_lines(week.start, week.end, cluster))
+                              checked.lines)
     report.tables = {name: found if name == "reconciliation" else report.tables[name]
                      for name in SECTIONS if name in report.tables or name == "reconciliation"}
 
@@ -76,7 +88,7 @@ def run_weekly(store: Store, week: Week, cfg: Config,
     if covered < report_cfg.min_coverage and not force:
         raise ThinWeek(f"{week.label}: the warehouse has data for {covered:.1%} of the "
                        f"week's hours, below report.min_coverage ({report_cfg.min_coverage:.0%})"
-                       "; --force writes the report anyway")
+                       "; --force writes the report anyway", covered)
     found = sorted({str(t) for t in platform.frame("cost_by_team").team
                     if t != "(none)" and t not in POOLED})
     unknown = sorted(t for t, who in report_cfg.team_recipients.items()
@@ -88,7 +100,8 @@ def run_weekly(store: Store, week: Week, cfg: Config,
     if report_cfg.billing_table:
         step("reconciling with the bill")
         try:
-            reconcile_with_bill(platform, store, week, cfg, cluster)
+            reconcile_with_bill(platform, store, week, cfg, cluster,
+                                prices.prices if isinstance(prices, PriceBook) else prices)
         except Exception as exc:  # the bill unreadable: the report goes out without it
             log.warning("report without reconciliation: the bill could not be read",
                         extra=ctx(week=week.label, table=report_cfg.billing_table,

@@ -2,18 +2,22 @@
 
 ``open_exporter`` owns every client (HTTP session, Kubernetes API client, DuckDB file) and
 closes them; ``run`` is the service: a cycle every interval, ``/metrics``, ``/healthz``,
-``/readyz`` (503 with the reason until nodes and pods are listed and a cycle ran on them,
-and while the Kubernetes view is older than ``kubernetes.max_staleness``), and on SIGTERM
+``/readyz`` (503 with the reason until every kind the figures need is listed and a cycle
+ran on them, while the API forbids one or Kueue's discovery fails, and while the
+Kubernetes view is older than ``kubernetes.max_staleness``), and on SIGTERM
 or SIGINT the cycle in flight is finished, the warehouse flushed, and the process exits 0
 (past ``shutdown_timeout`` from the signal, whatever is left is dropped with a warning).
-A start-up failure (credentials, warehouse file, listening socket) is a ``StartupError``
-naming the setting.
+A start-up failure (credentials, listening socket, a warehouse file another process holds)
+is a ``StartupError`` naming the setting; a warehouse file that cannot be opened (damaged, a
+full disk) leaves the service running without history, trying it again
+(``service.WarehouseOpening``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import threading
@@ -36,7 +40,13 @@ from exporter.logs import ctx
 from exporter.preflight import listen_error
 from exporter.prices import load_price_book
 from exporter.scheduled_report import Schedule, ScheduledReport
-from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
+from exporter.service import (
+    DCGM_FIELDS_READ,
+    GC_THRESHOLDS,
+    WAREHOUSE_RETRY_SECONDS,
+    Exporter,
+    WarehouseOpening,
+)
 from exporter.sinks import Push
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.prometheus import MetricsEndpoint
@@ -157,6 +167,37 @@ async def _kube_client(cfg: Config) -> KubeClient:
                            "gke-gpu-exporter run --check-config for the fix") from exc
 
 
+def _open_warehouse(cfg: Config) -> tuple[Warehouse | None, WarehouseOpening | None]:
+    """The warehouse the config asks for, or, when the file cannot be opened (damaged, a
+    full disk), what tries again while the service runs without it. A file another
+    process holds is a start-up error."""
+    if not cfg.warehouse.enabled:
+        return None, None
+    try:
+        return _warehouse(cfg), None
+    except StartupError as exc:  # not WarehouseLocked: another process has it
+        error = " ".join(str(exc).split())
+        log.error("warehouse unavailable", extra=ctx(
+            target=str(cfg.warehouse.path), error=error,
+            retry_seconds=WAREHOUSE_RETRY_SECONDS))
+        return None, WarehouseOpening(functools.partial(_warehouse, cfg),
+                                      str(cfg.warehouse.path), error)
+
+
+async def _final_flush(warehouse: Warehouse, now: float, shutdown: Shutdown) -> bool:
+    """Flush the warehouse at the stop, within ``shutdown``; whether it ended (a flush that
+    fails ends too: what it did not write stays staged for the next run, and the stop goes
+    on)."""
+    if shutdown.left() <= 0:
+        return shutdown.left_out("final flush")
+    try:
+        return await shutdown.within("final flush", _in_daemon_thread(warehouse.flush, now))
+    except Exception as exc:
+        log.warning("final flush failed", extra=ctx(
+            target=str(warehouse.path), error=" ".join(f"{type(exc).__name__}: {exc}".split())))
+        return True
+
+
 def _warehouse(cfg: Config) -> Warehouse:
     w = cfg.warehouse
     try:
@@ -165,8 +206,10 @@ def _warehouse(cfg: Config) -> Warehouse:
                          retention=w.retention.keep)
     except (duckdb.Error, OSError) as exc:
         why = " ".join(str(exc).split())
-        raise StartupError("warehouse.path", f"cannot open {w.path} ({why}): point it at a "
-                           "DuckDB file in a writable directory") from exc
+        error = StartupError("warehouse.path", f"cannot open {w.path} ({why}): point it at "
+                             "a DuckDB file in a writable directory")
+    gc.collect()  # the connection a half-opened file left: closed once collected
+    raise error
 
 
 @dataclass(slots=True)
@@ -221,7 +264,7 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
         headers={"Accept-Encoding": "identity"}, timeout=aiohttp.ClientTimeout())
     bq_cfg = cfg.warehouse.bigquery
     try:
-        warehouse = _warehouse(cfg) if cfg.warehouse.enabled else None
+        warehouse, opening = _open_warehouse(cfg)
     except ConfigError:
         await session.close()
         await api.close()
@@ -254,7 +297,15 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
     pushes = _pushes(cfg, session)
     exporter = Exporter(cfg, prices, kube, dcgm, MetricsEndpoint(), pushes.sinks, warehouse,
                         bigquery, remote_write=pushes.remote_write,
-                        cloud_monitoring=pushes.cloud_monitoring)
+                        cloud_monitoring=pushes.cloud_monitoring, warehouse_opening=opening)
+    if opening is not None and bq_cfg.enabled:
+        def send(opened: Warehouse) -> None:  # the outbox's rows go once it opens
+            from exporter.sinks.bigquery import BigQuerySink
+
+            exporter.bigquery = BigQuerySink(bq_cfg, opened.open_outbox())
+            exporter.bigquery.start()
+
+        opening.opened = send
     sending = [asyncio.create_task(push.run()) for push in pushes.sinks]
     catalog = None
     if cfg.prices.catalog.enabled:
@@ -280,10 +331,9 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
         shutdown.begin()
         await kube.stop()
         flushed = True
+        warehouse, bigquery = exporter.warehouse, exporter.bigquery  # opened late, maybe
         if warehouse is not None:  # unfinished intervals stay staged
-            flushed = await shutdown.within("final flush", _in_daemon_thread(
-                warehouse.flush, exporter.last_cycle_time)) if shutdown.left() > 0 else \
-                shutdown.left_out("final flush")
+            flushed = await _final_flush(warehouse, exporter.last_cycle_time, shutdown)
         if bigquery is not None:  # a last send; what misses it stays spooled
             if flushed:
                 await shutdown.within("bigquery", _in_daemon_thread(
@@ -357,7 +407,8 @@ def scheduled_report(cfg: Config, warehouse: Warehouse | None,
     return ScheduledReport(
         warehouse, Schedule.parse(r.schedule, r.timezone),
         r.directory or cfg.warehouse.path.parent / "reports", config_file,
-        email=bool(r.platform_recipients or any(r.team_recipients.values())))
+        email=bool(r.platform_recipients or any(r.team_recipients.values())),
+        timeout=r.timeout)
 
 
 async def run(cfg: Config, config_file: str | None = None) -> int:
@@ -378,6 +429,9 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
                 began = time.monotonic()
                 try:
                     await _cycle(exporter, time.time(), stop, shutdown)
+                    if report is None and exporter.warehouse is not None:  # opened late
+                        report = scheduled_report(cfg, exporter.warehouse, config_file)
+                        exporter.report = report.stats if report is not None else None
                     if report is not None:
                         report.maybe_run(time.time())
                 except Exception:  # a bug in one cycle must not end the service

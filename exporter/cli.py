@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import json
 import logging
 import os
 import shutil
@@ -119,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "report.min_coverage of its hours")
     weekly.add_argument("--config", metavar="FILE", help="YAML config (cluster, SLA target, "
                         "prices, warehouse, report recipients and SMTP)")
+    weekly.add_argument("--outcome", metavar="FILE", type=Path,
+                        help="also write the outcome as JSON: the week, ok or thin (a week "
+                             "refused for its coverage), and the share of its hours covered")
     bill = kinds.add_parser("reconcile", help="the week's GPU cost beside the GPU SKUs of the "
                             "Cloud Billing export, per day and namespace, each gap's likely "
                             "cause")
@@ -336,6 +340,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
+    from exporter.prices import load_price_book
 
     google = _google_errors()
     try:
@@ -356,9 +361,15 @@ def _reconcile(args: argparse.Namespace) -> int:
     if empty:
         print(f"error: {empty}", file=sys.stderr)
         return 1
+    bound = reconcile.cost_bound(
+        load_price_book(cfg.prices.book, cfg.prices.region).prices)
     try:
+        checked = reconcile.check(bill.gpu_lines(week.start, week.end, args.cluster, bound))
         table = reconcile.compare(reconcile.ours(store, week.start, week.end, args.cluster),
-                                  bill.gpu_lines(week.start, week.end, args.cluster))
+                                  checked.lines)
+    except reconcile.BillCurrencyError as exc:
+        print(f"error: reconciling {week.label}: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # the bill's or the warehouse's query, with its reason
         print(f"error: reconciling {week.label}: {_one_line(exc, True)}", file=sys.stderr)
         return 1
@@ -366,12 +377,14 @@ def _reconcile(args: argparse.Namespace) -> int:
              f"{args.cluster or 'every cluster'}")
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "reconcile.csv", index=False, float_format="%.2f")
-    (args.out / "reconcile.md").write_text(reconcile.markdown(table, title))
+    (args.out / "reconcile.md").write_text(reconcile.markdown(table, title, checked))
     s = reconcile.summary(table)
+    note = checked.note()
     print(f"{title}: the exporter {s['cost_usd']:,.2f} USD, the bill {s['billed_net_usd']:,.2f}"
           f" after {s['credits_usd']:,.2f} of credits, gap {s['gap_usd']:,.2f}; "
-          f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled. Written to "
-          f"{args.out}/ (reconcile.md, reconcile.csv)")
+          f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled"
+          f"{'; ' + note if note else ''}. Written to {args.out}/ (reconcile.md, "
+          "reconcile.csv)")
     return 0
 
 
@@ -419,6 +432,7 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     empty = None if args.force else holdings.empty_week(store, week, args.cluster)
     if empty:
+        _outcome(args.outcome, week.label, "thin", 0.0)
         print(f"error: {empty}; --force writes the report anyway", file=sys.stderr)
         return 1
     with tqdm(desc=f"report {week.label}", unit=" step", leave=False,
@@ -430,16 +444,28 @@ def _report(args: argparse.Namespace) -> int:
         try:
             report, mailed = run_weekly(store, week, cfg, book, args.out, args.email, step,
                                         force=args.force, cluster=args.cluster)
-        except (ConfigError, MailError, ThinWeek, OSError) as exc:
+        except ThinWeek as exc:
+            _outcome(args.outcome, week.label, "thin", exc.coverage)
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except (ConfigError, MailError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     h = report.headline
+    _outcome(args.outcome, week.label, "ok", float(h["coverage"] or 0.0))
     print(f"{report.title}: ${h['cost_usd'] or 0:,.2f}, {h['allocated_gpu_hours'] or 0:,.0f} "
           f"allocated GPU-hours. Written to {args.out}/ (report.html, report.md, report.json, "
           f"one CSV per table; teams/ per team)" +
           (f", and accepted by {cfg.report.smtp.host}:{cfg.report.smtp.port} for {mailed} "
            f"recipient{'s' if mailed != 1 else ''}." if args.email else "."))
     return 0
+
+
+def _outcome(path: Path | None, week: str, outcome: str, coverage: float) -> None:
+    """``report weekly --outcome FILE``: what the scheduled report reads of its child."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"week": week, "outcome": outcome, "coverage": coverage}))
 
 
 def _bigquery(cfg: Config) -> str:

@@ -47,7 +47,7 @@ integrates the earlier snapshot's states over the time between the two.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import FATAL_XIDS, GPUS_OF_MACHINE
@@ -219,10 +219,38 @@ def allocation_of(pod_labels: Mapping[str, str], pod_annotations: Mapping[str, s
             or (label and namespace_labels.get(namespace, {}).get(label)) or "")
 
 
+UNKNOWN_TEAM = "unknown"
+"""The team of a GPU's pod when the exporter cannot know it: the pod is not in its view
+and was never seen, and its namespace is not either (``team_of``, ``unviewed_owner``)."""
+
+
 def team_of(pod_labels: Mapping[str, str], namespace: str,
-            namespace_labels: Mapping[str, Mapping[str, str]], team_label: str) -> str:
-    return (pod_labels.get(team_label) or namespace_labels.get(namespace, {}).get(team_label)
-            or namespace)
+            namespace_labels: Mapping[str, Mapping[str, str]], team_label: str,
+            namespaces_listed: bool = True) -> str:
+    """The pod's ``team_label``, else its namespace's, else the namespace's name. The
+    last two need the namespaces: before they are listed (an RBAC grant missing, say), a
+    pod without the label is ``UNKNOWN_TEAM``'s, never its namespace's name guessed."""
+    if team := pod_labels.get(team_label):
+        return team
+    if namespace in namespace_labels:
+        return namespace_labels[namespace].get(team_label) or namespace
+    return namespace if namespaces_listed else UNKNOWN_TEAM
+
+
+def unknown_owner(namespace: str, pod: str) -> Owner:
+    """A pod the exporter knows nothing of but its name: ``UNKNOWN_TEAM``'s."""
+    return Owner("", namespace, pod, UNKNOWN_TEAM, pod)
+
+
+def unviewed_owner(namespace: str, pod: str,
+                   namespace_labels: Mapping[str, Mapping[str, str]], team_label: str) -> Owner:
+    """The owner of a GPU whose DCGM labels name a pod the exporter does not hold (its pods
+    not listed yet, or forbidden): the team its namespace's labels give (its name, when the
+    listed namespace has no ``team_label``), else ``UNKNOWN_TEAM``; the pod's own labels are
+    not known, so neither is its uid or allocation."""
+    labels = namespace_labels.get(namespace)
+    team = UNKNOWN_TEAM if labels is None else labels.get(team_label) or namespace
+    return Owner("", namespace, pod, team, pod)
 
 
 def queue_wait_seconds(pod: PodInfo, now: float, queued_unix: float | None = None) -> float:
@@ -334,6 +362,7 @@ def device_states(
     default_discount: float = 0.0,
     complete: bool = True,
     last_seen: Mapping[str, float] | None = None,
+    unviewed: Callable[[str, str], Owner] | None = None,
 ) -> list[DeviceState]:
     """Every known device's state at one snapshot.
 
@@ -344,7 +373,8 @@ def device_states(
     idle (unallocated, no readings), not missing. ``inventory`` is every device DCGM has
     shown before, by node; the devices Kubernetes counts beyond those are added
     (``unseen_devices``).
-    ``owners`` resolves (namespace, pod) from DCGM's pod labels; ``price`` maps
+    ``owners`` resolves (namespace, pod) from DCGM's pod labels, ``unviewed`` a pod not
+    in it (default: ``UNKNOWN_TEAM``'s, never a team guessed); ``price`` maps
     (accelerator, provisioning) to USD per GPU-hour.
 
     A node never has more devices than Kubernetes counts or its answer shows, whichever is
@@ -355,10 +385,10 @@ def device_states(
     """
     seen_at = last_seen or {}
     out: list[DeviceState] = []
+    unviewed_pod = unviewed or unknown_owner
 
     def owner_of(p: PodOnDevice) -> Owner:
-        return owners.get((p.namespace, p.pod)) or Owner("", p.namespace, p.pod, p.namespace,
-                                                         p.pod)
+        return owners.get((p.namespace, p.pod)) or unviewed_pod(p.namespace, p.pod)
 
     for name in sorted(nodes):
         node = nodes[name]

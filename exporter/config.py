@@ -419,6 +419,9 @@ class Report(_Section):
     directory: Path | None = None
     """Where scheduled reports are written, one folder per week; default: ``reports/``
     beside the warehouse file."""
+    timeout: Duration = Field(default=1800.0, gt=0)
+    """Longest a scheduled report's child process may take (e.g. ``30m``): then it is
+    killed, counted as failed and retried an hour later."""
     billing_table: str | None = Field(default=None,
                                       pattern=r"^[A-Za-z0-9_.:-]+\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
     """The Cloud Billing detailed export (``PROJECT.DATASET.gcp_billing_export_resource_v1_

@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from exporter import __version__, compute
 from exporter.health import (
+    QUARANTINE_REASONS,
     BigQueryStats,
     CatalogStats,
     CloudMonitoringStats,
     KubeHealth,
+    QuarantineReason,
     RemoteWriteStats,
     ReportStats,
     SourceHealth,
@@ -122,6 +124,11 @@ class MetricsView:
     workloads: Sequence[QueuedWorkload] = ()
     """Kueue's Workloads, each with its team and ClusterQueue."""
     cluster_queues: Mapping[str, ClusterQueueInfo] = field(default_factory=dict)
+    warehouse_up: bool | None = None
+    """Whether the warehouse is open and its last cycle's work succeeded; None without
+    one."""
+    warehouse_quarantined: Mapping[QuarantineReason, int] = field(default_factory=dict)
+    """Files the warehouse set aside, by reason (``health.QUARANTINE_REASONS``)."""
 
 
 def _always(_: MetricsView) -> bool:
@@ -546,6 +553,11 @@ def _relists(v: MetricsView) -> Iterator[Sample]:
         yield (v.cluster, kind, "watchdog"), st.watchdog_relists
 
 
+def _unowned(v: MetricsView) -> Iterator[Sample]:
+    yield (v.cluster,), sum(d.fraction for d in v.states if d.state == "allocated" and any(
+        o.team == compute.UNKNOWN_TEAM for o in d.owners))
+
+
 def _rejected(v: MetricsView) -> Iterator[Sample]:
     h = v.health
     return (((v.cluster, reason), h.rejected.get(reason, 0))
@@ -593,6 +605,12 @@ def _rows_removed(v: MetricsView) -> Iterator[Sample]:
 def _report_runs(v: MetricsView) -> Iterator[Sample]:
     assert v.report is not None
     return (((v.cluster, outcome), n) for outcome, n in sorted(v.report.runs.items()))
+
+
+def _report_coverage(v: MetricsView) -> list[Sample]:
+    assert v.report is not None and v.report.coverage is not None
+    week, share = v.report.coverage
+    return [((v.cluster, week), share)]
 
 
 def _report_last_success(v: MetricsView) -> list[Sample]:
@@ -790,6 +808,22 @@ FAMILIES: tuple[Family, ...] = (
       "because they could not be read (a Kueue Workload with a malformed quantity, say), "
       "by resource; each logged once per episode.", ("cluster", "resource"),
       lambda v: [((v.cluster, kind), n) for kind, n in sorted(v.kube.rejected_objects.items())]),
+    F("exporter_kubernetes_discovery_up", "gauge", "", "1 if the API group's discovery "
+      "was answered the last time it was asked (served or not), 0 while it fails (a 403: "
+      "the exporter cannot tell whether the cluster runs Kueue, and is not ready). Absent "
+      "before it is asked.", ("cluster", "group"),
+      lambda v: [((v.cluster, g), 1.0 if ok else 0.0)
+                 for g, ok in sorted(v.kube.discovery_up.items())]),
+    F("exporter_kubernetes_discovery_errors", "counter", "", "Failed discoveries of an API "
+      "group, by reason (http_<status>, refused, timeout...); each episode logged once.",
+      ("cluster", "group", "reason"),
+      lambda v: [((v.cluster, g, r), n)
+                 for (g, r), n in sorted(v.kube.discovery_errors.items())]),
+    F("exporter_unowned_gpus", "gauge", "gpus", "Allocated GPUs (a MIG instance as its "
+      "fraction) with a pod of team \"unknown\" this cycle: the pod neither in the "
+      "exporter's view nor seen before, and its namespace not listed (or the pod without "
+      "the team label while namespaces cannot be listed). Their cost goes to team "
+      "\"unknown\", never to a team guessed.", ("cluster",), _unowned),
     F("exporter_rejected_samples", "counter", "", "DCGM samples dropped, by reason.",
       ("cluster", "reason"), _rejected),
     F("exporter_dcgm_pages", "counter", "", "dcgm-exporter pages read, by how: plan (by "
@@ -814,8 +848,28 @@ FAMILIES: tuple[Family, ...] = (
       "retention: rolled_up (into hourly rows), expired; or given up unstaged while the "
       "warehouse failed.", ("cluster", "table", "reason"), _rows_removed,
       present=lambda v: bool(v.rows_removed)),
-    F("exporter_reports", "counter", "", "Scheduled weekly reports by outcome: ok, failed.",
-      ("cluster", "outcome"), _report_runs, present=lambda v: v.report is not None),
+    F("exporter_warehouse_up", "gauge", "", "1 while the warehouse is open and its last "
+      "cycle's work succeeded; 0 while it fails, or cannot be opened (the exporter then "
+      "serves its figures without history, and tries again every 5 minutes).",
+      ("cluster",), lambda v: [((v.cluster,), 1.0 if v.warehouse_up else 0.0)],
+      present=lambda v: v.warehouse_up is not None),
+    F("exporter_warehouse_quarantined_files", "counter", "", "Files the warehouse set aside "
+      "in the quarantine folder of its staging directory and never reads again, by "
+      "reason: unreadable, foreign (other columns) or name (no interval) for a staged "
+      "file, stray for another file there, wal for a write-ahead log DuckDB did not "
+      "replay. Their rows are lost.",
+      ("cluster", "reason"),
+      lambda v: [((v.cluster, r), v.warehouse_quarantined.get(r, 0))
+                 for r in QUARANTINE_REASONS],
+      present=lambda v: bool(v.warehouse_quarantined)),
+    F("exporter_reports", "counter", "", "Scheduled weekly reports by outcome: ok, failed "
+      "(retried an hour later), thin (a week covered less than report.min_coverage: not "
+      "made, not retried).", ("cluster", "outcome"), _report_runs,
+      present=lambda v: v.report is not None),
+    F("exporter_report_coverage_ratio", "gauge", "ratio", "The share of its hours the warehouse "
+      "covers, of the last week the schedule reported (made, or found thin).",
+      ("cluster", "week"), _report_coverage,
+      present=lambda v: v.report is not None and v.report.coverage is not None),
     F("exporter_report_last_success_timestamp_seconds", "gauge", "seconds", "When the last "
       "scheduled weekly report was made.", ("cluster",), _report_last_success,
       present=lambda v: v.report is not None and v.report.last_success is not None),

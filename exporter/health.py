@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 
 @dataclass(slots=True)
@@ -53,6 +53,15 @@ class KubeHealth(Protocol):
     def last_success(self) -> Mapping[str, float]: ...
     @property
     def rejected_objects(self) -> Mapping[str, int]: ...
+    @property
+    def discovery_up(self) -> Mapping[str, bool]:
+        """API group -> whether its last discovery was answered; absent before asked."""
+    @property
+    def discovery_errors(self) -> Mapping[tuple[str, str], int]:
+        """(API group, reason) -> failed discoveries."""
+    @property
+    def discovery_error(self) -> Mapping[str, str]:
+        """API group -> the error of its discovery, while it fails."""
     def age(self, kind: str) -> float | None: ...
 
 
@@ -100,9 +109,11 @@ class RemoteWriteStats:
 class ReportStats:
     """For the exporter's own metrics."""
 
-    runs: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0})
+    runs: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0, "thin": 0})
     last_success: float | None = None
     """When the last report was made (Unix time)."""
+    coverage: tuple[str, float] | None = None
+    """The last week reported (made or found thin) and the share of its hours covered."""
 
 
 @dataclass(slots=True)
@@ -114,3 +125,11 @@ class CatalogStats:
     last_success: float | None = None
     """Unix time of the last read that priced something."""
     last_error: str = ""
+
+
+QuarantineReason = Literal["name", "unreadable", "foreign", "stray", "wal"]
+QUARANTINE_REASONS: tuple[QuarantineReason, ...] = get_args(QuarantineReason)
+"""Why the warehouse set a file aside in its quarantine folder: a staged file whose ``name``
+gives no interval, one that is ``unreadable`` (not Parquet, cut short, damaged) or
+``foreign`` (Parquet without the staged rows' columns), a ``stray`` file of another name in
+the staging folder, a write-ahead log (``wal``) DuckDB found damaged and did not replay."""

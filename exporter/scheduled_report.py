@@ -8,15 +8,20 @@ reads (``analytics.week.reads``) to Parquet on a cursor of its own, in a thread,
 report stack (pandas, matplotlib, Jinja) never loads into the long-running service.
 
 Each week is reported once: the week goes into the warehouse's ``report_runs`` table when its
-child exits 0, so a restart neither repeats nor skips it. A failed attempt (its output is in
-``report.log`` beside the report) is retried after ``RETRY_SECONDS``. Only the week just
-ended is reported; an exporter that was down for longer does not catch up on older weeks.
+child exits 0, so a restart neither repeats nor skips it. A week the warehouse covers less
+than ``report.min_coverage`` of is *thin*: the child says so (``--outcome``), and the week is
+recorded as reported, counted ``thin`` with its coverage, and not tried again, since its past
+hours will not fill in. Any other failed attempt (its output is in ``report.log`` beside the
+report) is retried after ``RETRY_SECONDS``; a child that runs longer than
+``report.timeout`` is killed and counted failed. Only the week just ended is reported; an
+exporter that was down for longer does not catch up on older weeks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import sys
@@ -35,7 +40,7 @@ log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 3600.0
 TIMEOUT_SECONDS = 1800.0
-"""Longest a report's child process may take."""
+"""Longest a report's child process may take, unless ``report.timeout`` says otherwise."""
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
@@ -110,26 +115,37 @@ class ScheduledReport:
         out = self.directory / week.label
         snapshot = out / "snapshot"
         log.info("weekly report started", extra=ctx(week=week.label, directory=str(out)))
+        outcome = out / "outcome.json"
         try:
             await asyncio.to_thread(self.warehouse.snapshot, reads(week), snapshot)
-            code = await self._child(week, snapshot, out)
+            outcome.unlink(missing_ok=True)
+            code = await self._child(week, snapshot, out, outcome)
         except Exception as exc:  # the service goes on; the next attempt may succeed
             log.error("weekly report failed", extra=ctx(week=week.label, error=str(exc)))
             code = -1
-        if code != 0:
+        said = read_outcome(outcome, week.label) if code >= 0 else None
+        if code != 0 and (said is None or said[0] != "thin"):
             self.stats.runs["failed"] += 1
             self._retry_at = now + RETRY_SECONDS
             return
         self.warehouse.record_report(week.label, time.time(), out)
+        if said is not None:
+            self.stats.coverage = (week.label, said[1])
+        if code != 0:  # thin: reported as such, once; the snapshot kept for --force
+            self.stats.runs["thin"] += 1
+            log.warning("weekly report not made: thin week", extra=ctx(
+                week=week.label, coverage=round(said[1], 4) if said else None,
+                log=str(out / "report.log"), snapshot=str(snapshot)))
+            return
+        shutil.rmtree(snapshot, ignore_errors=True)
         self.stats.runs["ok"] += 1
         self.stats.last_success = time.time()
-        shutil.rmtree(snapshot, ignore_errors=True)
         log.info("weekly report made", extra=ctx(week=week.label, directory=str(out),
                                                  mailed=self.email))
 
-    async def _child(self, week: Week, snapshot: Path, out: Path) -> int:
+    async def _child(self, week: Week, snapshot: Path, out: Path, outcome: Path) -> int:
         args = [*self.command, "report", "weekly", "--store", f"parquet:{snapshot}",
-                "--week", week.label, "--out", str(out / "report")]
+                "--week", week.label, "--out", str(out / "report"), "--outcome", str(outcome)]
         if self.config_file:
             args += ["--config", self.config_file]
         if self.email:
@@ -162,3 +178,16 @@ class ScheduledReport:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+def read_outcome(path: Path, week: str) -> tuple[str, float] | None:
+    """What ``report weekly --outcome`` wrote of ``week``: ``ok`` or ``thin``, and the
+    share of its hours covered; None when it wrote nothing readable (the child failed
+    before, or is not this release's)."""
+    try:
+        said = json.loads(path.read_text())
+        if said["week"] == week and said["outcome"] in ("ok", "thin"):
+            return str(said["outcome"]), float(said["coverage"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None

@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from exporter import compute, logs, memory
@@ -50,7 +51,8 @@ from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
 from exporter.snapshot import Placed, Snapshot, place_answers
 from exporter.sources import ClusterSource, ReadingSource
-from exporter.sources.kube import deleted_pod
+from exporter.sources.kube import KUEUE_KINDS, deleted_pod
+from exporter.sources.kueue import GROUP as KUEUE_GROUP
 from exporter.totals import Totals
 
 if TYPE_CHECKING:
@@ -65,8 +67,14 @@ DCGM_FIELDS_READ = _USED | {old for old, new in DCGM_RENAMED.items() if new in _
 """Every DCGM field the exporter uses, under each name DCGM has given it; the source skips
 the other families unparsed."""
 
-VIEW_KINDS = ("nodes", "pods")
-"""The Kubernetes kinds the figures stand on: no figure before both are listed."""
+VIEW_KINDS = ("nodes", "pods", "namespaces")
+"""The Kubernetes kinds the figures stand on (a pod's team may be its namespace's label):
+not ready before all are listed. Kueue's kinds too where the cluster serves Kueue."""
+REMEMBERED_OWNERS = 20_000
+"""GPU pods whose owner is remembered after they leave the view (by namespace and name,
+the most recently seen kept): a GPU DCGM still shows with such a pod is theirs."""
+REMEMBERED_SECONDS = 3600.0
+"""And for how long after they were last in the view (memory stays flat under churn)."""
 
 GC_THRESHOLDS = (100_000, 50, 50)
 """The garbage collector's thresholds while the exporter runs (Python's are 2,000, 10,
@@ -93,6 +101,27 @@ def _mean_fields(samples: Sequence[Mapping[str, float]]) -> Mapping[str, float]:
     return out
 
 
+WAREHOUSE_RETRY_SECONDS = 300.0
+"""How often a warehouse that could not be opened is tried again (a damaged file moved away,
+a full disk freed: it heals without a restart)."""
+
+
+@dataclass(slots=True)
+class WarehouseOpening:
+    """A warehouse that could not be opened at start: the service runs without it (the
+    figures need none; the history waits) and tries ``open`` again every
+    ``retry_seconds`` of the cycles' time, calling ``opened`` with it once it opens."""
+
+    open: Callable[[], Warehouse]
+    path: str
+    error: str
+    """Why the last try failed."""
+    opened: Callable[[Warehouse], None] = lambda _: None
+    retry_seconds: float = WAREHOUSE_RETRY_SECONDS
+    next_try: float | None = None
+    """The cycle time of the next try; None until the first cycle."""
+
+
 class Exporter:
     """The exporter's state between cycles; ``cycle`` is the only thing that changes it."""
 
@@ -100,7 +129,8 @@ class Exporter:
                  dcgm: ReadingSource, metrics: MetricsEndpoint, sinks: Sequence[Sink] = (),
                  warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None, *,
                  remote_write: RemoteWriteStats | None = None,
-                 cloud_monitoring: CloudMonitoringStats | None = None) -> None:
+                 cloud_monitoring: CloudMonitoringStats | None = None,
+                 warehouse_opening: WarehouseOpening | None = None) -> None:
         self.config = config
         self.prices = prices
         self.kube = kube
@@ -133,7 +163,7 @@ class Exporter:
             self.inventory, self.open_incidents = warehouse.load_state()
         self.cycles = 0
         self.viewed_cycles = 0
-        """Cycles that ran on a listed Kubernetes view (nodes and pods)."""
+        """Cycles that ran on a listed Kubernetes view (``VIEW_KINDS``)."""
         self.cycle_seconds = 0.0
         self.stage_cpu: dict[str, float] = {}
         """CPU seconds of the last cycle by stage: scrape (HTTP and parsing), compute,
@@ -152,6 +182,8 @@ class Exporter:
         self._episodes = logs.Episodes(log)
         """Failing targets, (url, "scrape" or "rejected:<reason>"): logged per episode."""
         self._interrupted_pods: set[str] = set()
+        self._known_owners: dict[tuple[str, str], tuple[compute.Owner, float]] = {}
+        """(namespace, pod) -> the owner last seen and when it was last in the view."""
         self._pool_of: dict[str, str] = {}
         """Node -> pool, kept after the node is gone (a preempted node's pods outlive it)."""
         self._price = {k: v for k, v in prices.prices.items()}
@@ -164,7 +196,10 @@ class Exporter:
         self._commitments = [
             Commitment(c.gpu, c.gpus, c.usd_per_gpu_hour) for c in config.prices.commitments]
         self._commitment_use: dict[str, tuple[float, float, float]] = {}
-        self.warehouse_error: str | None = None
+        self.warehouse_opening = warehouse_opening
+        """The warehouse to open, while it could not be."""
+        self.warehouse_error: str | None = \
+            None if warehouse_opening is None else warehouse_opening.error
         """Why the last cycle's warehouse work failed; None when it did not."""
         self._warehouse_thread = ThreadPoolExecutor(1, thread_name_prefix="warehouse")
         """One thread for DuckDB's work: its memory stays in one allocator arena."""
@@ -186,21 +221,42 @@ class Exporter:
     @property
     def readiness_checks(self) -> tuple[Callable[[], str | None], ...]:
         """Each returns why the exporter is not ready, or None."""
-        return (self._kubernetes_listed, self._kubernetes_fresh, self._warehouse_writing)
+        return (self._kubernetes_listed, self._kubernetes_allowed, self._kueue_discovered,
+                self._kubernetes_fresh, self._warehouse_writing)
+
+    def needed_kinds(self) -> tuple[str, ...]:
+        """The Kubernetes kinds the figures need: ``VIEW_KINDS``, and Kueue's where the
+        cluster serves it (queue wait's admission comes from its Workloads)."""
+        return VIEW_KINDS + (KUEUE_KINDS if self.kube.kueue else ())
+
+    def _kueue_discovered(self) -> str | None:
+        if error := self.kube.discovery_error.get(KUEUE_GROUP):
+            return (f"whether the cluster runs Kueue is unknown: its API group "
+                    f"{KUEUE_GROUP} cannot be discovered ({error})")
+        return None
 
     def _kubernetes_listed(self) -> str | None:
-        missing = [k for k in VIEW_KINDS if not self.kube.synced[k].is_set()]
+        missing = [k for k in self.needed_kinds() if not self.kube.synced[k].is_set()]
         if missing:
             errors = [e for k in missing if (e := self.kube.stats[k].last_error)]
-            return (f"no list of {' and '.join(missing)} from the Kubernetes API yet"
+            kinds = ", ".join(missing[:-1]) + " and " + missing[-1] if len(missing) > 1 \
+                else missing[0]
+            return (f"no list of {kinds} from the Kubernetes API yet"
                     + (f" (last error: {' '.join(errors[0].splitlines()[:2])})"
                        if errors else ""))
         if not self.viewed_cycles:
             return "waiting for the first full cycle"
         return None
 
+    def _kubernetes_allowed(self) -> str | None:
+        denied = [k for k in self.needed_kinds() if k in self.kube.denied]
+        if denied:
+            return (f"the Kubernetes API forbids {', '.join(denied)} to the exporter (HTTP "
+                    f"403): {self.kube.denied[denied[0]]}")
+        return None
+
     def _kubernetes_fresh(self) -> str | None:
-        ages = [a for k in VIEW_KINDS if (a := self.kube.age(k)) is not None]
+        ages = [a for k in self.needed_kinds() if (a := self.kube.age(k)) is not None]
         bound = self.config.kubernetes.max_staleness
         if ages and max(ages) > bound:
             return (f"the Kubernetes view is {max(ages):.0f} s old (kubernetes.max_staleness "
@@ -210,7 +266,11 @@ class Exporter:
     def _warehouse_writing(self) -> str | None:
         if self.warehouse_ok:
             return None
-        return f"the warehouse fails: {' '.join(str(self.warehouse_error).split())[:300]}"
+        why = ' '.join(str(self.warehouse_error).split())[:300]
+        if (opening := self.warehouse_opening) is not None:
+            return (f"the warehouse cannot be opened, /metrics is served without history "
+                    f"(tried again every {opening.retry_seconds:g} s): {why}")
+        return f"the warehouse fails: {why}"
 
     # ------------------------------------------------------------------ targets
 
@@ -261,6 +321,8 @@ class Exporter:
         self._bottlenecks(now, states)
         self._forget_gone(states, nodes)
         stages["compute"] = time.process_time() - cpu - stages["scrape"]
+        if self.warehouse is None and self.warehouse_opening is not None:
+            await self._open_warehouse(self.warehouse_opening, now)
         if self.warehouse is not None:
             await self._write_warehouse(self.warehouse, usage, nodes, now)
         stages["warehouse"] = time.process_time() - cpu - sum(stages.values())
@@ -341,6 +403,7 @@ class Exporter:
     def _compute(self, snap: Snapshot) -> list[compute.DeviceState]:
         """The devices' states of a snapshot; the inventory goes on from it."""
         owners = self._owners()
+        self._remember(owners, snap.now)
         self._pool_of.update((n.name, n.pool) for n in snap.nodes.values())
         for pod in snap.ended_pods:
             owners.setdefault((pod.namespace, pod.name), self._owner(pod))
@@ -352,15 +415,50 @@ class Exporter:
         states = compute.device_states(
             snap.nodes, snap.readings, snap.unknown_nodes, self.inventory, owners,
             price, self.config.prices.discounts, self.config.prices.default_discount,
-            snap.complete, self.last_seen)
+            snap.complete, self.last_seen, self.unviewed_owner)
         self.inventory = compute.remember(self.inventory, snap.readings, snap.nodes)
         self._retire(snap.readings, snap.nodes, snap.now)
+        self._unowned(states, snap.now)
         return states
+
+    def _remember(self, owners: Mapping[tuple[str, str], compute.Owner], now: float) -> None:
+        """Keep the owners whose team is known, the most recently seen last: at most
+        ``REMEMBERED_OWNERS``, none last seen over ``REMEMBERED_SECONDS`` ago."""
+        known = self._known_owners
+        for key, owner in owners.items():
+            if owner.team != compute.UNKNOWN_TEAM:
+                known.pop(key, None)
+                known[key] = (owner, now)
+        while known:
+            oldest = next(iter(known))
+            if len(known) <= REMEMBERED_OWNERS and known[oldest][1] >= now - REMEMBERED_SECONDS:
+                break
+            del known[oldest]
+
+    def unviewed_owner(self, namespace: str, pod: str) -> compute.Owner:
+        """The owner of a GPU's pod not in the view: as last seen, else by its namespace
+        (``compute.unviewed_owner``), else ``compute.UNKNOWN_TEAM``'s."""
+        if (known := self._known_owners.get((namespace, pod))) is not None:
+            return known[0]
+        return compute.unviewed_owner(namespace, pod, self.kube.namespace_labels,
+                                      self.config.team_label)
+
+    def _unowned(self, states: Sequence[compute.DeviceState], now: float) -> None:
+        """Log once per episode that allocated GPUs have pods of an unknown team."""
+        pods = sorted({f"{o.namespace}/{o.name}" for d in states for o in d.owners
+                       if o.team == compute.UNKNOWN_TEAM})
+        if pods:
+            missing = [k for k in ("pods", "namespaces") if not self.kube.up.get(k)]
+            self._episodes.failed(("owners", "unknown"), now, "gpu owners unknown",
+                                  team=compute.UNKNOWN_TEAM, pods=len(pods), first=pods[:5],
+                                  kubernetes_down=missing)
+        else:
+            self._episodes.recovered(("owners", "unknown"), now, "gpu owners known again")
 
 
     def _owner(self, pod: PodInfo) -> compute.Owner:
         team = compute.team_of(pod.labels, pod.namespace, self.kube.namespace_labels,
-                               self.config.team_label)
+                               self.config.team_label, self.kube.synced["namespaces"].is_set())
         a = self.config.allocation
         allocation = compute.allocation_of(pod.labels, pod.annotations, pod.namespace,
                                            self.kube.namespace_labels, a.label, a.annotation
@@ -534,7 +632,7 @@ class Exporter:
 
     def workload_team(self, wl: WorkloadInfo) -> str:
         return compute.team_of(wl.labels, wl.namespace, self.kube.namespace_labels,
-                               self.config.team_label)
+                               self.config.team_label, self.kube.synced["namespaces"].is_set())
 
     def cluster_queue_of(self, wl: WorkloadInfo) -> str:
         """The ClusterQueue that admitted it, else its LocalQueue's ("" if unknown)."""
@@ -581,6 +679,29 @@ class Exporter:
                 self.health.errors["warehouse", str(self.warehouse.path)] += 1
             log.warning("month-to-date spend not read from the warehouse",
                         extra=logs.ctx(error=f"{type(exc).__name__}: {exc}"))
+
+    async def _open_warehouse(self, opening: WarehouseOpening, now: float) -> None:
+        """Try again to open the warehouse, when its time has come (in the warehouse's
+        thread: opening a large file takes a while). Once open, it goes on from the state
+        it saved, this run's devices first, and its month's spend is added as at a start."""
+        if opening.next_try is None:
+            opening.next_try = now + opening.retry_seconds
+        if now < opening.next_try:
+            return
+        opening.next_try = now + opening.retry_seconds
+        try:
+            warehouse = await asyncio.get_running_loop().run_in_executor(
+                self._warehouse_thread, opening.open)
+        except Exception as exc:
+            opening.error = self.warehouse_error = " ".join(str(exc).split())
+            self.health.errors["warehouse", opening.path] += 1
+            return
+        inventory, _ = warehouse.load_state()
+        self.inventory = inventory | self.inventory
+        self._month_seed = self._warehouse_thread.submit(warehouse.team_month_costs)
+        self.warehouse, self.warehouse_opening, self.warehouse_error = warehouse, None, None
+        log.info("warehouse opened", extra=logs.ctx(target=opening.path))
+        opening.opened(warehouse)
 
     async def _write_warehouse(self, warehouse: Warehouse, usage: list[compute.UsageRow],
                                nodes: dict[str, NodeInfo], now: float) -> None:
@@ -681,6 +802,9 @@ class Exporter:
             budgets=self.config.budgets, sla_target=self.config.sla.target,
             remote_write=self.remote_write, cloud_monitoring=self.cloud_monitoring,
             rows_removed=dict(self.warehouse.rows_removed) if self.warehouse else {},
+            warehouse_up=None if self.warehouse is None and self.warehouse_opening is None
+            else self.warehouse is not None and self.warehouse_ok,
+            warehouse_quarantined=dict(self.warehouse.quarantined) if self.warehouse else {},
             report=self.report, kube_max_staleness_seconds=self.config.kubernetes.max_staleness,
             commitments=self._commitment_use,
             list_prices={k: (v, *self.price_sources.get(k, ("book", None)))

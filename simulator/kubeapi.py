@@ -8,7 +8,8 @@ namespaces: discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``), list wit
 ``Status``; server-side Tables for ``kubectl get``; Kubernetes ``Status`` errors.
 
 For failure testing the API can answer an error status for a while (503 unavailable, 403
-forbidden, 429 too many requests; for every resource or one), stall (accept requests and
+forbidden, 429 too many requests; for every resource or one), forbid resources or an API
+group's discovery each for its own while (an RBAC grant missing), stall (accept requests and
 answer none), have its watches hung (open but silent) or ended (cleanly, or by an ERROR
 event with a ``Status``), and its history compacted (every resume then gets 410).
 """
@@ -77,6 +78,9 @@ class KubeApi:
         self.down_resource: str | None = None
         self.stall_until = 0.0
         self.hang_until = 0.0
+        self.forbidden: dict[str, float] = {}
+        """Resource (a plural such as ``namespaces``) or API group (its discovery, such as
+        ``kueue.x-k8s.io``) -> until when (``time.monotonic``) it is forbidden."""
         self._watch_ends: set[asyncio.Event] = set()
         self._end_status: Obj | None = None
         self.watches_served = 0
@@ -90,6 +94,27 @@ class KubeApi:
             raise ValueError(f"status is one of {sorted(_FAULT_STATUS)}")
         self.down_until = time.monotonic() + seconds
         self.down_status, self.down_resource = status, resource
+
+    def forbid(self, resource: str, seconds: float) -> None:
+        """Answer 403 Forbidden to every request for ``resource`` (a plural, or an API group
+        for its discovery document) for ``seconds`` of wall time, as a ClusterRole without
+        its grant does; 0 ends it. Several can be forbidden at once, each for its own time,
+        beside ``set_down``'s fault."""
+        if seconds <= 0:
+            self.forbidden.pop(resource, None)
+        else:
+            self.forbidden[resource] = time.monotonic() + seconds
+
+    def _is_forbidden(self, request: web.Request) -> str | None:
+        """The resource or group of a request ``forbid`` refuses now, else None."""
+        info = request.match_info
+        name = info.get("plural") or info.get("group")
+        if name is None or name not in self.forbidden:
+            return None
+        if time.monotonic() < self.forbidden[name]:
+            return name
+        del self.forbidden[name]
+        return None
 
     def stall(self, seconds: float) -> None:
         """Accept every request and answer none for ``seconds`` of wall time; 0 ends it."""
@@ -141,6 +166,8 @@ class KubeApi:
         plural = request.match_info.get("plural")
         if time.monotonic() < self.down_until and self.down_resource in (None, plural):
             return self._fault_answer(request, plural or "")
+        if (refused := self._is_forbidden(request)) is not None:
+            return self._forbidden(request, refused)
         if request.method not in ("GET", "HEAD"):
             return _error(405, "MethodNotAllowed",
                           f"the server does not allow this method on the requested resource "
@@ -153,16 +180,26 @@ class KubeApi:
             return _error(405, "MethodNotAllowed", "method not allowed")
         return response
 
+    @staticmethod
+    def _forbidden(request: web.Request, plural: str) -> web.Response:
+        """403 as the API server words it (for a group's discovery: its path)."""
+        user = 'User "system:serviceaccount:gke-gpu-exporter:gke-gpu-exporter"'
+        if "plural" not in request.match_info:
+            return web.json_response(status_error(
+                403, "Forbidden", f'forbidden: {user} cannot get path "{request.path}"'),
+                status=403)
+        verb = "watch" if request.query.get("watch", "").lower() in ("1", "true") else \
+            "list" if "name" not in request.match_info else "get"
+        scope = f'in the namespace "{request.match_info["namespace"]}"' \
+            if "namespace" in request.match_info else "at the cluster scope"
+        group = request.match_info.get("group", "")
+        return web.json_response(status_error(
+            403, "Forbidden", f'{plural} is forbidden: {user} cannot {verb} resource '
+            f'"{plural}" in API group "{group}" {scope}', {"kind": plural}), status=403)
+
     def _fault_answer(self, request: web.Request, plural: str) -> web.Response:
         if self.down_status == 403:
-            verb = "watch" if request.query.get("watch", "").lower() in ("1", "true") else \
-                "list" if "name" not in request.match_info else "get"
-            scope = f'in the namespace "{request.match_info["namespace"]}"' \
-                if "namespace" in request.match_info else "at the cluster scope"
-            return web.json_response(status_error(
-                403, "Forbidden", f'{plural} is forbidden: User "system:serviceaccount:'
-                f'gke-gpu-exporter:gke-gpu-exporter" cannot {verb} resource "{plural}" in API '
-                f'group "" {scope}', {"kind": plural}), status=403)
+            return self._forbidden(request, plural)
         if self.down_status == 429:
             return web.json_response(status_error(
                 429, "TooManyRequests", "too many requests, please try again later",

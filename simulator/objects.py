@@ -141,7 +141,7 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
     job = p.job
     labels: dict[str, str] = {**w.labels, "app.kubernetes.io/name": w.name,
                               "workload-kind": w.kind}
-    if p.team:
+    if p.team and all(ns.team_on_pods for ns in scenario.namespaces if ns.name == p.namespace):
         labels["team"] = p.team
     if job.owner_kind == "Job":
         labels |= {"batch.kubernetes.io/job-name": job.name, "job-name": job.name,

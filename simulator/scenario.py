@@ -68,6 +68,8 @@ class Namespace(_Model):
     name: DnsName
     team: DnsName | None = None
     """Value of the ``team`` label on the namespace and its pods; absent when None."""
+    team_on_pods: bool = True
+    """Whether its pods carry the ``team`` label too; False: only the namespace does."""
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """More labels on the namespace (not on its pods): a ``cost-center``, say."""
 

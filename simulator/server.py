@@ -372,6 +372,8 @@ class SimulatorServer:
                 self.api.set_down(seconds, int(body.get("status", 503)), body.get("resource"))
             except (TypeError, ValueError) as exc:
                 return web.json_response({"error": str(exc)}, status=400)
+        elif action == "forbid" and isinstance(body.get("resource"), str):
+            self.api.forbid(body["resource"], seconds)
         elif action == "stall":
             self.api.stall(seconds)
         elif action == "refuse":  # once this answer is sent: it closes this connection too
@@ -384,7 +386,8 @@ class SimulatorServer:
             self.api.compact()
         else:
             return web.json_response(
-                {"error": "action is one of down (status 503, 403 or 429; resource), stall, "
+                {"error": "action is one of down (status 503, 403 or 429; resource), forbid "
+                 "(resource: a plural or an API group), stall, "
                  "refuse, hang-watches, end-watches, compact"},
                 status=400)
         return web.json_response({"ok": True})

@@ -9,7 +9,9 @@ SQL once their interval is complete; the files go once their rows are written. S
 rows of a table in the database, they were inserted and deleted again every interval: at
 8,000 GPUs that cost 25-30 ms of a cycle's CPU and nearly tripled the write-ahead log (4.9
 MiB a cycle, 1.8 MiB without). A file made when staging was a table (``usage_staging``)
-has its staged rows moved to files as it opens.
+has its staged rows moved to files as it opens. A file the warehouse cannot use (a staged
+file that does not read, a stray, a write-ahead log DuckDB dropped) is set aside in the
+staging directory's ``quarantine`` folder, counted and logged once, and the writes go on.
 Every row has a deterministic id (a hash of cluster, interval, device, pod and state) and a
 write skips the ids already there, so a restart or a retried flush never double-counts. The
 tables have no key: DuckDB holds a key's index in memory, and it would grow with the table
@@ -41,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import math
 import os
 import shutil
@@ -61,6 +64,8 @@ import duckdb
 from exporter import duck
 from exporter.bottleneck import CLOCK_REASONS
 from exporter.compute import XID, Admission, DeviceIdentity, UsageRow
+from exporter.health import QUARANTINE_REASONS, QuarantineReason
+from exporter.logs import ctx
 from exporter.records import (
     DELETED,
     WORKLOAD_ADMITTED,
@@ -85,6 +90,8 @@ from exporter.sinks.schema import (
     Table,
 )
 
+log = logging.getLogger(__name__)
+
 _STAGE_TYPES = {
     "win": "DOUBLE", **dict.fromkeys((
         "device_id", "pod_uid", "state", "node", "node_pool", "zone", "gpu_model",
@@ -96,6 +103,16 @@ _STAGE_TYPES = {
 }
 _STAGED = "usage-{win!r}-{serial}.parquet"
 """A staged file: its rows' interval (start, Unix seconds) and a serial unique to it."""
+QUARANTINE = "quarantine"
+"""The folder in the staging directory that files the warehouse cannot use are moved to,
+kept for a look and never read again (``QUARANTINE_REASONS``)."""
+_STAGED_KEYS = frozenset({"win", "device_id", "pod_uid", "state", "gpu_seconds"})
+"""Columns every staged file has had, whichever release staged it."""
+_NOT_THE_FILE = (duckdb.OutOfMemoryException, duckdb.FatalException,
+                 duckdb.InternalException, duckdb.InterruptException)
+"""What DuckDB raises for a fault of its own, whatever it reads: never a reason to set a file
+aside. What a damaged file raises varies with the damage (``InvalidInputException`` for a
+file that is not Parquet, a bare ``duckdb.Error`` for a page that does not decode, ...)."""
 _LEGACY_STAGING = "usage_staging"
 """The table rows were staged in before the staging files."""
 _STAGE_OF_DEVICE = {
@@ -440,6 +457,8 @@ class Warehouse:
         """``gpu_usage`` rows older than this are rolled up to hourly ones (0: never)."""
         self.retention = retention
         """Rows older than this are deleted (0: never)."""
+        self.quarantined: dict[QuarantineReason, int] = dict.fromkeys(QUARANTINE_REASONS, 0)
+        """Files set aside in the quarantine folder, by why (``QUARANTINE_REASONS``)."""
         self.con = self._connect()
         self._opened: float | None = None
         """The ``clock``'s time of the first write since the file was opened."""
@@ -511,11 +530,75 @@ class Warehouse:
         return directory
 
     def _staged(self) -> dict[float, list[Path]]:
-        """The staged files by the interval of their rows."""
+        """The staged files by the interval of their rows; any other file in the staging
+        directory (a name that gives no interval, a stray) is set aside."""
         out: dict[float, list[Path]] = defaultdict(list)
-        for f in self._staging.glob("usage-*.parquet"):
-            out[float(f.name.split("-")[1])].append(f)
+        for f in self._staging.iterdir():
+            if f.name == QUARANTINE or f.suffix == ".part":
+                continue
+            if not (f.name.startswith("usage-") and f.name.endswith(".parquet")):
+                self._quarantine(f, "stray", "not a staged file")
+                continue
+            try:
+                win = float(f.name.split("-")[1])
+            except ValueError:
+                self._quarantine(f, "name", "its name gives no interval")
+                continue
+            if not math.isfinite(win):
+                self._quarantine(f, "name", "its name gives no interval")
+                continue
+            out[win].append(f)
         return out
+
+    def _quarantine_dir(self) -> Path:
+        return self.path.with_name(self.path.name + ".staging") / QUARANTINE \
+            if str(self.path) != ":memory:" else self._staging / QUARANTINE
+
+    def _quarantine(self, path: Path, reason: QuarantineReason, error: str,
+                    copy: bool = False) -> None:
+        """Move (or ``copy``) ``path`` to the quarantine folder, never to be read again;
+        counted and logged."""
+        directory = self._quarantine_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        dest = directory / path.name
+        if dest.exists():
+            dest = directory / f"{path.name}.{time.time_ns()}"
+        if copy:
+            shutil.copyfile(path, dest)
+        else:
+            path.replace(dest)
+        self.quarantined[reason] += 1
+        log.warning("warehouse file quarantined", extra=ctx(
+            file=str(path), moved_to=str(dest), reason=reason, error=error))
+
+    def _unusable(self, files: Sequence[str]) -> list[tuple[str, QuarantineReason, str]]:
+        """The staged files among ``files`` DuckDB cannot read as staged rows, each with
+        why: their Parquet metadata first (a file that is not Parquet or is cut short, one
+        without the staged columns), then, when each of those reads, every value of each
+        (a damaged page). Only called once a write of them failed."""
+        bad: list[tuple[str, QuarantineReason, str]] = []
+        for f in files:
+            try:
+                names = {name for (name,) in self.con.execute(
+                    f"SELECT name FROM parquet_schema({duck.quote(f)})").fetchall()}
+            except _NOT_THE_FILE:
+                raise
+            except duckdb.Error as exc:
+                bad.append((f, "unreadable", " ".join(str(exc).split())))
+                continue
+            if missing := _STAGED_KEYS - names:
+                bad.append((f, "foreign", f"no column {', '.join(sorted(missing))}"))
+        if bad:
+            return bad
+        for f in files:
+            try:
+                self.con.execute(f"SELECT max(COLUMNS(*)) FROM read_parquet({duck.quote(f)})"
+                                 ).fetchall()
+            except _NOT_THE_FILE:
+                raise
+            except duckdb.Error as exc:
+                bad.append((f, "unreadable", " ".join(str(exc).split())))
+        return bad
 
     @contextlib.contextmanager
     def _scratch(self, suffix: str) -> Iterator[str]:
@@ -540,10 +623,37 @@ class Warehouse:
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         # A small appender, not an analytics engine: bound DuckDB's memory and threads.
+        wal = Path(f"{self.path}.wal")
+        logged = wal.stat().st_size if str(self.path) != ":memory:" and wal.exists() else 0
         con = duck.connect(self.path, memory_limit="64MB", threads=1)
+        if logged:
+            self._check_wal(con, wal, logged)
         con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_WAL}'")
         con.execute(f"SET allocator_bulk_deallocation_flush_threshold = '{ALLOCATOR_FLUSH}'")
         return con
+
+    def _check_wal(self, con: duckdb.DuckDBPyConnection, wal: Path, logged: int) -> None:
+        """Set aside a copy of the write-ahead log DuckDB found at ``wal`` (``logged``
+        bytes) and did not replay: a damaged log is dropped without an error, and its
+        changes (at most ``CHECKPOINT_INTERVAL`` of rows) are lost. A log replayed is held
+        as DuckDB's own; one it dropped it leaves on disk as it was, until the first write
+        empties it."""
+        row = con.execute("SELECT wal_size FROM pragma_database_size()").fetchone()
+        replayed = row is not None and row[0] != "0 bytes"
+        try:
+            kept = wal.stat().st_size == logged
+        except OSError:  # replayed and checkpointed away
+            kept = False
+        if replayed or not kept:
+            return
+        lost = (f"DuckDB did not replay the write-ahead log ({logged} bytes): the changes "
+                "since the last checkpoint are lost")
+        try:
+            self._quarantine(wal, "wal", lost, copy=True)
+        except OSError as exc:
+            self.quarantined["wal"] += 1
+            log.warning("warehouse file quarantined", extra=ctx(
+                file=str(wal), reason="wal", error=lost, copy_failed=str(exc)))
 
     def _reopen(self) -> None:
         """Close and open the file again every ``REOPEN_INTERVAL`` of the ``clock`` (when no
@@ -998,20 +1108,37 @@ class Warehouse:
         for win in sorted(complete):
             days[win - win % DAY].append(win)
         for day, wins in days.items():
-            table = self._raw_table(day)
             files = [str(f) for win in wins for f in complete[win]]
-            source = (f"read_parquet([{', '.join(map(duck.quote, files))}], "
-                      "union_by_name = true)")  # a file staged by an earlier release
-            between = f"time BETWEEN {at(wins[0])} AND {at(wins[-1])}"
-            self._append(GPU_USAGE, _AGGREGATE.format(
-                             cluster=literal(self.cluster),
-                             interval=literal(float(self.interval)), source=source),
-                         into=table, existing=(
-                             f"(SELECT id FROM {table} WHERE {between}" + (
-                                 f" UNION ALL SELECT id FROM {HOURLY} WHERE interval_seconds "
-                                 f"< 3600 AND {between}" if self._hourly_has_raw else "") + ")"))
+            try:
+                self._write_day(day, wins, files)
+            except _NOT_THE_FILE:
+                raise
+            except duckdb.Error:  # a damaged file? set it aside, and write the others
+                bad = self._unusable(files)
+                if not bad:
+                    raise
+                for f, reason, error in bad:
+                    self._quarantine(Path(f), reason, error)
+                files = [f for f in files if f not in {b[0] for b in bad}]
+                if files:
+                    self._write_day(day, wins, files)
             for f in files:
                 os.unlink(f)
+
+    def _write_day(self, day: float, wins: Sequence[float], files: Sequence[str]) -> None:
+        """The rows of the staged ``files``, of intervals ``wins`` of one UTC ``day``, into
+        its table (one transaction)."""
+        table = self._raw_table(day)
+        source = (f"read_parquet([{', '.join(map(duck.quote, files))}], "
+                  "union_by_name = true)")  # a file staged by an earlier release
+        between = f"time BETWEEN {at(wins[0])} AND {at(wins[-1])}"
+        self._append(GPU_USAGE, _AGGREGATE.format(
+                         cluster=literal(self.cluster),
+                         interval=literal(float(self.interval)), source=source),
+                     into=table, existing=(
+                         f"(SELECT id FROM {table} WHERE {between}" + (
+                             f" UNION ALL SELECT id FROM {HOURLY} WHERE interval_seconds "
+                             f"< 3600 AND {between}" if self._hourly_has_raw else "") + ")"))
 
     def _append(self, table: Table, source: str,
                 batch: Iterable[Mapping[str, object]] | None = None, into: str | None = None,

@@ -80,6 +80,10 @@ class ClusterSource(KubeHealth, Protocol):
         """Whether the cluster serves Kueue's API; None until asked."""
 
     @property
+    def denied(self) -> Mapping[str, str]:
+        """Kind -> the RBAC grant it lacks, while the API answers it 403 Forbidden."""
+
+    @property
     def synced(self) -> Mapping[str, asyncio.Event]:
         """Kind -> set once the kind is listed."""
 

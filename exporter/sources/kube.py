@@ -8,7 +8,10 @@ status (a list's or a watch's, or a watch's ERROR event) or an answer that is no
 keeps the last good view, marks the kind down, is counted by its ``label`` (``http_503``,
 ``http_403``, ``refused``, ``timeout``...) and retried with exponential backoff, full
 jitter, capped. Each outage is logged when it begins (a 403 with the RBAC grant it lacks)
-and when it ends, with its duration and failed attempts. Pods deleted from the cluster are
+and when it ends, with its duration and failed attempts; a kind answered 403 is in
+``denied`` (with the grant it lacks) until it lists again. Kueue's API group is discovered
+the same way: each failure counted by label in ``discovery_errors``, logged once per
+episode. Pods deleted from the cluster are
 remembered until the next snapshot takes them, so queue wait and cost keep their creation
 and scheduling times, and ``deleted_pod`` gives their last state (ended, whatever phase
 they were deleted in).
@@ -204,6 +207,15 @@ class KubeSource:
         self._kueue_asked = asyncio.Event()
         self.rejected_objects: dict[str, int] = {}
         """Objects of a kind skipped because they could not be read, by kind."""
+        self.denied: dict[str, str] = {}
+        """Kind -> what RBAC grant it lacks, while its requests are answered 403."""
+        self.discovery_up: dict[str, bool] = {}
+        """API group -> whether its last discovery was answered (served or not); absent
+        before the first."""
+        self.discovery_errors: dict[tuple[str, str], int] = {}
+        """(API group, ``SourceError.label``) -> failed discoveries."""
+        self.discovery_error: dict[str, str] = {}
+        """API group -> the last failed discovery's error, while it fails."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -224,6 +236,7 @@ class KubeSource:
         while True:
             found: str | None = None
             unknown: str | None = None
+            label = ""
             for version in kueue.GROUP_VERSIONS:
                 try:
                     resp = await self._api.get(f"/apis/{version}",
@@ -233,23 +246,38 @@ class KubeSource:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    unknown = _translate("workloads", "discover", exc,
-                                         self._request_timeout).reason
+                    err = _translate("workloads", "discover", exc, self._request_timeout)
+                    unknown, label = err.reason, err.label
                     break
                 if status == 200:
                     found = version
                     break
                 if status != 404:
-                    unknown = f"HTTP {status}"
+                    unknown, label = f"HTTP {status} on discovery of {version}", \
+                        f"http_{status}"
                     break
-            self._kueue_asked.set()   # the view goes on, with or without Kueue
+            group = kueue.GROUP
             if unknown is not None:
+                self.discovery_up[group] = False
+                self.discovery_error[group] = unknown
+                self.discovery_errors[(group, label)] = \
+                    self.discovery_errors.get((group, label), 0) + 1
+                fields: dict[str, Any] = {"group": group, "reason": label, "error": unknown}
+                if label == "http_403":
+                    fields["rbac"] = ("cannot get the API group's discovery document: grant "
+                                      "get on the non-resource URL /apis/* (the default "
+                                      "system:discovery role does)")
+                self._kueue_asked.set()   # the view goes on; readiness says what it lacks
                 self._episodes.failed(("kueue", "discovery"), self._clock(),
-                                      "kueue discovery failed", error=unknown)
+                                      "kueue discovery failed", **fields)
                 await asyncio.sleep(backoff.next())
                 continue
+            self.discovery_up[group] = True
+            self.discovery_error.pop(group, None)
+            self._kueue_asked.set()   # the view goes on, with or without Kueue
+            backoff.reset()
             self._episodes.recovered(("kueue", "discovery"), self._clock(),
-                                     "kueue discovery recovered")
+                                     "kueue discovery recovered", group=group)
             if found is None:
                 self.kueue = False
                 await asyncio.sleep(KUEUE_PROBE_INTERVAL)
@@ -403,7 +431,7 @@ class KubeSource:
                 if err.status is not None:
                     fields["status"] = err.status
                 if err.status == 403:
-                    fields["rbac"] = rbac_hint(kind, verb)
+                    fields["rbac"] = self.denied[kind] = rbac_hint(kind, verb)
                 fields |= {"error": err.reason, "retry_in_seconds": round(delay, 2)}
                 if not self._episodes.failed((kind, "api"), self._clock(),
                                              "kubernetes request failed", **fields):
@@ -422,6 +450,7 @@ class KubeSource:
         self._replace(kind, items)
         self.stats[kind].lists += 1
         self.up[kind] = True
+        self.denied.pop(kind, None)
         self.last_success[kind] = self._clock()
         self.synced[kind].set()
         self._episodes.recovered((kind, "api"), self._clock(), "kubernetes recovered",

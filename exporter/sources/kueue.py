@@ -18,7 +18,8 @@ from exporter.errors import SourceDataError
 from exporter.records import ClusterQueueInfo, FlavorQuota, LocalQueueInfo, WorkloadInfo
 
 Obj = dict[str, Any]
-GROUP_VERSION = "kueue.x-k8s.io/v1beta2"
+GROUP = "kueue.x-k8s.io"
+GROUP_VERSION = f"{GROUP}/v1beta2"
 GROUP_VERSIONS = (GROUP_VERSION, "kueue.x-k8s.io/v1beta1")
 """The versions asked for, in order: v1beta2 (Kueue 0.15 and later), v1beta1 (before)."""
 GPU = "nvidia.com/gpu"

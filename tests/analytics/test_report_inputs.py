@@ -68,7 +68,7 @@ CASES = [
     ("reconcile: Parquet that is not a billing export",
      [*RECONCILE, "--billing-file", "{files}/other.parquet"], 2,
      "{files}/other.parquet is not a Cloud Billing detailed export: no column service, "
-     "usage_start_time, project, labels, credits, usage"),
+     "usage_start_time, project, labels, credits, usage, currency, currency_conversion_rate"),
     ("reconcile: a billing table not named in full",
      [*RECONCILE, "--billing-table", "billing.gcp_billing_export_resource_v1_X"], 2,
      "billing table 'billing.gcp_billing_export_resource_v1_X' is not "

@@ -7,9 +7,11 @@ import asyncio
 import shutil
 import subprocess
 import sys
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pytest
 import yaml
@@ -18,8 +20,17 @@ from analytics.report import build
 from analytics.store import DuckDBStore, ParquetStore
 from analytics.week import parse_week, reads
 from analytics.workspace import Table
+from exporter.app import scheduled_report
+from exporter.config import load_config
+from exporter.errors import ConfigError
 from exporter.prices import load_price_book
-from exporter.scheduled_report import RETRY_SECONDS, Schedule, ScheduledReport
+from exporter.scheduled_report import (
+    RETRY_SECONDS,
+    TIMEOUT_SECONDS,
+    Schedule,
+    ScheduledReport,
+    read_outcome,
+)
 from exporter.sinks.warehouse import Warehouse
 from tests.analytics.conftest import HOSTILE, PASSWORD, W46, Inbox
 
@@ -117,7 +128,10 @@ async def test_the_week_is_reported_and_mailed_once_across_restarts(
     assert job.maybe_run(before + 3660) is None   # one at a time
     await asyncio.wait_for(task, 120)
     out = tmp_path / "reports" / "2026-W47"
-    assert job.stats.runs == {"ok": 1, "failed": 0}, (out / "report.log").read_text()
+    assert job.stats.runs == {"ok": 1, "failed": 0, "thin": 0}, \
+        (out / "report.log").read_text()
+    assert job.stats.coverage is not None and job.stats.coverage[0] == "2026-W47"
+    assert 0.5 <= job.stats.coverage[1] <= 1.0
     assert (out / "report" / "report.html").exists()
     assert not (out / "snapshot").exists()       # the snapshot goes once the report is made
     rcpts = sorted(r for to, _ in inbox.messages for r in to)
@@ -144,7 +158,8 @@ async def test_a_failed_report_is_shown_and_retried(small_warehouse: Path,
     assert task is not None
     await asyncio.wait_for(task, 60)
     # during the fault: counted, not recorded, its output kept, no retry before the delay
-    assert job.stats.runs == {"ok": 0, "failed": 1} and job.stats.last_success is None
+    assert job.stats.runs == {"ok": 0, "failed": 1, "thin": 0}
+    assert job.stats.last_success is None and job.stats.coverage is None
     assert not job.warehouse.report_done("2026-W47")
     assert "no SMTP server" in (tmp_path / "reports" / "2026-W47" / "report.log").read_text()
     assert job.maybe_run(now + 60) is None
@@ -154,9 +169,108 @@ async def test_a_failed_report_is_shown_and_retried(small_warehouse: Path,
     task = job.maybe_run(now + RETRY_SECONDS)
     assert task is not None
     await asyncio.wait_for(task, 120)
-    assert job.stats.runs == {"ok": 1, "failed": 1} and job.stats.last_success is not None
+    assert job.stats.runs == {"ok": 1, "failed": 1, "thin": 0}
+    assert job.stats.last_success is not None
     assert job.warehouse.report_done("2026-W47")
     job.warehouse.close()
+
+
+@pytest.mark.parametrize(("week", "kept_days", "covered"), [
+    ("2026-W48", 7, (0.0, 0.0)),          # no data at all
+    ("2026-W47", 2, (2 / 7 - 0.01, 2 / 7 + 0.01)),   # two days of seven, below 50 %
+], ids=["empty", "below min_coverage"])
+async def test_a_thin_week_is_reported_thin_once_not_retried(
+        small_warehouse: Path, tmp_path: Path, week: str, kept_days: int,
+        covered: tuple[float, float]) -> None:
+    path = tmp_path / "w.duckdb"
+    shutil.copy(small_warehouse, path)
+    with duckdb.connect(str(path)) as con:   # the exporter was down the rest of the week
+        for (table,) in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_type = "
+                "'BASE TABLE' AND table_name LIKE 'gpu_usage_%'").fetchall():
+            con.execute(f"DELETE FROM {table} WHERE time >= ?",
+                        [W47.start + timedelta(days=kept_days)])
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text("cluster: c\nreport: {min_coverage: 0.5}\n")
+    job = _job(path, config_file, tmp_path)
+    job.email = False
+    now = parse_week(week).end.timestamp() + 8 * 3600
+    task = job.maybe_run(now)
+    assert task is not None
+    await asyncio.wait_for(task, 120)
+    log = (tmp_path / "reports" / week / "report.log").read_text()
+    assert job.stats.runs == {"ok": 0, "failed": 0, "thin": 1}, log
+    assert "min_coverage" in log or "no data" in log
+    assert job.stats.coverage is not None and job.stats.coverage[0] == week
+    assert covered[0] <= job.stats.coverage[1] <= covered[1]
+    assert job.stats.last_success is None            # nothing was made
+    assert not (tmp_path / "reports" / week / "report").exists()
+    assert (tmp_path / "reports" / week / "snapshot").is_dir()   # kept for --force
+    assert job.warehouse.report_done(week)           # recorded once: not again
+    assert job.maybe_run(now + RETRY_SECONDS) is None
+    assert job.maybe_run(now + 3 * RETRY_SECONDS) is None
+    job.warehouse.close()
+
+
+async def test_a_hung_child_is_killed_after_the_timeout(small_warehouse: Path,
+                                                        tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    shutil.copy(small_warehouse, path)
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text("cluster: c\n")
+    hung = (sys.executable, "-c", "import time; print('stuck', flush=True); time.sleep(600)")
+    job = _job(path, config_file, tmp_path, command=hung, timeout=1.0)
+    now = W47.end.timestamp() + 8 * 3600
+    began = time.monotonic()
+    task = job.maybe_run(now)
+    assert task is not None
+    await asyncio.wait_for(task, 60)
+    assert time.monotonic() - began < 30
+    assert job.stats.runs == {"ok": 0, "failed": 1, "thin": 0}
+    assert not job.warehouse.report_done("2026-W47")
+    assert "stuck" in (tmp_path / "reports" / "2026-W47" / "report.log").read_text()
+    assert job.maybe_run(now + 60) is None and job.maybe_run(now + RETRY_SECONDS) is not None
+    await job.stop()
+    job.warehouse.close()
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    (None, TIMEOUT_SECONDS), ("45m", 2700.0), (90, 90.0), ("1h30m", 5400.0),
+    (0, None), ("-5m", None), ("soon", None), (True, None)])
+def test_the_report_timeout_is_a_duration(tmp_path: Path, value: object,
+                                          seconds: float | None) -> None:
+    file = tmp_path / "config.yaml"
+    report: dict[str, object] = {"schedule": "mon 07:00"}
+    if value is not None:
+        report["timeout"] = value
+    file.write_text(yaml.safe_dump({"cluster": "c", "report": report,
+                                    "warehouse": {"path": str(tmp_path / "w.duckdb")}}))
+    if seconds is None:
+        with pytest.raises(ConfigError, match=r"report\.timeout"):
+            load_config(str(file))
+        return
+    cfg = load_config(str(file))
+    assert cfg.report.timeout == seconds
+    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=3600.0)
+    job = scheduled_report(cfg, wh, str(file))
+    assert job is not None and job.timeout == seconds
+    wh.close()
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('{"week": "2026-W47", "outcome": "thin", "coverage": 0.1}', ("thin", 0.1)),
+    ('{"week": "2026-W47", "outcome": "ok", "coverage": 1}', ("ok", 1.0)),
+    ('{"week": "2026-W46", "outcome": "thin", "coverage": 0.1}', None),   # another week's
+    ('{"week": "2026-W47", "outcome": "mailed", "coverage": 0.1}', None),
+    ('{"week": "2026-W47", "outcome": "thin"}', None),
+    ('{"week": "2026-W47", "outcome": "thin", "coverage": "x"}', None),
+    ("[1, 2]", None), ("not json", None), (None, None)])
+def test_the_childs_outcome_is_read_strictly(tmp_path: Path, text: str | None,
+                                             expected: tuple[str, float] | None) -> None:
+    file = tmp_path / "outcome.json"
+    if text is not None:
+        file.write_text(text)
+    assert read_outcome(file, "2026-W47") == expected
 
 
 def test_a_locked_warehouse_is_one_line_of_advice(small_warehouse: Path,

@@ -38,7 +38,7 @@ EXPORT_SCHEMA = [
     F("labels", "RECORD", mode="REPEATED", fields=[F("key", "STRING"), F("value", "STRING")]),
     F("location", "RECORD", fields=[F("location", "STRING"), F("region", "STRING"),
                                     F("zone", "STRING")]),
-    F("cost", "FLOAT"), F("currency", "STRING"),
+    F("cost", "FLOAT"), F("currency", "STRING"), F("currency_conversion_rate", "FLOAT"),
     F("usage", "RECORD", fields=[F("amount", "FLOAT"), F("unit", "STRING"),
                                  F("amount_in_pricing_units", "FLOAT"),
                                  F("pricing_unit", "STRING")]),
@@ -69,7 +69,7 @@ def line(hour: datetime, namespace: str | None, cost: float, cluster: str = "c",
         "project": {"id": "gpu-prod", "number": "123456789012", "name": "gpu-prod"},
         "labels": labels,
         "location": {"location": "us-central1", "region": "us-central1", "zone": "us-central1-a"},
-        "cost": cost, "currency": "USD",
+        "cost": cost, "currency": "USD", "currency_conversion_rate": 1.0,
         "usage": {"amount": 3600.0, "unit": "seconds", "amount_in_pricing_units": 1.0,
                   "pricing_unit": "hour"},
         "credits": [{"name": "Committed use discount: GPU", "amount": credits,
@@ -104,8 +104,10 @@ def compared(client: bigquery.Client, warehouse: Path, rows: list[dict[str, Any]
     bill = reconcile.BillingExport(client, export(client, rows))
     store = DuckDBStore(warehouse)
     try:
+        checked = reconcile.check(bill.gpu_lines(WEEK.start, WEEK.end, cluster,
+                                                 reconcile.cost_bound({("l4", "x"): L4})))
         return reconcile.compare(reconcile.ours(store, WEEK.start, WEEK.end, cluster),
-                                 bill.gpu_lines(WEEK.start, WEEK.end, cluster))
+                                 checked.lines)
     finally:
         store.close()
 
@@ -169,6 +171,32 @@ def test_a_bill_without_cost_allocation_has_no_namespace(
     none = t[t.namespace == reconcile.NO_NAMESPACE]
     assert none.billed_net_usd.sum() == pytest.approx(7 * 24 * 3 * L4)
     assert t.gap_usd.sum() == pytest.approx(0, abs=0.01)  # in total, not per namespace
+
+
+def test_a_bill_in_euros_is_converted_and_implausible_lines_left_out(
+        bq: bigquery.Client, warehouse: Path) -> None:
+    """The export's own currency_conversion_rate (EUR per USD) converts each line; a line of
+    negative usage and one of 1e12 are not reconciled."""
+    rows = [{**line(h, ns, L4 * 0.92), "currency": "EUR", "currency_conversion_rate": 0.92}
+            for h in hours() for ns in NAMESPACES]
+    rows.append({**line(WEEK.start, "ns-a", 1e12), "currency": "EUR",
+                 "currency_conversion_rate": 0.92})
+    rows.append({**line(WEEK.start, "ns-a", L4), "usage": {
+        "amount": -3600.0, "unit": "seconds", "amount_in_pricing_units": -1.0,
+        "pricing_unit": "hour"}})
+    bill = reconcile.BillingExport(bq, export(bq, rows))
+    checked = reconcile.check(bill.gpu_lines(WEEK.start, WEEK.end, "c",
+                                             reconcile.cost_bound({("l4", "x"): L4})))
+    assert checked.currencies == ("EUR",)
+    assert dict(zip(checked.excluded.reason, checked.excluded.lines, strict=True)) == {
+        "implausible_cost": 1, "negative_usage": 1}
+    store = DuckDBStore(warehouse)
+    try:
+        t = reconcile.compare(reconcile.ours(store, WEEK.start, WEEK.end, "c"), checked.lines)
+    finally:
+        store.close()
+    assert set(t.cause) == {"reconciled"}
+    assert t.billed_net_usd.sum() == pytest.approx(7 * 24 * 3 * L4, abs=0.01)
 
 
 def test_report_reconcile_command(emulator: Emulator, warehouse: Path, tmp_path: Path) -> None:

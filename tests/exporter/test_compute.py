@@ -60,6 +60,32 @@ def test_team(pod_labels: dict[str, str], ns_labels: dict[str, str], team: str) 
     assert compute.team_of(pod_labels, "ns", {"ns": ns_labels}, "team") == team
 
 
+@pytest.mark.parametrize(("pod_labels", "namespaces", "listed", "team"), [
+    ({"team": "a"}, {}, False, "a"),                   # the pod's own label needs nothing
+    ({}, {"ns": {"team": "b"}}, False, "b"),           # its namespace's, as last listed
+    ({}, {}, False, compute.UNKNOWN_TEAM),             # namespaces never listed: not "ns"
+    ({}, {"other": {"team": "b"}}, True, "ns"),        # listed, this one not yet: its name
+    ({}, {"ns": {}}, True, "ns"),                      # listed, no label: its name
+])
+def test_team_without_the_namespaces(pod_labels: dict[str, str],
+                                     namespaces: dict[str, dict[str, str]], listed: bool,
+                                     team: str) -> None:
+    """A team is never the namespace's name guessed while namespaces cannot be listed."""
+    assert compute.team_of(pod_labels, "ns", namespaces, "team", listed) == team
+
+
+@pytest.mark.parametrize(("namespaces", "team"), [
+    ({"ns": {"team": "b"}}, "b"),              # the namespace's label
+    ({"ns": {"cost-center": "c"}}, "ns"),      # a listed namespace without one: its name
+    ({"other": {"team": "b"}}, compute.UNKNOWN_TEAM),  # namespace unknown
+    ({}, compute.UNKNOWN_TEAM),                # namespaces not listed
+])
+def test_owner_of_a_pod_not_in_the_view(namespaces: dict[str, dict[str, str]],
+                                        team: str) -> None:
+    assert compute.unviewed_owner("ns", "p", namespaces, "team") == \
+        Owner("", "ns", "p", team, "p")
+
+
 CC, NOTE = "cost-center", "billing.example.com/cost-center"
 
 
@@ -352,3 +378,16 @@ def test_a_remembered_device_beyond_the_count_has_no_state() -> None:
                                      "GPU-new", "GPU-new", "0", None)}}, OWNERS, PRICE, {},
                                  last_seen={U: 10.0, "GPU-new": 20.0})
     assert [(d.gpu_uuid, d.reason) for d in down] == [("GPU-new", "node_not_ready")]
+
+
+def test_a_gpu_of_a_pod_not_in_the_view_is_the_unknown_teams_unless_told() -> None:
+    """Without ``unviewed`` a GPU whose pod is not among the owners is ``UNKNOWN_TEAM``'s
+    (never its namespace's name); with it, whatever ``unviewed`` says."""
+    readings = {"n1": [reading(pods=("gone",))]}
+    (alone,) = states([node()], readings)
+    assert alone.state == "allocated"
+    assert alone.owners == (Owner("", "ns", "gone", compute.UNKNOWN_TEAM, "gone"),)
+    told = Owner("uid-gone", "ns", "gone", "t", "w")
+    (d,) = compute.device_states({"n1": node()}, readings, frozenset(), {}, OWNERS, PRICE, {},
+                                 unviewed=lambda ns, p: told)
+    assert d.owners == (told,)

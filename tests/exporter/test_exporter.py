@@ -161,13 +161,19 @@ async def test_scheduled_reports_and_retention_are_counted(
     c = exporter.config.cluster
     assert ({"cluster": c, "table": "gpu_usage", "reason": "rolled_up"}, 0.0) in \
         fams["gke_gpu_exporter_warehouse_rows_removed_total"]
-    exporter.report = ReportStats(runs={"ok": 2, "failed": 1}, last_success=1.8e9)
+    exporter.report = ReportStats(runs={"ok": 2, "failed": 1, "thin": 1}, last_success=1.8e9)
     await step_both(sim, exporter, 1)
     fams = families(exporter.metrics.text)
     assert sorted(fams["gke_gpu_exporter_reports_total"], key=str) == [
-        ({"cluster": c, "outcome": "failed"}, 1.0), ({"cluster": c, "outcome": "ok"}, 2.0)]
+        ({"cluster": c, "outcome": "failed"}, 1.0), ({"cluster": c, "outcome": "ok"}, 2.0),
+        ({"cluster": c, "outcome": "thin"}, 1.0)]
     assert fams["gke_gpu_exporter_report_last_success_timestamp_seconds"] == [
         ({"cluster": c}, 1.8e9)]
+    assert "gke_gpu_exporter_report_coverage_ratio" not in fams   # no week reported yet
+    exporter.report.coverage = ("2026-W47", 0.25)
+    await step_both(sim, exporter, 1)
+    assert families(exporter.metrics.text)["gke_gpu_exporter_report_coverage_ratio"] == [
+        ({"cluster": c, "week": "2026-W47"}, 0.25)]
 
 
 async def test_cloud_monitoring_writes_catalogue_families(

@@ -59,7 +59,8 @@ async def test_api_refusing_connections_is_never_ready_and_no_capacity_is_shown(
         await exporter.cycle(time.time() + 30)
         status, body = await readyz(client)
         assert status == 503
-        assert body.startswith("no list of nodes and pods from the Kubernetes API yet "
+        assert body.startswith("no list of nodes, pods and namespaces from the Kubernetes API "
+                               "yet "
                                "(last error: ")
         assert body.count("\n") == 1
         fams = families(exporter.metrics.text)
@@ -80,11 +81,13 @@ async def test_forbidden_api_is_not_ready_until_listed_and_a_cycle_ran(
                     exporter.kube.stats["nodes"].errors > 0)
         await exporter.cycle(sim.cluster.now)
         status, body = await readyz(client)
-        assert status == 503 and "403" in body and "no list of nodes and pods" in body
+        assert status == 503 and "403" in body
+        assert "no list of nodes, pods and namespaces" in body
         assert "gke_gpu_cluster_available_gpus" not in families(exporter.metrics.text)
         sim.api.set_down(0)
         async with asyncio.timeout(60):  # past the retry's backoff (capped at 30 s)
             await exporter.kube.wait_synced()
+        await until(lambda: all(exporter.kube.discovery_up.values()), 60)  # Kueue's, too
         assert await readyz(client) == (503, "waiting for the first full cycle\n")
         await exporter.cycle(sim.cluster.now)
         assert await readyz(client) == (200, "ready\n")

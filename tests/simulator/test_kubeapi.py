@@ -197,6 +197,46 @@ async def test_api_faults_answer_as_kubernetes_does(
                 assert r.headers["Retry-After"] == "1"
 
 
+async def test_forbidden_resources_answer_403_each_for_its_own_while(
+        sim: SimulatorServer) -> None:
+    """Two resources forbidden at once, for different times; the rest served."""
+    async with aiohttp.ClientSession() as s:
+        for resource, seconds in (("namespaces", 60), ("pods", 0.3)):
+            async with s.post(f"{sim.api_url}/sim/api-faults", json={
+                    "action": "forbid", "resource": resource, "seconds": seconds}) as r:
+                assert r.status == 200
+        for plural, status in (("namespaces", 403), ("pods", 403), ("nodes", 200)):
+            async with s.get(f"{sim.api_url}/api/v1/{plural}") as r:
+                assert r.status == status, plural
+                if status == 403:
+                    body = await r.json()
+                    assert f'cannot list resource "{plural}" in API group ""' in body["message"]
+        await asyncio.sleep(0.4)
+        async with s.get(f"{sim.api_url}/api/v1/pods") as r:
+            assert r.status == 200, "the pods' window is over"
+        async with s.get(f"{sim.api_url}/api/v1/namespaces", params={"watch": "1"}) as r:
+            assert r.status == 403
+            assert 'cannot watch resource "namespaces"' in (await r.json())["message"]
+        sim.api.forbid("namespaces", 0)
+        async with s.get(f"{sim.api_url}/api/v1/namespaces") as r:
+            assert r.status == 200
+
+
+async def test_a_forbidden_api_group_refuses_its_discovery(sim: SimulatorServer) -> None:
+    sim.api.kueue = True  # its CRDs installed
+    async with aiohttp.ClientSession() as s, \
+            s.get(f"{sim.api_url}/apis/kueue.x-k8s.io/v1beta2") as r:
+        assert r.status == 200
+    sim.api.forbid("kueue.x-k8s.io", 60)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{sim.api_url}/apis/kueue.x-k8s.io/v1beta2") as r:
+            assert r.status == 403
+            assert 'cannot get path "/apis/kueue.x-k8s.io/v1beta2"' in \
+                (await r.json())["message"]
+        async with s.get(f"{sim.api_url}/api/v1/nodes") as r:
+            assert r.status == 200
+
+
 async def test_a_refused_api_comes_back(sim: SimulatorServer) -> None:
     async with aiohttp.ClientSession() as s, s.post(
             f"{sim.api_url}/sim/api-faults", json={"action": "refuse", "seconds": 2}) as r:
