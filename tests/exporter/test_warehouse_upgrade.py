@@ -149,7 +149,7 @@ def test_a_file_of_an_earlier_layout_opens_with_every_row(
 
 def test_a_staged_file_that_does_not_read_leaves_the_upgrade_going(tmp_path: Path) -> None:
     """A damaged staged file beside a 0.1.0 file: the others are upgraded, the file opens,
-    and the damaged one is left as it was (for the flush to deal with)."""
+    and the damaged one is left as it was, for the flush to set aside."""
     path = unpack("v0.1.0", tmp_path)
     staging = tmp_path / "warehouse.duckdb.staging"
     staging.mkdir()
@@ -162,6 +162,9 @@ def test_a_staged_file_that_does_not_read_leaves_the_upgrade_going(tmp_path: Pat
     for name, data in damaged.items():
         assert (staging / name).read_bytes() == data
     assert not any(staging.glob("*.part"))
+    wh.flush(STAGED_AT + 60.0)
+    assert wh.rows_written["gpu_usage"] == 1
+    assert sorted(f.name for f in (staging / "quarantine").iterdir()) == sorted(damaged)
     wh.close()
 
 
