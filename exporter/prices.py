@@ -30,10 +30,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from exporter.catalog import FAMILIES
 from exporter.errors import ConfigError
+from exporter.files import Unreadable, decode, parse_yaml, read_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,19 +136,13 @@ def _per_kind(value: object, where: str, source: str) -> dict[str, str]:
 
 
 def _read(path: Path | None) -> tuple[dict[str, Any], str]:
-    if path is None:
-        text = resources.files("exporter").joinpath("data/pricebook.yaml").read_text()
-        source = "shipped price book"
-    else:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read price book: {exc.strerror}") from None
-        source = str(path)
+    source = "shipped price book" if path is None else str(path)
     try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+        data: Any = parse_yaml(decode(
+            resources.files("exporter").joinpath("data/pricebook.yaml").read_bytes()
+        )) if path is None else read_yaml(Path(path))
+    except Unreadable as exc:
+        raise ConfigError(f"{source}: price book: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("regions"), dict):
         raise ConfigError(f"{source}: a price book needs a 'regions' mapping")
     return data, source
