@@ -67,8 +67,9 @@ def kubernetes(cfg: Config) -> StartupError | None:
     try:
         read_kubeconfig(k.kubeconfig)
     except KubeConfigError as exc:
-        return StartupError("kubernetes.kubeconfig", f"{' '.join(str(exc).split())}: fix "
-                            f"the kubeconfig ({named}) or point the setting at another")
+        why = " ".join(str(exc).split())
+        return StartupError("kubernetes.kubeconfig",
+                            why if named in why else f"{why} (in the kubeconfig {named})")
     return None
 
 

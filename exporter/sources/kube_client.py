@@ -204,6 +204,11 @@ class ExecAuth:
             await proc.wait()
             raise CredentialError(f"exec plugin {name}: no answer in "
                                   f"{EXEC_TIMEOUT_SECONDS:g} s") from None
+        except asyncio.CancelledError:  # a stop while it runs: it goes too
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
         if proc.returncode != 0:
             detail = " ".join(err.decode(errors="replace").split())[:300]
             raise CredentialError(f"exec plugin {name} exited {proc.returncode}"
@@ -388,8 +393,8 @@ def _read(path: Path, what: str) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise KubeConfigError(f"cannot read the {what} {path}: "
-                              f"{exc.strerror or exc}") from exc
+        raise KubeConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}: "
+                              "mount it there or fix the kubeconfig's path") from exc
 
 
 def _ssl_context(cluster: _Named, user: _Named) -> ssl.SSLContext:
@@ -479,8 +484,7 @@ def _found_on_path(auth: ExecAuth) -> None:
     command = auth.argv[0]
     path = auth.environ().get("PATH", os.defpath)
     if shutil.which(command, path=path) is None:
-        where = "is not an executable file" if os.sep in command else \
-            f"is not on PATH ({path})"
+        where = "is not an executable file" if os.sep in command else "is not on PATH"
         raise KubeConfigError(f"the exec credential plugin {command} {where}: install it "
                               "(on GKE: gke-gcloud-auth-plugin) or fix the user's "
                               "exec.command")
