@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import duckdb
@@ -131,7 +131,7 @@ def left_running() -> bool:
     return any(t.name.startswith(LEFT_AT_EXIT) and t.is_alive() for t in threading.enumerate())
 
 
-async def _cycle(exporter: Exporter, now: float, stop: asyncio.Future[str],
+async def _cycle(exporter: Exporter, now: float, stop: asyncio.Future[Any],
                  shutdown: Shutdown) -> None:
     """One cycle; a stop during it leaves it until the shutdown deadline to end."""
     cycle = asyncio.create_task(exporter.cycle(now))
@@ -369,7 +369,8 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
         service = asyncio.create_task(_service(cfg, config_file, stop, started))
         ready = asyncio.create_task(started.wait())
         try:
-            await asyncio.wait([service, ready, stop], return_when=asyncio.FIRST_COMPLETED)
+            first: list[asyncio.Future[Any]] = [service, ready, stop]
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         finally:
             ready.cancel()
         if stop.done() and not started.is_set() and not service.done():
