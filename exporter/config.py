@@ -466,7 +466,7 @@ class Report(_Section):
         problems = []
         try:
             ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long
             problems.append(f"unknown time zone {self.timezone!r}")
         try:
             self.subject.format(week="", scope="", cost="")
@@ -673,6 +673,10 @@ def _read_file(path: str | Path) -> dict[str, Any]:
     if loaded is not None and not isinstance(loaded, dict):
         raise ConfigError(f"{path}: a config is a YAML mapping of settings, not a "
                           f"{type(loaded).__name__}")
+    names = [f"{path}: {key!r}: a setting's name is a string"
+             for key in loaded or {} if not isinstance(key, str)]
+    if names:
+        raise ConfigError("\n".join(names))
     return loaded or {}
 
 
@@ -700,7 +704,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     except ValidationError as exc:
         failed: set[str] = set()
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            loc = ".".join(p if isinstance(p, str) and p.isprintable() and p else
+                           str(p) if isinstance(p, int) else repr(p)
+                           for p in err["loc"]) or "(top level)"
             if err["loc"]:
                 failed.add(str(err["loc"][0]))
             if err["type"] == "extra_forbidden" and loc.lower() in named:

@@ -70,6 +70,12 @@ def parse_yaml(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise Unreadable(yaml_problem(exc)) from None
+    except RecursionError:
+        raise Unreadable("not valid YAML: nested too deeply") from None
+    except Exception as exc:  # a value PyYAML parses but cannot build (2026-13-01,
+        # "\U0fffffff", !!timestamp x): its constructors raise what they meet
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise Unreadable(f"not valid YAML: a value that cannot be read ({why})") from None
 
 
 def read_yaml(path: Path) -> Any:
