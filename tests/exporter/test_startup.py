@@ -1,5 +1,8 @@
-"""Start-up mistakes: one line naming the setting and the fix, exit 2, never a traceback;
-``--check-config`` finds the same ones without starting anything."""
+"""Start-up, case by case: a setting the host refuses is one line naming the setting and
+the fix, exit 2 (``MISTAKES``); a setting that cannot be read or is invalid is one line
+naming its file or variable, exit 1 (``CONFIG_MISTAKES``); never a traceback, and
+``--check-config`` finds the same ones without starting anything. A stop while the
+exporter starts is one log line and exit 0."""
 
 from __future__ import annotations
 
