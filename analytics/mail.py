@@ -25,6 +25,7 @@ from analytics.report import WeeklyReport
 from exporter.config import Report as ReportConfig
 from exporter.config import Smtp
 from exporter.errors import ConfigError
+from exporter.files import Unreadable, read_secret
 from exporter.logs import ctx
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,9 @@ def password(smtp: Smtp) -> str | None:
         return smtp.password.get_secret_value()
     if smtp.password_file is not None:
         try:
-            return smtp.password_file.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the SMTP password file {smtp.password_file}: "
-                              f"{exc.strerror}") from None
+            return read_secret(smtp.password_file)
+        except Unreadable as exc:
+            raise ConfigError(f"the SMTP password file {smtp.password_file}: {exc}") from None
     return None
 
 

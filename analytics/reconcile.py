@@ -23,7 +23,6 @@ likely cause (``cause``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +35,7 @@ import pandas as pd
 from analytics.store import DuckDBStore, Param, Store
 from analytics.tables import columns
 from exporter import duck
+from exporter.config import billing_table_problem
 
 if TYPE_CHECKING:
     from google.cloud import bigquery
@@ -44,7 +44,6 @@ UNALLOCATED = "kube:unallocated"
 """GKE cost allocation's namespace for the resources no pod requested."""
 NO_NAMESPACE = "(none)"
 """A bill line without a ``k8s-namespace`` label (cost allocation off)."""
-TABLE_ID = re.compile(r"^[A-Za-z0-9_.:-]+\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
 
 OURS = f"""
 SELECT TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 86400) * 86400) AS day,
@@ -204,8 +203,9 @@ def _listing(names: list[str], what: str) -> str:
 def table_id(table: str) -> str:
     """``table``, when it names a table in full (``PROJECT.DATASET.TABLE``); else
     ``ValueError``."""
-    if not TABLE_ID.match(table):
-        raise ValueError(f"billing table {table!r} is not PROJECT.DATASET.TABLE")
+    problem = billing_table_problem(table)
+    if problem is not None:
+        raise ValueError(f"billing table {problem}")
     return table
 
 

@@ -21,7 +21,7 @@ import textwrap
 import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal, NamedTuple, Union, get_args, get_origin
+from typing import Annotated, Literal, NamedTuple, Union, get_args, get_origin
 
 import annotated_types
 import yaml
@@ -116,6 +116,8 @@ _TYPE_NAMES: dict[object, str] = {str: "string", int: "integer", float: "number"
 def type_name(tp: object) -> str:
     """A declared type in words: ``list[str]`` is a list of strings."""
     origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:  # a type with its own validation: the type it refines
+        return type_name(args[0])
     if origin is Literal:
         names = [f"`{a}`" for a in args]
         return "one of " + ", ".join(names[:-1]) + " or " + names[-1]

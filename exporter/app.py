@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import duckdb
@@ -35,7 +35,7 @@ from exporter.config import Config
 from exporter.errors import ConfigError, StartupError
 from exporter.google_monitoring import metric_client
 from exporter.health import CloudMonitoringStats, RemoteWriteStats
-from exporter.lifecycle import wait_for_shutdown
+from exporter.lifecycle import stop_signal
 from exporter.logs import ctx
 from exporter.preflight import listen_error
 from exporter.prices import load_price_book
@@ -141,7 +141,7 @@ def left_running() -> bool:
     return any(t.name.startswith(LEFT_AT_EXIT) and t.is_alive() for t in threading.enumerate())
 
 
-async def _cycle(exporter: Exporter, now: float, stop: asyncio.Task[None],
+async def _cycle(exporter: Exporter, now: float, stop: asyncio.Future[Any],
                  shutdown: Shutdown) -> None:
     """One cycle; a stop during it leaves it until the shutdown deadline to end."""
     cycle = asyncio.create_task(exporter.cycle(now))
@@ -163,8 +163,9 @@ async def _kube_client(cfg: Config) -> KubeClient:
     except Exception as exc:  # KubeConfigError, or anything a malformed entry raises
         setting = "kubernetes.in_cluster" if k.in_cluster else "kubernetes.kubeconfig"
         why = " ".join(str(exc).split()) or type(exc).__name__
-        raise StartupError(setting, f"cannot load the Kubernetes credentials ({why}): run "
-                           "gke-gpu-exporter run --check-config for the fix") from exc
+        raise StartupError(setting, f"cannot load the Kubernetes credentials ({why}): fix "
+                           "the kubeconfig's user (its exec plugin's login) or the "
+                           "service account") from exc
 
 
 def _open_warehouse(cfg: Config) -> tuple[Warehouse | None, WarehouseOpening | None]:
@@ -412,7 +413,28 @@ def scheduled_report(cfg: Config, warehouse: Warehouse | None,
 
 
 async def run(cfg: Config, config_file: str | None = None) -> int:
-    """The service, until SIGTERM or SIGINT."""
+    """The service, until SIGTERM or SIGINT. A stop before the first cycle (the warehouse
+    opening, the first Kubernetes sync) ends the start-up at once, with one log line."""
+    with stop_signal() as stop:
+        started = asyncio.Event()
+        service = asyncio.create_task(_service(cfg, config_file, stop, started))
+        ready = asyncio.create_task(started.wait())
+        try:
+            first: list[asyncio.Future[Any]] = [service, ready, stop]
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if stop.done() and not started.is_set() and not service.done():
+            service.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await service
+            log.info("stopped", extra=ctx(signal=stop.result(), during="start-up"))
+            return 0
+        return await service
+
+
+async def _service(cfg: Config, config_file: str | None, stop: asyncio.Future[str],
+                   started: asyncio.Event) -> int:
     shutdown = Shutdown(cfg.shutdown_timeout)
     async with open_exporter(cfg, shutdown) as exporter:
         report = scheduled_report(cfg, exporter.warehouse, config_file)
@@ -420,11 +442,11 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
         runner, port = await serve(exporter, cfg.listen_address, cfg.port)
         log.info("serving", extra=ctx(address=cfg.listen_address, port=port,
                                       interval_seconds=cfg.interval))
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(cfg.kubernetes.request_timeout):
-                await exporter.kube.wait_synced()
-        stop = asyncio.create_task(wait_for_shutdown())
         try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(cfg.kubernetes.request_timeout):
+                    await exporter.kube.wait_synced()
+            started.set()
             while not stop.done():
                 began = time.monotonic()
                 try:
@@ -440,9 +462,8 @@ async def run(cfg: Config, config_file: str | None = None) -> int:
                 await asyncio.wait([stop], timeout=wait)
         finally:
             shutdown.begin()
-            stop.cancel()
             if report is not None:
                 await report.stop()
             await runner.cleanup()
-    log.info("stopped")
+    log.info("stopped", extra=ctx(signal=stop.result() if stop.done() else None))
     return 0

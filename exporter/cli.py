@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.durations import parse_duration
-from exporter.lifecycle import wait_for_shutdown
+from exporter.lifecycle import Stopped, stop_on_signals, wait_for_shutdown
 from exporter.logs import LEVELS, configure, ctx, set_level
 
 if TYPE_CHECKING:
@@ -477,6 +477,23 @@ def _bigquery(cfg: Config) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """``run``: SIGINT and SIGTERM end it with one log line and exit 0 from here on, also
+    while it starts."""
+    stop_on_signals()
+    try:
+        return _start(args)
+    except Stopped as stopped:
+        log.info("stopped", extra=ctx(signal=stopped.signal, during="start-up"))
+        return 0
+
+
+def _config_errors(exc: BaseException) -> None:
+    """Each line of a configuration error (each names its source) as an ``error:`` line."""
+    for line in str(exc).splitlines():
+        print(f"error: {line}", file=sys.stderr)
+
+
+def _start(args: argparse.Namespace) -> int:
     from exporter.app import left_running, run
     from exporter.config import load_config
     from exporter.errors import ConfigError
@@ -486,7 +503,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        print(f"error: invalid configuration\n{exc}", file=sys.stderr)
+        _config_errors(exc)
         return 1
     if args.log_level is None:
         set_level(cfg.log_level)
@@ -496,7 +513,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             book = load_price_book(cfg.prices.book, cfg.prices.region)
         except ConfigError as exc:
-            print(f"error: invalid configuration\n{exc}", file=sys.stderr)
+            _config_errors(exc)
             return 1
     for problem in found:
         print(f"error: {problem}", file=sys.stderr)
@@ -527,7 +544,6 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # what the host refused after the checks passed
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,28 +11,38 @@ settings (those of the settings that are valid themselves).
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import typing
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from exporter.catalog import FAMILIES, GPU_MODELS
 from exporter.durations import Duration
 from exporter.errors import ConfigError
 from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORING_KINDS
+from exporter.files import Unreadable, not_utf8_text, read_yaml
 from exporter.logs import LogLevel
 
 ENV_PREFIX = "GKE_GPU_EXPORTER_"
@@ -235,6 +245,33 @@ class Sla(_Section):
 
 
 DATASET_ID = r"^[A-Za-z0-9_]{1,1024}$"
+_TABLE_NAME = r"^[A-Za-z0-9_]{1,1024}$"
+
+
+def billing_table_problem(table: str) -> str | None:
+    """What is wrong with the name of a Cloud Billing export table (``PROJECT.DATASET.
+    TABLE``, the project maybe domain-scoped), or None: what ``report.billing_table`` and
+    ``report reconcile --billing-table`` accept."""
+    parts = table.rsplit(".", 2)
+    if len(parts) != 3:
+        return f"{table!r} is not PROJECT.DATASET.TABLE"
+    project, dataset, name = parts
+    for part, what, shape in ((project, "project", r"^[A-Za-z0-9_.:-]+$"),
+                              (dataset, "dataset", DATASET_ID), (name, "table", _TABLE_NAME)):
+        if not re.match(shape, part):
+            return f"{table!r} is not PROJECT.DATASET.TABLE: {part!r} is not a {what}"
+    return None
+
+
+def _billing_table(table: str) -> str:
+    problem = billing_table_problem(table)
+    if problem is not None:
+        raise ValueError(f"{problem} (the Cloud Billing detailed export, e.g. my-project."
+                         "billing.gcp_billing_export_resource_v1_XXXXXX_XXXXXX_XXXXXX)")
+    return table
+
+
+BillingTable = Annotated[str, AfterValidator(_billing_table)]
 
 
 class BigQuery(_Section):
@@ -440,8 +477,7 @@ class Report(_Section):
     timeout: Duration = Field(default=1800.0, gt=0)
     """Longest a scheduled report's child process may take (e.g. ``30m``): then it is
     killed, counted as failed and retried an hour later."""
-    billing_table: str | None = Field(default=None,
-                                      pattern=r"^[A-Za-z0-9_.:-]+\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
+    billing_table: BillingTable | None = None
     """The Cloud Billing detailed export (``PROJECT.DATASET.gcp_billing_export_resource_v1_
     <BILLING_ACCOUNT_ID>``): the platform report then reconciles the week's GPU cost with
     its GPU lines (read with ``warehouse.bigquery``'s endpoint and credentials)."""
@@ -451,7 +487,7 @@ class Report(_Section):
         problems = []
         try:
             ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long
             problems.append(f"unknown time zone {self.timezone!r}")
         try:
             self.subject.format(week="", scope="", cost="")
@@ -603,40 +639,103 @@ def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     return out
 
 
+def _json_valued(model: type[BaseModel] = Config, prefix: str = ENV_PREFIX
+                 ) -> Iterator[tuple[str, str]]:
+    """Each variable whose value is read as JSON (a section, a mapping or a list, as the
+    settings source reads them), and an example of its shape."""
+    for name, info in model.model_fields.items():
+        variable, kind = prefix + name.upper(), info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            yield variable, '{"setting": value}'
+            yield from _json_valued(kind, variable + "__")
+        elif typing.get_origin(kind) is dict:
+            yield variable, '{"key": value}'
+        elif typing.get_origin(kind) is list:
+            yield variable, '["value"]'
+
+
+def environment_problems(environ: Mapping[str, str]) -> list[str]:
+    """A line for each ``GKE_GPU_EXPORTER_*`` variable whose value cannot be read: not
+    UTF-8, or not JSON where the setting takes JSON (a mapping, a list, a section)."""
+    shapes = dict(_json_valued())
+    out = []
+    for variable in sorted(environ):
+        name, value = variable.upper(), environ[variable]
+        if not name.startswith(ENV_PREFIX):
+            continue
+        if (bad := not_utf8_text(value)) is not None:
+            out.append(f"environment: {variable}: {bad}")
+        elif name in shapes and value.strip():
+            try:
+                json.loads(value)
+            except ValueError as exc:
+                out.append(f"environment: {variable}: not JSON ({exc}); it takes JSON, e.g. "
+                           f"{variable}='{shapes[name]}'")
+    return out
+
+
+def _variable_of(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> str | None:
+    """``environment: <VARIABLE>`` when the setting at ``loc`` (or a section or mapping
+    holding it) was given by a variable, which wins over the file; else None."""
+    given = {name.upper(): name for name in environ}
+    for end in range(len(loc), 0, -1):
+        variable = ENV_PREFIX + "__".join(str(p) for p in loc[:end]).upper()
+        if variable in given:
+            return f"environment: {given[variable]}"
+    return None
+
+
+def _read_file(path: str | Path) -> dict[str, Any]:
+    """The settings of a config file, each failure one line naming the file."""
+    try:
+        loaded = read_yaml(Path(path))
+    except Unreadable as exc:
+        raise ConfigError(f"{path}: config: {exc}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: a config is a YAML mapping of settings, not a "
+                          f"{type(loaded).__name__}")
+    names = [f"{path}: {key!r}: a setting's name is a string"
+             for key in loaded or {} if not isinstance(key, str)]
+    if names:
+        raise ConfigError("\n".join(names))
+    return loaded or {}
+
+
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None,
                 environ: Mapping[str, str] | None = None) -> Config:
     """Read and validate a config file (None: defaults and environment only), reporting
-    every mistake at once (``ConfigError``, a line each). ``environ``: the environment
-    whose ``GKE_GPU_EXPORTER_*`` variables are checked (default: the process's)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: a config is a YAML mapping of settings")
-        data = loaded or {}
+    every mistake at once (``ConfigError``, a line each, each naming its source: the file
+    or the variable). ``environ``: the environment whose ``GKE_GPU_EXPORTER_*`` variables
+    are checked (default: the process's)."""
+    data = _read_file(path) if path is not None else {}
     data |= overrides or {}
     where = path or "config"
-    unknown = unknown_variables(os.environ if environ is None else environ)
+    env = os.environ if environ is None else environ
+    unknown = unknown_variables(env)
     lines = [line for line, _ in unknown]
     named = {loc for _, loc in unknown}
+    undecodable = environment_problems(env)
+    if undecodable:  # the settings source would stop at the first of them
+        raise ConfigError("\n".join(lines + undecodable))
     try:
         config = Config(**data)
+    except SettingsError as exc:  # a value the settings source could not decode
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        raise ConfigError("\n".join([*lines, f"environment: {exc}{cause}"])) from None
     except ValidationError as exc:
         failed: set[str] = set()
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            loc = ".".join(p if isinstance(p, str) and p.isprintable() and p else
+                           str(p) if isinstance(p, int) else repr(p)
+                           for p in err["loc"]) or "(top level)"
             if err["loc"]:
                 failed.add(str(err["loc"][0]))
             if err["type"] == "extra_forbidden" and loc.lower() in named:
                 continue  # an unknown variable's, named above
             msg = "unknown setting" if err["type"] == "extra_forbidden" else \
                 err["msg"].removeprefix("Value error, ")
-            lines += [f"{where}: {loc}: {line}" for line in msg.split("\n")]
+            source = _variable_of(err["loc"], env) or where
+            lines += [f"{source}: {loc}: {line}" for line in msg.split("\n")]
         if failed:  # the errors between the settings that are valid themselves
             lines += [f"{where}: (top level): {message}"
                       for keys, message in _between_valid_settings(data, failed)]

@@ -1,13 +1,17 @@
 """Start-up checks: what ``run`` needs from this host, checked without side effects.
 
 ``problems(cfg)`` returns one ``StartupError`` per setting the host refuses, each naming
-the setting and the fix: the Kubernetes credentials (a readable kubeconfig with a current
-context, or a pod's service account with ``kubernetes.in_cluster``), the files configured
-features read (the price book, the SMTP password file and CA bundle: each exists and is
-readable), the warehouse directory (exists, writable), and the listening socket (the
-address resolves and the port is free: bound and closed at once). ``run --check-config``
-prints them all; ``run`` stops on them before it starts anything. ``listen_error`` words a
-failed bind the same way when the socket is really opened.
+the setting and the fix: the Kubernetes credentials (the kubeconfig's current context as
+the client reads it, ``read_kubeconfig``: the certificate authority, client certificate,
+key and token files it names read, an exec plugin's command found; or a pod's service
+account with ``kubernetes.in_cluster``), the files configured features read (the price
+book and the SMTP CA bundle readable, the SMTP password file readable, UTF-8 and not
+empty), the warehouse directory (exists, writable), and the listening socket (the address
+resolves and the port is free: bound and closed at once). ``run --check-config`` prints
+them all; ``run`` stops on them before it starts anything, so that what it refuses later
+is only what cannot be known without starting (an exec plugin that fails when run, a port
+taken in between). ``listen_error`` words a failed bind the same way when the socket is
+really opened.
 """
 
 from __future__ import annotations
@@ -17,20 +21,20 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from exporter.config import Config
 from exporter.errors import StartupError
+from exporter.files import Unreadable, read_secret
 from exporter.sources.kube_client import (
+    DEFAULT_KUBECONFIG,
     SERVICE_CA_FILE,
     SERVICE_HOST_ENV,
     SERVICE_PORT_ENV,
     SERVICE_TOKEN_FILE,
+    KubeConfigError,
+    kubeconfig_paths,
+    read_kubeconfig,
 )
-
-DEFAULT_KUBECONFIG = Path("~/.kube/config")
 
 
 def problems(cfg: Config) -> list[StartupError]:
@@ -53,48 +57,19 @@ def kubernetes(cfg: Config) -> StartupError | None:
                     f"cannot read {path}: mount the service account token "
                     "(automountServiceAccountToken: true)"))
         return None
-    if k.kubeconfig is not None:
-        return _kubeconfig([k.kubeconfig], "kubernetes.kubeconfig", str(k.kubeconfig))
     env = os.environ.get("KUBECONFIG")
-    paths = [Path(p).expanduser() for p in env.split(os.pathsep) if p] if env \
-        else [DEFAULT_KUBECONFIG.expanduser()]
-    return _kubeconfig(paths, "kubernetes.kubeconfig",
-                       f"$KUBECONFIG ({env})" if env else str(DEFAULT_KUBECONFIG))
-
-
-def _kubeconfig(paths: list[Path], setting: str, named: str) -> StartupError | None:
-    found = [p for p in paths if p.exists()]
-    if not found:
-        return StartupError(setting, (
+    named = str(k.kubeconfig) if k.kubeconfig is not None else \
+        f"$KUBECONFIG ({env})" if env else str(DEFAULT_KUBECONFIG)
+    if not any(p.exists() for p in kubeconfig_paths(k.kubeconfig)):
+        return StartupError("kubernetes.kubeconfig", (
             f"no kubeconfig at {named}: set kubernetes.kubeconfig to a kubeconfig file, or "
             "kubernetes.in_cluster: true in a pod"))
-    merged: dict[str, Any] = {}
-    for path in found:
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            return StartupError(setting, f"cannot read {path} ({exc.strerror}): make it "
-                                "readable by the exporter's user")
-        except yaml.YAMLError:
-            return StartupError(setting, f"{path} is not YAML: point it at a kubeconfig file")
-        if not isinstance(doc, dict):
-            return StartupError(setting, f"{path} is not a kubeconfig (a YAML mapping): "
-                                "point it at a kubeconfig file")
-        for key, value in doc.items():
-            merged.setdefault(key, value)
-    current = merged.get("current-context")
-    contexts = {c.get("name"): c.get("context") or {} for c in merged.get("contexts") or []
-                if isinstance(c, dict)}
-    clusters = {c.get("name"): c.get("cluster") or {} for c in merged.get("clusters") or []
-                if isinstance(c, dict)}
-    where = ", ".join(map(str, found))
-    if not current or current not in contexts:
-        return StartupError(setting, f"{where} has no current context: set one with kubectl "
-                            "config use-context")
-    cluster = clusters.get(contexts[current].get("cluster"))
-    if not cluster or not cluster.get("server"):
-        return StartupError(setting, f"{where}: context {current!r} names no cluster with a "
-                            "server: fix the kubeconfig")
+    try:
+        read_kubeconfig(k.kubeconfig)
+    except KubeConfigError as exc:
+        why = " ".join(str(exc).split())
+        return StartupError("kubernetes.kubeconfig",
+                            why if named in why else f"{why} (in the kubeconfig {named})")
     return None
 
 
@@ -116,9 +91,17 @@ def price_book(cfg: Config) -> StartupError | None:
 
 
 def smtp_password_file(cfg: Config) -> StartupError | None:
-    return _unreadable(cfg.report.smtp.password_file, "report.smtp.password_file",
-                       "the SMTP password file", "mount the secret there, or give the "
-                       "password in GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD")
+    """The file the report's mail reads its password from: readable, UTF-8, not empty."""
+    path = cfg.report.smtp.password_file
+    if path is None:
+        return None
+    try:
+        read_secret(path)
+    except Unreadable as exc:
+        return StartupError("report.smtp.password_file", (
+            f"the SMTP password file {path}: {exc}: mount the secret there, or give the "
+            "password in GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD"))
+    return None
 
 
 def smtp_ca_file(cfg: Config) -> StartupError | None:

@@ -30,10 +30,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from exporter.catalog import FAMILIES
 from exporter.errors import ConfigError
+from exporter.files import Unreadable, decode, parse_yaml, read_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,27 +136,36 @@ def _per_kind(value: object, where: str, source: str) -> dict[str, str]:
 
 
 def _read(path: Path | None) -> tuple[dict[str, Any], str]:
-    if path is None:
-        text = resources.files("exporter").joinpath("data/pricebook.yaml").read_text()
-        source = "shipped price book"
-    else:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read price book: {exc.strerror}") from None
-        source = str(path)
+    source = "shipped price book" if path is None else str(path)
     try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+        data: Any = parse_yaml(decode(
+            resources.files("exporter").joinpath("data/pricebook.yaml").read_bytes()
+        )) if path is None else read_yaml(Path(path))
+    except Unreadable as exc:
+        raise ConfigError(f"{source}: price book: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("regions"), dict):
         raise ConfigError(f"{source}: a price book needs a 'regions' mapping")
     return data, source
 
 
 def _cited(data: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(s["package"]) for s in data.get("sources") or ()
-                 if isinstance(s, dict) and "package" in s)
+    sources = data.get("sources")
+    return tuple(str(s["package"]) for s in sources if isinstance(s, dict) and "package" in s
+                 ) if isinstance(sources, list) else ()
+
+
+def _name(key: object) -> str:
+    """A key of the book as a message shows it: as written when printable, else quoted."""
+    return key if isinstance(key, str) and key.isprintable() and key else repr(key)
+
+
+def _mapping(value: object, where: str, source: str) -> dict[Any, Any]:
+    """A part of the book that must be a mapping (None: an empty one)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {where} must be a mapping, not a {type(value).__name__}")
+    return value
 
 
 def _entries(data: dict[str, Any], region: str, source: str) -> list[BookEntry]:
@@ -165,14 +173,16 @@ def _entries(data: dict[str, Any], region: str, source: str) -> list[BookEntry]:
     cited = ", ".join(_cited(data)) or source
     as_of = str(data.get("as_of", "") or "")
     out = []
-    for accel, entry in (data["regions"][region] or {}).items():
-        where = f"{region}.{accel}"
+    for accel, entry in _mapping(data["regions"][region], f"regions.{region}",
+                                 source).items():
+        where = f"{region}.{_name(accel)}"
         if not isinstance(entry, dict):
             raise ConfigError(f"{source}: {where} must map on_demand/spot to prices")
         sources = _per_kind(entry.get("source"), f"{where}.source", source)
         dates = _per_kind(entry.get("as_of"), f"{where}.as_of", source)
         estimated = entry.get("estimated") or []
         if not isinstance(estimated, list) or \
+                not all(isinstance(k, str) for k in estimated) or \
                 not set(estimated) <= {k for k, _ in _PROVISIONINGS}:
             raise ConfigError(f"{source}: {where}.estimated must list on_demand and/or spot")
         for key, prov in _PROVISIONINGS:
@@ -188,7 +198,8 @@ def book_entries(path: Path | None) -> list[BookEntry]:
     """Every price of a book (None: the shipped one), in every region, with where it comes
     from: what ``build_pricebook.py --check`` reads."""
     data, source = _read(path)
-    return [e for region in sorted(data["regions"]) for e in _entries(data, region, source)]
+    return [e for region in sorted(data["regions"], key=str)
+            for e in _entries(data, region, source)]
 
 
 def load_price_book(path: Path | None, region: str) -> PriceBook:
@@ -197,14 +208,16 @@ def load_price_book(path: Path | None, region: str) -> PriceBook:
     regions = data["regions"]
     if region not in regions:
         raise ConfigError(f"{source}: no prices for region {region!r}; the book has "
-                          f"{', '.join(sorted(regions))}. Add the region or set prices.book.")
+                          f"{', '.join(sorted(map(_name, regions)))}. Add the region or set "
+                          "prices.book.")
     entries = _entries(data, region, source)
     if not entries:
         raise ConfigError(f"{source}: region {region} prices no GPU")
     prices = {(e.accelerator, e.provisioning): e.usd_per_hour for e in entries}
     machines: dict[tuple[str, str], MachinePrice] = {}
-    for machine, entry in ((data.get("machines") or {}).get(region) or {}).items():
-        where = f"machines.{region}.{machine}"
+    for machine, entry in _mapping(_mapping(data.get("machines"), "machines", source)
+                                   .get(region), f"machines.{region}", source).items():
+        where = f"machines.{region}.{_name(machine)}"
         if not isinstance(entry, dict) or not isinstance(entry.get("accelerator"), str) \
                 or not isinstance(entry.get("gpus"), int) or entry["gpus"] < 1:
             raise ConfigError(f"{source}: {where} needs an accelerator and a number of gpus")

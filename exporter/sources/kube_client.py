@@ -43,6 +43,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import ssl
 import tempfile
 import time
@@ -53,7 +54,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
-import yaml
+
+from exporter.files import Unreadable, read_text, read_yaml
 
 SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 SERVICE_PORT_ENV = "KUBERNETES_SERVICE_PORT"
@@ -110,10 +112,9 @@ class TokenFileAuth:
 
     def _read(self) -> str:
         try:
-            token = self.path.read_text().strip()
-        except OSError as exc:
-            raise CredentialError(f"cannot read the token file {self.path}: "
-                                  f"{exc.strerror or exc}") from exc
+            token = read_text(self.path).strip()
+        except Unreadable as exc:
+            raise CredentialError(f"cannot use the token file {self.path}: {exc}") from exc
         if not token:
             raise CredentialError(f"the token file {self.path} is empty")
         return token
@@ -161,6 +162,10 @@ class ExecAuth:
         self._lock = asyncio.Lock()
         self.runs = 0
 
+    def environ(self) -> dict[str, str]:
+        """The plugin's environment: this process's, with the kubeconfig's ``env`` over it."""
+        return {**os.environ, **self._env}
+
     def _valid(self) -> bool:
         return self._token is not None and (self._expires is None or
                                             self.clock() < self._expires)
@@ -181,7 +186,7 @@ class ExecAuth:
                                 "spec": {"interactive": False}}
         if self._cluster is not None:
             info["spec"]["cluster"] = self._cluster
-        env = {**os.environ, **self._env, "KUBERNETES_EXEC_INFO": json.dumps(info)}
+        env = {**self.environ(), "KUBERNETES_EXEC_INFO": json.dumps(info)}
         self.runs += 1
         name = self.argv[0]
         try:
@@ -199,6 +204,11 @@ class ExecAuth:
             await proc.wait()
             raise CredentialError(f"exec plugin {name}: no answer in "
                                   f"{EXEC_TIMEOUT_SECONDS:g} s") from None
+        except asyncio.CancelledError:  # a stop while it runs: it goes too
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
         if proc.returncode != 0:
             detail = " ".join(err.decode(errors="replace").split())[:300]
             raise CredentialError(f"exec plugin {name} exited {proc.returncode}"
@@ -340,14 +350,10 @@ def _merge(paths: list[Path]) -> tuple[str | None, dict[str, dict[str, Any]],
         if not path.exists():
             continue  # $KUBECONFIG may name files that do not exist
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise KubeConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            doc = read_yaml(path) or {}
+        except Unreadable as exc:
+            raise KubeConfigError(f"{path}: {exc}") from exc
         found = True
-        try:
-            doc = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise KubeConfigError(f"{path} is not YAML: {exc}") from exc
         if not isinstance(doc, dict):
             raise KubeConfigError(f"{path} is not a kubeconfig (a YAML mapping)")
         base = path.resolve().parent
@@ -387,8 +393,8 @@ def _read(path: Path, what: str) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise KubeConfigError(f"cannot read the {what} {path}: "
-                              f"{exc.strerror or exc}") from exc
+        raise KubeConfigError(f"cannot read the {what} {path}: {exc.strerror or exc}: "
+                              "mount it there or fix the kubeconfig's path") from exc
 
 
 def _ssl_context(cluster: _Named, user: _Named) -> ssl.SSLContext:
@@ -463,18 +469,45 @@ def _auth(user: _Named, cluster: _Named, server: str) -> Auth:
     return StaticAuth(None)
 
 
-async def load_kubeconfig(path: str | Path | None = None,
-                          environ: Mapping[str, str] | None = None) -> KubeClient:
-    """A client for the current context of the kubeconfig (see ``kubeconfig_paths``). An
-    exec plugin is run once here, so that a broken one fails at start."""
+@dataclass(frozen=True, slots=True)
+class Kubeconfig:
+    """What the current context of a kubeconfig resolves to, every file it names read."""
+
+    server: str
+    ssl_context: ssl.SSLContext | None
+    auth: Auth
+    server_hostname: str | None
+
+
+def _found_on_path(auth: ExecAuth) -> None:
+    """``KubeConfigError`` unless the exec plugin's command is there to run."""
+    command = auth.argv[0]
+    path = auth.environ().get("PATH", os.defpath)
+    if shutil.which(command, path=path) is None:
+        where = "is not an executable file" if os.sep in command else "is not on PATH"
+        raise KubeConfigError(f"the exec credential plugin {command} {where}: install it "
+                              "(on GKE: gke-gcloud-auth-plugin) or fix the user's "
+                              "exec.command")
+
+
+def read_kubeconfig(path: str | Path | None = None,
+                    environ: Mapping[str, str] | None = None) -> Kubeconfig:
+    """The current context of the kubeconfig (see ``kubeconfig_paths``), checked without
+    contacting anything: its cluster and user, the files they name (certificate
+    authority, client certificate and key, token file) read, an exec plugin's command
+    found. What ``run --check-config`` checks and ``run`` starts from; a
+    ``KubeConfigError`` naming what is wrong."""
     paths = kubeconfig_paths(path, environ)
     current, contexts, clusters, users = _merge(paths)
     where = ", ".join(map(str, paths))
     if not current:
-        raise KubeConfigError(f"{where} has no current-context")
+        raise KubeConfigError(f"{where} has no current-context: set one with kubectl "
+                              "config use-context")
     context = contexts.get(current)
     if context is None:
-        raise KubeConfigError(f"{where}: no context {current!r}")
+        raise KubeConfigError(f"{where}: no context {current!r}: choose one of "
+                              f"{', '.join(map(repr, contexts)) or 'none'} with kubectl "
+                              "config use-context")
     cluster = clusters.get(str(context.get("cluster")))
     if cluster is None or not cluster.fields.get("server"):
         raise KubeConfigError(f"{where}: context {current!r} names no cluster with a server")
@@ -483,9 +516,20 @@ async def load_kubeconfig(path: str | Path | None = None,
     if not server.startswith(("https://", "http://")):
         server = "https://" + server
     auth = _auth(user, cluster, server)
+    if isinstance(auth, ExecAuth):
+        _found_on_path(auth)
     ssl_context = _ssl_context(cluster, user) if server.startswith("https://") else None
-    client = KubeClient(server, ssl_context, auth,
-                        server_hostname=cluster.fields.get("tls-server-name") or None)
+    return Kubeconfig(server, ssl_context, auth,
+                      cluster.fields.get("tls-server-name") or None)
+
+
+async def load_kubeconfig(path: str | Path | None = None,
+                          environ: Mapping[str, str] | None = None) -> KubeClient:
+    """A client for the current context of the kubeconfig (``read_kubeconfig``). An exec
+    plugin is run once here, so that a broken one fails at start."""
+    k = read_kubeconfig(path, environ)
+    client = KubeClient(k.server, k.ssl_context, k.auth, server_hostname=k.server_hostname)
+    auth = k.auth
     if isinstance(auth, ExecAuth):
         try:
             await auth.header()

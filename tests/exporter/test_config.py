@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from exporter.config import load_config
+from exporter.config import load_config, variables
 from exporter.errors import ConfigError
+from exporter.files import not_utf8_text
 from exporter.prices import load_price_book
 from tests.conftest import write_kubeconfig
 
@@ -213,3 +218,89 @@ def test_price_book_may_leave_models_unpriced_but_must_price_a_gpu(tmp_path: Pat
                     "machines: {us-central1: {g2-standard-8: {on_demand: 0.3}}}")
     with pytest.raises(ConfigError, match="g2-standard-8 needs an accelerator and a number"):
         load_price_book(path, "us-central1")
+
+
+# ------------------------------------------------- any input: a config or one line per mistake
+
+_NAMES = [variable.removeprefix("GKE_GPU_EXPORTER_").lower() for variable, _ in variables()]
+"""Every setting's name (``dcgm__timeout``), the keys generated files are made of."""
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                     st.text(max_size=20), st.sampled_from(["30s", "1h", "-1", "mon 07:00"]))
+_DOCUMENTS = st.recursive(
+    _SCALARS, lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.sampled_from(_NAMES).map(
+            lambda n: n.rsplit("__", 1)[-1]), st.text(max_size=8)), inner, max_size=4)),
+    max_leaves=12)
+
+
+def _file_bytes() -> st.SearchStrategy[bytes]:
+    """YAML of settings-like documents, raw bytes, and YAML with bytes cut or changed."""
+    dumped = _DOCUMENTS.map(lambda d: yaml.safe_dump(d, allow_unicode=True).encode())
+    damaged = st.tuples(dumped, st.integers(0, 200), st.binary(max_size=3)).map(
+        lambda t: t[0][:t[1]] + t[2] + t[0][t[1]:])
+    return st.one_of(dumped, st.binary(max_size=64), damaged)
+
+
+def _clean_environment(mp: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith("GKE_GPU_EXPORTER_"):
+            mp.delenv(name)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=_file_bytes())
+def test_any_config_file_is_a_config_or_one_line_per_mistake_naming_it(
+        tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
+    path = tmp_path_factory.mktemp("config") / "c.yaml"
+    path.write_bytes(data)
+    with pytest.MonkeyPatch.context() as mp:
+        _clean_environment(mp)
+        try:
+            load_config(path, environ={})
+        except ConfigError as exc:
+            lines = str(exc).splitlines()
+            assert lines and all(line.startswith(f"{path}: ") for line in lines), lines
+
+
+_VALUES = st.one_of(
+    st.text(max_size=30).filter(lambda v: "\x00" not in v),
+    st.binary(max_size=12).map(lambda b: b.decode("utf-8", "surrogateescape"))
+    .filter(lambda v: "\x00" not in v),
+    _DOCUMENTS.map(json.dumps))
+
+
+@settings(max_examples=200, deadline=None)
+@given(variable=st.sampled_from([v for v, _ in variables()]), value=_VALUES)
+def test_any_variable_value_is_a_config_or_one_line_per_mistake(
+        variable: str, value: str) -> None:
+    """A value that cannot be read names its variable; every line names a source."""
+    with pytest.MonkeyPatch.context() as mp:
+        _clean_environment(mp)
+        mp.setenv(variable, value)
+        try:
+            load_config(None, environ={variable: value})
+        except ConfigError as exc:
+            lines = str(exc).splitlines()
+            assert lines and all(line.startswith(("environment: ", "config: "))
+                                 for line in lines), lines
+            if not_utf8_text(value) is not None:
+                assert lines == [f"environment: {variable}: {not_utf8_text(value)}"]
+
+
+_BOOKS = st.fixed_dictionaries({"regions": st.dictionaries(
+    st.sampled_from(["us-central1", "europe-west1"]), _DOCUMENTS, max_size=2)},
+    optional={"machines": _DOCUMENTS, "as_of": _SCALARS, "sources": _DOCUMENTS})
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.one_of(_BOOKS.map(lambda d: yaml.safe_dump(d).encode()), _file_bytes()))
+def test_any_price_book_is_a_book_or_one_line_naming_it(
+        tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
+    path = tmp_path_factory.mktemp("book") / "book.yaml"
+    path.write_bytes(data)
+    try:
+        load_price_book(path, "us-central1")
+    except ConfigError as exc:
+        (line,) = str(exc).splitlines()
+        assert line.startswith(f"{path}: ")

@@ -247,7 +247,7 @@ def test_kubeconfig_env_files_merge_first_wins(tmp_path: Path,
     ({"token": "t", "client-certificate-data": b64(b"not a cert"), "client-key-data": b64(b"x")},
      "client certificate"),
     ({"client-certificate-data": b64(b"only a cert")}, "both a certificate and a key"),
-    ({"tokenFile": "nowhere"}, "cannot read the token file"),
+    ({"tokenFile": "nowhere"}, "cannot use the token file .*nowhere: cannot read"),
     ({"auth-provider": {"name": "gcp"}}, "gke-gcloud-auth-plugin"),
     ({"exec": {"command": "true"}}, "apiVersion"),
 ])
