@@ -175,6 +175,7 @@ Incidents = Mapping[tuple[str, str], tuple[float, str, str]]
 
 HOUR = 3600.0
 MAINTENANCE_INTERVAL = HOUR
+"""How often old rows are rolled up and expired rows deleted."""
 CHECKPOINT_INTERVAL = 900.0
 """How often the write-ahead log is checkpointed into the file. Left to DuckDB (at 16 MB of
 log), a checkpoint came every few cycles at 8,000 GPUs and cost 0.2-1.3 s of that cycle's
@@ -196,7 +197,12 @@ once and then deleted, yet DuckDB kept its bytes in whatever room its memory lim
 was closed (about 160 bytes more each cycle). No file the warehouse reads is read twice."""
 CHECKPOINT_WAL = "1GB"
 """DuckDB's own checkpoint threshold: past ``CHECKPOINT_INTERVAL``'s log, only a guard."""
-"""How often old rows are rolled up and expired rows deleted."""
+WRITE_BYTES = 2 << 20
+"""Most staged Parquet one transaction of a flush reads (whole intervals, at least one).
+A transaction holds what it writes, and the outbox's copy, in memory until it commits:
+with the outbox on, 8.4 MB of files (a day of the default scenario in one transaction, at
+a ``flush_interval`` of a day) and 6 MB ran out of the connection's 64 MB, 4 MB did not;
+half that leaves room at any ``flush_interval``."""
 PENDING_ROWS_MAX = 1_000_000
 """Most usage rows kept in memory while staging fails (an hour of 8,000 GPUs at the default
 30 s interval); past it they are dropped, counted as removed for reason ``unstaged``."""
@@ -246,6 +252,31 @@ OPEN_WORKLOAD_STATES = (WORKLOAD_PENDING, WORKLOAD_ADMITTED)
 HOURLY = "gpu_usage_hourly"
 """The rolled-up ``gpu_usage`` rows (and a file's rows from before the daily tables)."""
 _RAW_PREFIX = "gpu_usage_raw_"
+
+
+def _write_groups(staged: Mapping[float, Sequence[Path]], limit: int = WRITE_BYTES
+                  ) -> Iterator[tuple[float, list[float]]]:
+    """The intervals of ``staged`` (their files by interval) in the order a flush writes
+    them, a transaction each: their UTC day, and its intervals in order, as many as fit in
+    ``limit`` bytes of files (one at least). A file gone since it was listed counts 0."""
+    day, wins, size = math.nan, [], 0
+    for win in sorted(staged):
+        here = sum(_size(f) for f in staged[win])
+        if wins and (win - win % DAY != day or size + here > limit):
+            yield day, wins
+            wins, size = [], 0
+        day = win - win % DAY
+        wins.append(win)
+        size += here
+    if wins:
+        yield day, wins
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def raw_table(day: float) -> str:
@@ -1108,17 +1139,15 @@ class Warehouse:
             self._workloads.clear()
 
     def _write_usage(self, now: float) -> None:
-        """Aggregate every staged interval that ended by ``now`` into its day's table, a day
-        at a time (one transaction each), then delete its files. A write is checked
+        """Aggregate every staged interval that ended by ``now`` into its day's table, a few
+        intervals at a time (one transaction each, ``WRITE_BYTES`` of files at most), then
+        delete their files. A write is checked
         against the rows of the intervals it writes, in that table (and in ``HOURLY``,
         which holds a file's rows from before the daily tables), so files a kill left
         after their rows were written add nothing."""
         complete = {win: files for win, files in self._staged().items()
                     if win + self.interval <= now}
-        days: dict[float, list[float]] = defaultdict(list)
-        for win in sorted(complete):
-            days[win - win % DAY].append(win)
-        for day, wins in days.items():
+        for day, wins in _write_groups(complete):
             files = [str(f) for win in wins for f in complete[win]]
             try:
                 self._write_day(day, wins, files)
@@ -1138,7 +1167,7 @@ class Warehouse:
 
     def _write_day(self, day: float, wins: Sequence[float], files: Sequence[str]) -> None:
         """The rows of the staged ``files``, of intervals ``wins`` of one UTC ``day``, into
-        its table (one transaction)."""
+        its table (one transaction; ``wins`` in order)."""
         table = self._raw_table(day)
         source = (f"read_parquet([{', '.join(map(duck.quote, files))}], "
                   "union_by_name = true)")  # a file staged by an earlier release

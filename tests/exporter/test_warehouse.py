@@ -10,7 +10,7 @@ import pytest
 from exporter import compute, duck
 from exporter.records import WorkloadInfo
 from exporter.sinks.schema import TABLES
-from exporter.sinks.warehouse import Warehouse
+from exporter.sinks.warehouse import Warehouse, _write_groups
 from tests.exporter.test_compute import node, reading, states
 
 
@@ -189,6 +189,37 @@ def test_each_day_is_written_to_a_table_of_its_own(tmp_path: Path) -> None:
     wh.close()
 
 
+def sized(tmp_path: Path, sizes: dict[float, int]) -> dict[float, list[Path]]:
+    """A staged file per interval, of the given size in bytes."""
+    staged = {}
+    for win, size in sizes.items():
+        f = tmp_path / f"usage-{win!r}-0.parquet"
+        f.write_bytes(b"x" * size)
+        staged[win] = [f]
+    return staged
+
+
+@pytest.mark.parametrize(("sizes", "groups"), [
+    ({}, []),
+    ({T0: 5}, [[T0]]),
+    ({T0: 4, T0 + 60: 4, T0 + 120: 4}, [[T0, T0 + 60], [T0 + 120]]),
+    ({T0 + 60: 4, T0: 4, T0 + 120: 2}, [[T0, T0 + 60, T0 + 120]]),
+    ({T0: 20, T0 + 60: 1}, [[T0], [T0 + 60]]),                 # one interval over the limit
+    ({T0 + DAY - 60: 1, T0 + DAY: 1}, [[T0 + DAY - 60], [T0 + DAY]]),  # a day each
+], ids=["nothing", "one", "by size", "in order", "one too big", "midnight"])
+def test_a_flush_writes_whole_intervals_of_a_day_a_few_bytes_at_a_time(
+        tmp_path: Path, sizes: dict[float, int], groups: list[list[float]]) -> None:
+    got = list(_write_groups(sized(tmp_path, sizes), limit=10))
+    assert [wins for _, wins in got] == groups
+    assert all(day == wins[0] - wins[0] % DAY for day, wins in got)
+
+
+def test_a_file_gone_since_it_was_listed_counts_nothing(tmp_path: Path) -> None:
+    staged = sized(tmp_path, {T0: 8, T0 + 60: 8})
+    staged[T0][0].unlink()
+    assert [wins for _, wins in _write_groups(staged, limit=10)] == [[T0, T0 + 60]]
+
+
 class Clock:
     """The warehouse's own clock, moved by hand."""
 
@@ -266,7 +297,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from exporter.compute import DeviceIdentity
-from exporter.sinks.warehouse import Warehouse
+from exporter.sinks.warehouse import Warehouse, _write_groups
 from tests.exporter.test_compute import pod
 from tests.exporter.test_warehouse import rows
 
