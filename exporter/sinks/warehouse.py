@@ -259,7 +259,8 @@ def _write_groups(staged: Mapping[float, Sequence[Path]], limit: int = WRITE_BYT
     """The intervals of ``staged`` (their files by interval) in the order a flush writes
     them, a transaction each: their UTC day, and its intervals in order, as many as fit in
     ``limit`` bytes of files (one at least). A file gone since it was listed counts 0."""
-    day, wins, size = math.nan, [], 0
+    day, size = math.nan, 0
+    wins: list[float] = []
     for win in sorted(staged):
         here = sum(_size(f) for f in staged[win])
         if wins and (win - win % DAY != day or size + here > limit):
