@@ -35,6 +35,7 @@ from exporter.health import (
     ReportStats,
     SourceHealth,
 )
+from exporter.prices import CommitmentUse, ListPrice
 from exporter.records import (
     KUBE_ERROR_REASONS,
     PAGE_READS,
@@ -109,13 +110,10 @@ class MetricsView:
     report: ReportStats | None = None
     kube_max_staleness_seconds: float = math.inf
     """A Kubernetes kind whose last answer is older than this is down (a hung watch)."""
-    commitments: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
-    """Per GPU model with a committed-use discount: GPUs committed, GPUs of them no
-    on-demand GPU uses now, and those unused GPUs' cost an hour."""
-    list_prices: Mapping[tuple[str, str], tuple[float, str, float | None]] = field(
-        default_factory=dict)
-    """(model, provisioning) -> list price in use, its source (``book``, ``catalog``) and
-    when that was read (Unix seconds; None when unknown)."""
+    commitments: Mapping[str, CommitmentUse] = field(default_factory=dict)
+    """Per GPU model with a committed-use discount."""
+    list_prices: Mapping[tuple[str, str], ListPrice] = field(default_factory=dict)
+    """(model, provisioning) -> the list price in use."""
     catalog: CatalogStats | None = None
     allocation: str | None = None
     """The allocation dimension's pod label or annotation, when one is configured."""
@@ -531,15 +529,12 @@ def _scrape_duration(v: MetricsView) -> Iterator[Sample]:
 
 def _errors(v: MetricsView) -> Iterator[Sample]:
     c, h = v.cluster, v.health
-    by_reason: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-    for (source, target, reason), n in h.error_reasons.items():
-        by_reason[(source, target)][reason] = n
-    for (source, target), n in sorted(h.errors.items()):
-        known = by_reason.get((source, target), {})
+    for key, n in sorted(h.errors.items()):
+        known = h.error_reasons.get(key, {})
         for reason, count in sorted(known.items()):
-            yield (c, source, target, reason), count
+            yield (c, key.source, key.target, reason), count
         if n > sum(known.values()) or not known:
-            yield (c, source, target, "error"), n - sum(known.values())
+            yield (c, key.source, key.target, "error"), n - sum(known.values())
     for kind, st in sorted(v.kube.stats.items()):
         for reason in sorted(KUBE_ERROR_REASONS | st.reasons.keys()):
             yield (c, "kubernetes", kind, reason), st.reasons.get(reason, 0)
@@ -755,26 +750,27 @@ FAMILIES: tuple[Family, ...] = (
       "for the SLO alerts.", ("cluster",), _one(lambda v: v.sla_target)),
     F("commitment_gpus", "gauge", "gpus", "GPUs of the model under a committed-use "
       "discount (config: prices.commitments).", ("cluster", "model"),
-      lambda v: [((v.cluster, m), c[0]) for m, c in sorted(v.commitments.items())],
+      lambda v: [((v.cluster, m), c.gpus) for m, c in sorted(v.commitments.items())],
       present=lambda v: bool(v.commitments)),
     F("commitment_unused_gpus", "gauge", "gpus", "Committed GPUs no on-demand GPU of the "
       "model uses now: paid for, held by no pod or node.", ("cluster", "model"),
-      lambda v: [((v.cluster, m), c[1]) for m, c in sorted(v.commitments.items())],
+      lambda v: [((v.cluster, m), c.unused_gpus) for m, c in sorted(v.commitments.items())],
       present=lambda v: bool(v.commitments)),
     F("commitment_unused_usd_per_hour", "gauge", "usd", "What the unused committed GPUs "
       "cost an hour at the term price: no device carries it.", ("cluster", "model"),
-      lambda v: [((v.cluster, m), c[2]) for m, c in sorted(v.commitments.items())],
+      lambda v: [((v.cluster, m), c.unused_usd_per_hour)
+                 for m, c in sorted(v.commitments.items())],
       present=lambda v: bool(v.commitments)),
     F("list_price_usd_per_hour", "gauge", "usd", "List price of a GPU-hour in use, before "
       "discounts, and where it comes from: the price book, or Google's Cloud Billing "
       "catalogue (prices.catalog).", ("cluster", "model", "provisioning", "source"),
-      lambda v: [((v.cluster, m, p, src), price)
-                 for (m, p), (price, src, _) in v.list_prices.items()]),
+      lambda v: [((v.cluster, m, p, price.source), price.usd_per_hour)
+                 for (m, p), price in v.list_prices.items()]),
     F("list_price_age_seconds", "gauge", "seconds", "How old the list price in use is: "
       "since the book's as_of date, or since the catalogue was read.",
       ("cluster", "model", "provisioning", "source"),
-      lambda v: [((v.cluster, m, p, src), max(0.0, v.now - at))
-                 for (m, p), (_, src, at) in v.list_prices.items() if at is not None]),
+      lambda v: [((v.cluster, m, p, price.source), max(0.0, v.now - price.read_unix))
+                 for (m, p), price in v.list_prices.items() if price.read_unix is not None]),
     F("allocation_cost_usd", "counter", "usd", "Cost of the GPU time pods held, by the pods' "
       "value of the allocation dimension (config: allocation; \"\" for pods without one): "
       "a cost-center label or annotation, side by side with the team's.",
