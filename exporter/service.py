@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _USED = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.values(),
-                   *(f for _, f, _, _ in DEVICE_READINGS)})
+                   *(r.dcgm_field for r in DEVICE_READINGS)})
 DCGM_FIELDS_READ = _USED | {old for old, new in DCGM_RENAMED.items() if new in _USED}
 """Every DCGM field the exporter uses, under each name DCGM has given it; the source skips
 the other families unparsed."""
