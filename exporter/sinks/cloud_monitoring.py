@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PREFIX = "gke_gpu_"
 METRIC_TYPE = "custom.googleapis.com/gke_gpu/{name}"
 MAX_SERIES_PER_REQUEST = 200
 RETRYABLE = ("ServiceUnavailable", "DeadlineExceeded", "InternalServerError",
