@@ -86,8 +86,6 @@ from itertools import pairwise
 
 from exporter.catalog import GPU_MODELS, GpuModel
 
-CLASSES = ("insufficient_signal", "idle", "throttled", "comm_bound", "input_bound",
-           "small_batch", "memory_bound", "healthy")
 THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, thermal, brake
 CLOCK_REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 """The clock-event bitmask by its current name (``catalog.DCGM_RENAMED`` maps the older

@@ -5,7 +5,9 @@ and the function that yields its samples from one cycle's ``MetricsView``. Every
 shows the exporter's series reads it: the text exposition (``sinks.prometheus``), remote
 write and Cloud Monitoring (through ``series`` and ``samples``, never the rendered text),
 the metric reference in ``docs/metrics.md``, the configuration's check of
-``cloud_monitoring.families`` and the dashboard and alert tests.
+``cloud_monitoring.families`` and the dashboard and alert tests. The per-device families
+open it as one group (``DEVICE_FAMILIES``), its columns written in one pass over the
+devices.
 
 Every family is built afresh from the cycle's view, so series of deleted pods and nodes
 vanish by themselves; unknown values are absent, never zero. Base units, ratios 0-1,
@@ -21,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, TypeIs
 
 from exporter import __version__, compute
 from exporter.health import (
@@ -35,11 +37,13 @@ from exporter.health import (
     ReportStats,
     SourceHealth,
 )
+from exporter.prices import CommitmentUse, ListPrice
 from exporter.records import (
     KUBE_ERROR_REASONS,
     PAGE_READS,
     REJECT_REASONS,
     ClusterQueueInfo,
+    FlavorQuota,
     NodeInfo,
     PodInfo,
     WorkloadInfo,
@@ -52,6 +56,10 @@ if TYPE_CHECKING:
 
 PREFIX = "gke_gpu_"
 Kind = Literal["gauge", "counter", "histogram"]
+Unit = Literal["", "seconds", "bytes", "ratio", "celsius", "watts", "hertz", "gpus", "pods",
+               "usd", "usd_per_hour"]
+"""A family's samples' unit, which its name ends in ("" for a count of the things its name
+says, a state, a flag or an info family's 1)."""
 Labels = tuple[str, ...]
 """A sample's label values, in the order of its family's ``labels``."""
 
@@ -109,13 +117,10 @@ class MetricsView:
     report: ReportStats | None = None
     kube_max_staleness_seconds: float = math.inf
     """A Kubernetes kind whose last answer is older than this is down (a hung watch)."""
-    commitments: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
-    """Per GPU model with a committed-use discount: GPUs committed, GPUs of them no
-    on-demand GPU uses now, and those unused GPUs' cost an hour."""
-    list_prices: Mapping[tuple[str, str], tuple[float, str, float | None]] = field(
-        default_factory=dict)
-    """(model, provisioning) -> list price in use, its source (``book``, ``catalog``) and
-    when that was read (Unix seconds; None when unknown)."""
+    commitments: Mapping[str, CommitmentUse] = field(default_factory=dict)
+    """Per GPU model with a committed-use discount."""
+    list_prices: Mapping[tuple[str, str], ListPrice] = field(default_factory=dict)
+    """(model, provisioning) -> the list price in use."""
     catalog: CatalogStats | None = None
     allocation: str | None = None
     """The allocation dimension's pod label or annotation, when one is configured."""
@@ -140,20 +145,19 @@ def _has_kueue(v: MetricsView) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Family:
-    """One metric family: what it is called and means, and where its samples come from."""
+class Family[V: (float, Buckets)]:
+    """One metric family: what it is called and means, and where its samples come from;
+    ``V`` is its samples' value, a float (a gauge's, a counter's) or ``Buckets`` (a
+    histogram's)."""
 
     name: str
     """Without ``PREFIX``; a counter's without ``_total`` (``exposed`` has both)."""
     kind: Kind
-    unit: str
-    """The samples' unit: seconds, bytes, usd, ratio, gpus, ... ("" for a count of
-    things the name says, or an info family's 1)."""
+    unit: Unit
     help: str
     labels: Labels
-    samples: Callable[[MetricsView], Iterable[tuple[Labels, Any]]]
-    """The cycle's samples: (label values, value), the value a float, a histogram's
-    ``Buckets``."""
+    samples: Callable[[MetricsView], Iterable[tuple[Labels, V]]]
+    """The cycle's samples: (label values, value)."""
     present: Callable[[MetricsView], bool] = _always
     """Whether the family is exposed at all this cycle (a sink's own series while the
     sink is configured); a present family with no sample still says what it is."""
@@ -164,6 +168,15 @@ class Family:
     def exposed(self) -> str:
         """The name as exposed: prefixed, a counter's with ``_total``."""
         return PREFIX + self.name + ("_total" if self.kind == "counter" else "")
+
+
+type AnyFamily = Family[float] | Family[Buckets]
+"""A family of the catalogue, of either kind of sample."""
+
+
+def is_histogram(family: AnyFamily) -> TypeIs[Family[Buckets]]:
+    """Whether the family is a histogram: its samples are ``Buckets``."""
+    return family.kind == "histogram"
 
 
 # ---------------------------------------------------------------------------- label sets
@@ -186,15 +199,6 @@ BUILD_INFO = {"version": __version__, "python_version": platform.python_version(
               "duckdb_version": metadata.version("duckdb")}
 """What is running: the exporter, the Python and the DuckDB (the warehouse file's format)."""
 
-DEVICE_READINGS = (
-    ("temperature_celsius", "DCGM_FI_DEV_GPU_TEMP", 1.0, "GPU temperature (DCGM)."),
-    ("power_watts", "DCGM_FI_DEV_POWER_USAGE", 1.0, "GPU power draw (DCGM)."),
-    ("sm_clock_hertz", "DCGM_FI_DEV_SM_CLOCK", 1e6, "GPU SM clock (DCGM, MHz x 1e6)."),
-)
-"""DCGM readings shown per GPU as they are, for the drill-down: (family, field, scale,
-help). Absent where dcgm-exporter does not collect the field."""
-
-
 def _per_view[T](build: Callable[[MetricsView], T]) -> Callable[[MetricsView], T]:
     """``build`` once per view: the families it feeds share one pass over the view."""
     last: list[tuple[MetricsView, T]] = []
@@ -211,6 +215,57 @@ def _per_view[T](build: Callable[[MetricsView], T]) -> Callable[[MetricsView], T
 # ---------------------------------------------------------------------------- devices
 
 
+@dataclass(frozen=True, slots=True)
+class ReadingFamily:
+    """A DCGM reading shown per GPU as it is, for the drill-down: absent where
+    dcgm-exporter does not collect the field."""
+
+    family: Family[float]
+    dcgm_field: str
+    scale: float
+    """What the field's value is multiplied by to be in the family's unit."""
+
+
+def _reading(name: str, unit: Unit, dcgm_field: str, scale: float, doc: str) -> ReadingFamily:
+    return ReadingFamily(Family(name, "gauge", unit, doc, READING_LABELS,
+                                lambda v: _devices(v).readings[dcgm_field]), dcgm_field, scale)
+
+
+DEVICE_READINGS = (
+    _reading("temperature_celsius", "celsius", "DCGM_FI_DEV_GPU_TEMP", 1.0,
+             "GPU temperature (DCGM)."),
+    _reading("power_watts", "watts", "DCGM_FI_DEV_POWER_USAGE", 1.0, "GPU power draw (DCGM)."),
+    _reading("sm_clock_hertz", "hertz", "DCGM_FI_DEV_SM_CLOCK", 1e6,
+             "GPU SM clock (DCGM, MHz x 1e6)."),
+)
+"""The DCGM readings shown per GPU, in exposition order."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFamilies:
+    """The families of one sample (or one per pod) per device, by column: ~13 samples per
+    GPU, nine tenths of a fleet's exposition. ``/metrics`` writes them in one pass over
+    the devices, each device's lines kept together (``sinks.prometheus``)."""
+
+    utilization: Family[float]
+    memory_used: Family[float]
+    memory_total: Family[float]
+    available: Family[float]
+    state: Family[float]
+    price: Family[float]
+    allocation: Family[float]
+    """One sample per pod holding the device."""
+    readings: tuple[ReadingFamily, ...]
+    """Of the physical GPU: once, however many MIG instances it has."""
+
+    def __iter__(self) -> Iterator[Family[float]]:
+        """The families in exposition order."""
+        yield from (self.utilization, self.memory_used, self.memory_total, self.available,
+                    self.state, self.price, self.allocation)
+        for r in self.readings:
+            yield r.family
+
+
 @dataclass(slots=True)
 class _DeviceSamples:
     utilization: list[Sample] = field(default_factory=list)
@@ -220,8 +275,9 @@ class _DeviceSamples:
     state: list[Sample] = field(default_factory=list)
     price: list[Sample] = field(default_factory=list)
     allocation: list[Sample] = field(default_factory=list)
-    readings: tuple[list[Sample], ...] = field(
-        default_factory=lambda: tuple([] for _ in DEVICE_READINGS))
+    readings: dict[str, list[Sample]] = field(
+        default_factory=lambda: {r.dcgm_field: [] for r in DEVICE_READINGS})
+    """By DCGM field."""
     gpus: dict[Labels, float] = field(default_factory=lambda: defaultdict(float))
     """Physical GPUs by ``STATE_LABELS``: each device's fraction (a MIG slice its share of
     the GPU, a time-shared GPU once), as ``gpu_seconds`` integrates them."""
@@ -234,8 +290,8 @@ def _devices(v: MetricsView) -> _DeviceSamples:
     """The per-device families, in one pass over the devices: ~13 samples per GPU."""
     c = v.cluster
     out = _DeviceSamples()
-    read = [(name, scale, add) for (_, name, scale, _), add
-            in zip(DEVICE_READINGS, (r.append for r in out.readings), strict=True)]
+    read = [(r.dcgm_field, r.scale, out.readings[r.dcgm_field].append)
+            for r in DEVICE_READINGS]
     read_gpus: set[str] = set()
     for d in v.states:
         instance = d.device_id.rsplit("/", 1)[1] if "/" in d.device_id else ""
@@ -270,10 +326,6 @@ def _devices(v: MetricsView) -> _DeviceSamples:
         if read_any:
             read_gpus.add(d.gpu_uuid)
     return out
-
-
-def _reading(i: int) -> Callable[[MetricsView], list[Sample]]:
-    return lambda v: _devices(v).readings[i]
 
 
 def _by_state(table: Callable[[_DeviceSamples], Mapping[Labels, float]]
@@ -363,8 +415,8 @@ def _kueue_pending(v: MetricsView) -> _Pending:
     return out
 
 
-def _histograms(hists: Mapping[Any, WaitHistogram], cluster: str
-                ) -> Iterator[HistogramSample]:
+def _histograms[K: Labels](hists: Mapping[K, WaitHistogram], cluster: str
+                           ) -> Iterator[HistogramSample]:
     for key in sorted(hists):
         h = hists[key]
         counts = [(str(b), h.buckets[i]) for i, b in enumerate(QUEUE_BUCKETS)]
@@ -372,7 +424,8 @@ def _histograms(hists: Mapping[Any, WaitHistogram], cluster: str
         yield (cluster, *key), Buckets(tuple(counts), h.total_seconds)
 
 
-def _quotas(value: Callable[[Any], float | None]) -> Callable[[MetricsView], list[Sample]]:
+def _quotas(value: Callable[[FlavorQuota], float | None]
+            ) -> Callable[[MetricsView], list[Sample]]:
     """A sample per ClusterQueue and GPU flavor of ``value`` (of its ``FlavorQuota``)."""
     def samples(v: MetricsView) -> list[Sample]:
         return [((v.cluster, name, q.cohort, flavor), x)
@@ -430,24 +483,28 @@ def _effective_cost(v: MetricsView) -> Iterator[Sample]:
 # ---------------------------------------------------------------------------- totals
 
 
-class _KeyOrder:
+type TableKey = str | Labels
+"""A key of a table of the totals: one label value, or several."""
+
+
+class _KeyOrder[K: TableKey]:
     """A table's keys sorted, sorted again only when its keys change (8,000 GPUs' keys,
     nearly always the same from one cycle to the next)."""
 
     __slots__ = ("keys", "order")
 
     def __init__(self) -> None:
-        self.keys: list[Any] = []
-        self.order: list[Any] = []
+        self.keys: list[K] = []
+        self.order: list[K] = []
 
-    def __call__(self, table: Mapping[Any, float]) -> list[Any]:
+    def __call__(self, table: Mapping[K, float]) -> list[K]:
         keys = list(table)
         if keys != self.keys:
             self.keys, self.order = keys, sorted(keys)
         return self.order
 
 
-class SortedTable:
+class SortedTable[K: TableKey]:
     """The samples of a table of the totals, sorted by key (a tuple key: its parts as
     labels after the cluster), zeros left out when ``nonzero``. Iterated, it gives the
     samples; ``table`` lets the text writer see that a table is what it was last cycle
@@ -455,7 +512,7 @@ class SortedTable:
 
     __slots__ = ("cluster", "nonzero", "order", "table")
 
-    def __init__(self, cluster: str, table: Mapping[Any, float], order: list[Any],
+    def __init__(self, cluster: str, table: Mapping[K, float], order: list[K],
                  nonzero: bool) -> None:
         self.cluster, self.table, self.order, self.nonzero = cluster, table, order, nonzero
 
@@ -465,15 +522,16 @@ class SortedTable:
             value = items[key]
             if nonzero and not value:
                 continue
-            yield ((c, *key) if key.__class__ is tuple else (c, key)), value
+            yield ((c, *key) if isinstance(key, tuple) else (c, key)), value
 
 
-def _sorted_by_key(table: Callable[[Totals], Mapping[Any, float]], nonzero: bool = False
-                   ) -> Callable[[MetricsView], SortedTable]:
+def _sorted_by_key[K: TableKey](table: Callable[[Totals], Mapping[K, float]],
+                                nonzero: bool = False
+                                ) -> Callable[[MetricsView], SortedTable[K]]:
     """The family's samples: those of a table of the totals (``SortedTable``)."""
-    order = _KeyOrder()
+    order = _KeyOrder[K]()
 
-    def samples(v: MetricsView) -> SortedTable:
+    def samples(v: MetricsView) -> SortedTable[K]:
         items = table(v.totals)
         return SortedTable(v.cluster, items, order(items), nonzero)
     return samples
@@ -531,15 +589,12 @@ def _scrape_duration(v: MetricsView) -> Iterator[Sample]:
 
 def _errors(v: MetricsView) -> Iterator[Sample]:
     c, h = v.cluster, v.health
-    by_reason: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-    for (source, target, reason), n in h.error_reasons.items():
-        by_reason[(source, target)][reason] = n
-    for (source, target), n in sorted(h.errors.items()):
-        known = by_reason.get((source, target), {})
+    for key, n in sorted(h.errors.items()):
+        known = h.error_reasons.get(key, {})
         for reason, count in sorted(known.items()):
-            yield (c, source, target, reason), count
+            yield (c, key.source, key.target, reason), count
         if n > sum(known.values()) or not known:
-            yield (c, source, target, "error"), n - sum(known.values())
+            yield (c, key.source, key.target, "error"), n - sum(known.values())
     for kind, st in sorted(v.kube.stats.items()):
         for reason in sorted(KUBE_ERROR_REASONS | st.reasons.keys()):
             yield (c, "kubernetes", kind, reason), st.reasons.get(reason, 0)
@@ -653,26 +708,30 @@ def _one(value: Callable[[MetricsView], float]) -> Callable[[MetricsView], list[
 # ---------------------------------------------------------------------------- the table
 
 F = Family
-FAMILIES: tuple[Family, ...] = (
-    F("utilization_ratio", "gauge", "ratio", "GPU utilisation: DCGM GR engine active, else "
-      "GPU_UTIL/100 (source label says which).", (*DEVICE_LABELS, "source"),
-      lambda v: _devices(v).utilization),
-    F("memory_used_bytes", "gauge", "bytes", "GPU framebuffer memory in use.", DEVICE_LABELS,
-      lambda v: _devices(v).memory_used),
-    F("memory_total_bytes", "gauge", "bytes", "GPU framebuffer memory size.", DEVICE_LABELS,
-      lambda v: _devices(v).memory_total),
-    F("available", "gauge", "", "1 if the GPU is usable, 0 if it is unavailable (node not "
-      "Ready, GPU missing, fatal XID).", DEVICE_LABELS, lambda v: _devices(v).available),
-    F("state", "gauge", "", "1 for the GPU's allocation state: allocated, unallocated or "
-      "unavailable (with reason).", (*DEVICE_LABELS, "state", "reason"),
-      lambda v: _devices(v).state),
-    F("price_usd_per_hour", "gauge", "usd_per_hour", "Hourly price of the GPU (or MIG slice) "
-      "after discount.", DEVICE_LABELS, lambda v: _devices(v).price),
-    F("allocation_info", "gauge", "", "Which pod holds which GPU; one series per pod on a "
-      "time-shared GPU.", (*DEVICE_LABELS, "namespace", "pod", "team", "workload"),
-      lambda v: _devices(v).allocation),
-    *(F(name, "gauge", name.rsplit("_", 1)[1], doc, READING_LABELS, _reading(i))
-      for i, (name, _, _, doc) in enumerate(DEVICE_READINGS)),
+DEVICE_FAMILIES = DeviceFamilies(
+    utilization=F("utilization_ratio", "gauge", "ratio", "GPU utilisation: DCGM GR engine "
+                  "active, else GPU_UTIL/100 (source label says which).",
+                  (*DEVICE_LABELS, "source"), lambda v: _devices(v).utilization),
+    memory_used=F("memory_used_bytes", "gauge", "bytes", "GPU framebuffer memory in use.",
+                  DEVICE_LABELS, lambda v: _devices(v).memory_used),
+    memory_total=F("memory_total_bytes", "gauge", "bytes", "GPU framebuffer memory size.",
+                   DEVICE_LABELS, lambda v: _devices(v).memory_total),
+    available=F("available", "gauge", "", "1 if the GPU is usable, 0 if it is unavailable "
+                "(node not Ready, GPU missing, fatal XID).", DEVICE_LABELS,
+                lambda v: _devices(v).available),
+    state=F("state", "gauge", "", "1 for the GPU's allocation state: allocated, unallocated "
+            "or unavailable (with reason).", (*DEVICE_LABELS, "state", "reason"),
+            lambda v: _devices(v).state),
+    price=F("price_usd_per_hour", "gauge", "usd_per_hour", "Hourly price of the GPU (or MIG "
+            "slice) after discount.", DEVICE_LABELS, lambda v: _devices(v).price),
+    allocation=F("allocation_info", "gauge", "", "Which pod holds which GPU; one series per "
+                 "pod on a time-shared GPU.",
+                 (*DEVICE_LABELS, "namespace", "pod", "team", "workload"),
+                 lambda v: _devices(v).allocation),
+    readings=DEVICE_READINGS,
+)
+FAMILIES: tuple[AnyFamily, ...] = (
+    *DEVICE_FAMILIES,
     F("node_capacity_gpus", "gauge", "gpus", "nvidia.com/gpu capacity of the node.",
       NODE_LABELS, lambda v: ((labels, n.capacity_gpus) for labels, n in _gpu_nodes(v))),
     F("node_allocatable_gpus", "gauge", "gpus", "nvidia.com/gpu the node offers to pods.",
@@ -755,26 +814,27 @@ FAMILIES: tuple[Family, ...] = (
       "for the SLO alerts.", ("cluster",), _one(lambda v: v.sla_target)),
     F("commitment_gpus", "gauge", "gpus", "GPUs of the model under a committed-use "
       "discount (config: prices.commitments).", ("cluster", "model"),
-      lambda v: [((v.cluster, m), c[0]) for m, c in sorted(v.commitments.items())],
+      lambda v: [((v.cluster, m), c.gpus) for m, c in sorted(v.commitments.items())],
       present=lambda v: bool(v.commitments)),
     F("commitment_unused_gpus", "gauge", "gpus", "Committed GPUs no on-demand GPU of the "
       "model uses now: paid for, held by no pod or node.", ("cluster", "model"),
-      lambda v: [((v.cluster, m), c[1]) for m, c in sorted(v.commitments.items())],
+      lambda v: [((v.cluster, m), c.unused_gpus) for m, c in sorted(v.commitments.items())],
       present=lambda v: bool(v.commitments)),
-    F("commitment_unused_usd_per_hour", "gauge", "usd", "What the unused committed GPUs "
-      "cost an hour at the term price: no device carries it.", ("cluster", "model"),
-      lambda v: [((v.cluster, m), c[2]) for m, c in sorted(v.commitments.items())],
+    F("commitment_unused_usd_per_hour", "gauge", "usd_per_hour", "What the unused committed "
+      "GPUs cost an hour at the term price: no device carries it.", ("cluster", "model"),
+      lambda v: [((v.cluster, m), c.unused_usd_per_hour)
+                 for m, c in sorted(v.commitments.items())],
       present=lambda v: bool(v.commitments)),
-    F("list_price_usd_per_hour", "gauge", "usd", "List price of a GPU-hour in use, before "
-      "discounts, and where it comes from: the price book, or Google's Cloud Billing "
+    F("list_price_usd_per_hour", "gauge", "usd_per_hour", "List price of a GPU-hour in use, "
+      "before discounts, and where it comes from: the price book, or Google's Cloud Billing "
       "catalogue (prices.catalog).", ("cluster", "model", "provisioning", "source"),
-      lambda v: [((v.cluster, m, p, src), price)
-                 for (m, p), (price, src, _) in v.list_prices.items()]),
+      lambda v: [((v.cluster, m, p, price.source), price.usd_per_hour)
+                 for (m, p), price in v.list_prices.items()]),
     F("list_price_age_seconds", "gauge", "seconds", "How old the list price in use is: "
       "since the book's as_of date, or since the catalogue was read.",
       ("cluster", "model", "provisioning", "source"),
-      lambda v: [((v.cluster, m, p, src), max(0.0, v.now - at))
-                 for (m, p), (_, src, at) in v.list_prices.items() if at is not None]),
+      lambda v: [((v.cluster, m, p, price.source), max(0.0, v.now - price.read_unix))
+                 for (m, p), price in v.list_prices.items() if price.read_unix is not None]),
     F("allocation_cost_usd", "counter", "usd", "Cost of the GPU time pods held, by the pods' "
       "value of the allocation dimension (config: allocation; \"\" for pods without one): "
       "a cost-center label or annotation, side by side with the team's.",
@@ -906,7 +966,7 @@ FAMILIES: tuple[Family, ...] = (
       lambda v: [((v.cluster, *BUILD_INFO.values()), 1.0)]),
 )
 
-BY_NAME: Mapping[str, Family] = {f.name: f for f in FAMILIES}
+BY_NAME: Mapping[str, AnyFamily] = {f.name: f for f in FAMILIES}
 CLOUD_MONITORING_DEFAULT = tuple(f.name for f in FAMILIES if f.cloud_monitoring)
 """Written to Cloud Monitoring by default: per-owner cost and time, capacity, queue and
 availability; not the per-GPU series (8 per GPU: costly at fleet scale, and Prometheus
@@ -915,9 +975,9 @@ CLOUD_MONITORING_KINDS = ("gauge", "counter")
 """Cloud Monitoring takes these as GAUGE and CUMULATIVE points; histograms are not written."""
 
 
-def exposed_names(family: Family) -> tuple[str, ...]:
+def exposed_names(family: AnyFamily) -> tuple[str, ...]:
     """The names of the family's series as exposed (a histogram's three)."""
-    if family.kind == "histogram":
+    if is_histogram(family):
         base = PREFIX + family.name
         return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
     return (family.exposed,)
@@ -933,17 +993,16 @@ class Series:
     value: float
 
 
-def series(view: MetricsView, families: Iterable[Family] = FAMILIES) -> Iterator[Series]:
+def series(view: MetricsView, families: Iterable[AnyFamily] = FAMILIES) -> Iterator[Series]:
     """Every series of the cycle, as ``/metrics`` exposes them (a histogram's buckets, sum
     and count each a series), in exposition order."""
     for family in families:
         if not family.present(view):
             continue
         names = family.labels
-        if family.kind == "histogram":
+        if is_histogram(family):
             base = PREFIX + family.name
             for values, b in family.samples(view):
-                assert isinstance(b, Buckets)
                 labels = _pairs(names, values)
                 for suffix, le, n in b.parts():
                     yield Series(base + suffix, labels if le is None else (*labels, ("le", le)),
@@ -951,13 +1010,12 @@ def series(view: MetricsView, families: Iterable[Family] = FAMILIES) -> Iterator
             continue
         name = family.exposed
         for values, value in family.samples(view):
-            assert not isinstance(value, Buckets)
             yield Series(name, _pairs(names, values), float(value))
 
 
-def samples(view: MetricsView, family: Family) -> Iterator[Sample]:
+def samples(view: MetricsView, family: AnyFamily) -> Iterator[Sample]:
     """A gauge's or counter's samples this cycle (none when it is not present)."""
-    if family.kind == "histogram":
+    if is_histogram(family):
         raise ValueError(f"{family.name} is a histogram")
     if family.present(view):
         yield from family.samples(view)

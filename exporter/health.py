@@ -7,23 +7,31 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, get_args
+from typing import Literal, NamedTuple, Protocol, get_args
+
+
+class SourceTarget(NamedTuple):
+    """What the exporter's own series of a source are kept by: the source (``dcgm``,
+    ``warehouse``...) and its target (a dcgm-exporter's URL, a warehouse's path)."""
+
+    source: str
+    target: str
 
 
 @dataclass(slots=True)
 class SourceHealth:
     """Each DCGM target's and sink's last answer, errors and rejected samples, by
-    (source, target)."""
+    ``SourceTarget``."""
 
-    up: dict[tuple[str, str], bool] = field(default_factory=dict)
-    duration: dict[tuple[str, str], float] = field(default_factory=dict)
-    errors: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
-    error_reasons: dict[tuple[str, str, str], int] = field(
-        default_factory=lambda: defaultdict(int))
-    """(source, target, ``SourceError.label``) -> errors; the rest of ``errors`` has none."""
+    up: dict[SourceTarget, bool] = field(default_factory=dict)
+    duration: dict[SourceTarget, float] = field(default_factory=dict)
+    errors: dict[SourceTarget, int] = field(default_factory=lambda: defaultdict(int))
+    error_reasons: dict[SourceTarget, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    """Errors by ``SourceError.label``; the rest of ``errors`` has none."""
     rejected: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    last_success: dict[tuple[str, str], float] = field(default_factory=dict)
-    """(source, target) -> the cycle time of its last answer."""
+    last_success: dict[SourceTarget, float] = field(default_factory=dict)
+    """The cycle time of its last answer."""
     pages: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """dcgm-exporter pages by how they were read (``records.PAGE_READS``)."""
     stuck: dict[str, bool] = field(default_factory=dict)

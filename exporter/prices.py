@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.catalog import FAMILIES
 from exporter.errors import ConfigError
@@ -244,13 +244,39 @@ class Commitment:
     usd_per_gpu_hour: float
 
 
-def _committed(commitments: Sequence[Commitment]) -> dict[str, tuple[int, float]]:
+class _Committed(NamedTuple):
+    """What a model's commitments add up to: the GPUs and their cost an hour."""
+
+    gpus: int
+    usd_per_hour: float
+
+
+class CommitmentUse(NamedTuple):
+    """A model's commitments now: the GPUs committed, those no on-demand GPU of the model
+    uses, and what the unused ones cost an hour at the term price."""
+
+    gpus: float
+    unused_gpus: float
+    unused_usd_per_hour: float
+
+
+class ListPrice(NamedTuple):
+    """A list price in use: USD per GPU-hour before discounts, where it comes from
+    (``book`` or ``catalog``) and when that was read (Unix seconds; None when unknown)."""
+
+    usd_per_hour: float
+    source: str
+    read_unix: float | None
+
+
+def _committed(commitments: Sequence[Commitment]) -> dict[str, _Committed]:
     """Per model: the GPUs committed and what they cost an hour (commitments of one model
     add)."""
-    out: dict[str, tuple[int, float]] = {}
+    out: dict[str, _Committed] = {}
     for c in commitments:
-        gpus, cost = out.get(c.accelerator, (0, 0.0))
-        out[c.accelerator] = (gpus + c.gpus, cost + c.gpus * c.usd_per_gpu_hour)
+        prior = out.get(c.accelerator, _Committed(0, 0.0))
+        out[c.accelerator] = _Committed(prior.gpus + c.gpus,
+                                        prior.usd_per_hour + c.gpus * c.usd_per_gpu_hour)
     return out
 
 
@@ -282,11 +308,11 @@ def effective_prices(list_prices: Mapping[tuple[str, str], float],
             fraction = next((f for family, f in off.items()
                              if model in FAMILIES.get(family, ())), 0.0)
         listed = price * (1.0 - fraction)
-        gpus, term_cost = committed.get(model, (0, 0.0))
+        term = committed.get(model, _Committed(0, 0.0))
         present = on_demand_gpus.get(model, 0.0)
-        if gpus and present > 0:
-            covered = min(float(gpus), present)
-            out[model, provisioning] = (covered * term_cost / gpus
+        if term.gpus and present > 0:
+            covered = min(float(term.gpus), present)
+            out[model, provisioning] = (covered * term.usd_per_hour / term.gpus
                                         + (present - covered) * listed) / present
         else:
             out[model, provisioning] = listed
@@ -294,11 +320,12 @@ def effective_prices(list_prices: Mapping[tuple[str, str], float],
 
 
 def unused_commitment(commitments: Sequence[Commitment], on_demand_gpus: Mapping[str, float]
-                      ) -> dict[str, tuple[float, float, float]]:
+                      ) -> dict[str, CommitmentUse]:
     """Per model with a commitment: the GPUs committed, those no on-demand GPU uses now,
     and what the unused ones cost an hour at the term price."""
-    out: dict[str, tuple[float, float, float]] = {}
-    for model, (gpus, cost) in _committed(commitments).items():
-        unused = max(0.0, gpus - on_demand_gpus.get(model, 0.0))
-        out[model] = (float(gpus), unused, unused * cost / gpus)
+    out: dict[str, CommitmentUse] = {}
+    for model, term in _committed(commitments).items():
+        unused = max(0.0, term.gpus - on_demand_gpus.get(model, 0.0))
+        out[model] = CommitmentUse(float(term.gpus), unused,
+                                   unused * term.usd_per_hour / term.gpus)
     return out

@@ -35,9 +35,17 @@ from exporter.health import (
     RemoteWriteStats,
     ReportStats,
     SourceHealth,
+    SourceTarget,
 )
 from exporter.placement import Placement
-from exporter.prices import Commitment, PriceBook, effective_prices, unused_commitment
+from exporter.prices import (
+    Commitment,
+    CommitmentUse,
+    ListPrice,
+    PriceBook,
+    effective_prices,
+    unused_commitment,
+)
 from exporter.records import (
     DeviceReading,
     NodeInfo,
@@ -63,7 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _USED = frozenset({*compute.FIELDS_READ, *SIGNAL_FIELDS, *FIELDS.values(),
-                   *(f for _, f, _, _ in DEVICE_READINGS)})
+                   *(r.dcgm_field for r in DEVICE_READINGS)})
 DCGM_FIELDS_READ = _USED | {old for old, new in DCGM_RENAMED.items() if new in _USED}
 """Every DCGM field the exporter uses, under each name DCGM has given it; the source skips
 the other families unparsed."""
@@ -197,7 +205,7 @@ class Exporter:
         """The price catalogue's reads, when it is read."""
         self._commitments = [
             Commitment(c.gpu, c.gpus, c.usd_per_gpu_hour) for c in config.prices.commitments]
-        self._commitment_use: dict[str, tuple[float, float, float]] = {}
+        self._commitment_use: dict[str, CommitmentUse] = {}
         self.warehouse_opening = warehouse_opening
         """The warehouse to open, while it could not be."""
         self.warehouse_error: str | None = \
@@ -297,8 +305,7 @@ class Exporter:
             for table in (self.health.up, self.health.duration, self.health.errors,
                           self.health.last_success):
                 table.pop(gone, None)  # the target went with its node: its series go too
-            for k in [k for k in self.health.error_reasons if k[:2] == gone]:
-                del self.health.error_reasons[k]
+            self.health.error_reasons.pop(gone, None)
             self._target_nodes.pop(gone[1], None)
             self._episodes.forget(gone[1])
             self._page_runs.forget(gone[1])
@@ -358,7 +365,7 @@ class Exporter:
                   now: float) -> None:
         """The health of one target after its answer: up or its error, the samples it
         lost, logged once per episode."""
-        key = ("dcgm", url)
+        key = SourceTarget("dcgm", url)
         if isinstance(res, TargetScrape):
             self.health.up[key] = True
             self.health.last_success[key] = now
@@ -378,7 +385,7 @@ class Exporter:
         assert isinstance(res, SourceError)
         self.health.up[key] = False
         self.health.errors[key] += 1
-        self.health.error_reasons[(*key, res.label)] += 1
+        self.health.error_reasons[key][res.label] += 1
         for reason, n in res.rejected.items():  # an answer with no sample we keep
             self.health.rejected[reason] += n
         self._episodes.failed((url, "scrape"), now, "dcgm scrape failed", target=url,
@@ -702,7 +709,7 @@ class Exporter:
             self.totals.seed_months(seed.result())
         except Exception as exc:  # the month's spend then counts from this run's start
             if self.warehouse is not None:
-                self.health.errors["warehouse", str(self.warehouse.path)] += 1
+                self.health.errors[SourceTarget("warehouse", str(self.warehouse.path))] += 1
             log.warning("month-to-date spend not read from the warehouse",
                         extra=logs.ctx(error=f"{type(exc).__name__}: {exc}"))
 
@@ -720,7 +727,7 @@ class Exporter:
                 self._warehouse_thread, opening.open)
         except Exception as exc:
             opening.error = self.warehouse_error = " ".join(str(exc).split())
-            self.health.errors["warehouse", opening.path] += 1
+            self.health.errors[SourceTarget("warehouse", opening.path)] += 1
             return
         inventory, _ = warehouse.load_state()
         self.inventory = inventory | self.inventory
@@ -768,7 +775,7 @@ class Exporter:
             await asyncio.get_running_loop().run_in_executor(self._warehouse_thread, write)
         except Exception as exc:
             self.warehouse_error = f"{type(exc).__name__}: {exc}"
-            self.health.errors["warehouse", path] += 1
+            self.health.errors[SourceTarget("warehouse", path)] += 1
             self._episodes.failed((path, "warehouse"), now, "warehouse write failed",
                                   target=path, error=self.warehouse_error)
             return
@@ -833,7 +840,7 @@ class Exporter:
             warehouse_quarantined=dict(self.warehouse.quarantined) if self.warehouse else {},
             report=self.report, kube_max_staleness_seconds=self.config.kubernetes.max_staleness,
             commitments=self._commitment_use,
-            list_prices={k: (v, *self.price_sources.get(k, ("book", None)))
+            list_prices={k: ListPrice(v, *self.price_sources.get(k, ("book", None)))
                          for k, v in sorted(self._price.items())},
             catalog=self.catalog,
             allocation=(self.config.allocation.label or self.config.allocation.annotation)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.backoff import Backoff
-from exporter.families import BY_NAME, Family, Kind, MetricsView, samples
+from exporter.families import BY_NAME, AnyFamily, Kind, MetricsView, samples
 from exporter.health import CloudMonitoringStats
 from exporter.logs import ctx
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PREFIX = "gke_gpu_"
 METRIC_TYPE = "custom.googleapis.com/gke_gpu/{name}"
 MAX_SERIES_PER_REQUEST = 200
 RETRYABLE = ("ServiceUnavailable", "DeadlineExceeded", "InternalServerError",
@@ -53,7 +52,7 @@ class Point:
     value: float
 
 
-def points(view: MetricsView, families: Sequence[Family]) -> Iterator[Point]:
+def points(view: MetricsView, families: Sequence[AnyFamily]) -> Iterator[Point]:
     """The samples of the chosen families (gauges and counters) this cycle; the cluster
     label is the resource's, empty labels are left out."""
     for family in families:
