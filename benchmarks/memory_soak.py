@@ -66,9 +66,11 @@ def warehouse_held(wh: Any) -> dict[str, float]:
                               "WHERE memory_usage_bytes > 0 ORDER BY tag").fetchall()
     on_disk = sum(p.stat().st_size for p in wh.path.parent.glob(wh.path.name + "*")
                   if p.is_file())
+    changes = wh.changes
     return {**{f"{tag} MiB": n / MIB for tag, n in duck}, "file MiB": on_disk / MIB,
-            "pods": len(wh._pod_signatures), "models": len(wh._pod_models),
-            "workloads": len(wh._workload_signatures), "quotas": len(wh._quota_signatures)}
+            "pods": len(changes.pod_signatures), "models": len(changes.pod_models),
+            "workloads": len(changes.workload_signatures),
+            "quotas": len(changes.quota_signatures)}
 
 
 async def soak(nodes: int, hours: float, warmup: float, minutes: float, warehouse: bool,

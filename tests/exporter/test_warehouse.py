@@ -10,7 +10,8 @@ import pytest
 from exporter import compute, duck
 from exporter.records import WorkloadInfo
 from exporter.sinks.schema import TABLES
-from exporter.sinks.warehouse import Warehouse, _write_groups
+from exporter.sinks.warehouse import Warehouse
+from exporter.sinks.warehouse.staging import write_groups
 from tests.exporter.test_compute import node, reading, states
 
 
@@ -143,9 +144,9 @@ def test_a_file_with_keyed_tables_is_rebuilt_without_keys(tmp_path: Path) -> Non
     assert dict(opened.rows_written) == {"gpu_usage": 1, "gpu_pods": 0}
     assert opened.con.execute("SELECT count(*) FROM outbox").fetchone() == (1,)
     # the old table's rows are rolled up in place; then writes no longer look at it
-    assert opened._hourly_has_raw
+    assert opened.tables.hourly_has_raw
     assert opened.roll_up(7200.0)
-    assert not opened._hourly_has_raw
+    assert not opened.tables.hourly_has_raw
     assert count(opened) == (2, 120.0)
     assert opened.con.execute("SELECT DISTINCT interval_seconds FROM gpu_usage_hourly"
                               ).fetchall() == [(3600.0,)]
@@ -209,7 +210,7 @@ def sized(tmp_path: Path, sizes: dict[float, int]) -> dict[float, list[Path]]:
 ], ids=["nothing", "one", "by size", "in order", "one too big", "midnight"])
 def test_a_flush_writes_whole_intervals_of_a_day_a_few_bytes_at_a_time(
         tmp_path: Path, sizes: dict[float, int], groups: list[list[float]]) -> None:
-    got = list(_write_groups(sized(tmp_path, sizes), limit=10))
+    got = list(write_groups(sized(tmp_path, sizes), limit=10))
     assert [wins for _, wins in got] == groups
     assert all(day == wins[0] - wins[0] % DAY for day, wins in got)
 
@@ -217,7 +218,7 @@ def test_a_flush_writes_whole_intervals_of_a_day_a_few_bytes_at_a_time(
 def test_a_file_gone_since_it_was_listed_counts_nothing(tmp_path: Path) -> None:
     staged = sized(tmp_path, {T0: 8, T0 + 60: 8})
     staged[T0][0].unlink()
-    assert [wins for _, wins in _write_groups(staged, limit=10)] == [[T0, T0 + 60]]
+    assert [wins for _, wins in write_groups(staged, limit=10)] == [[T0, T0 + 60]]
 
 
 class Clock:
@@ -297,7 +298,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from exporter.compute import DeviceIdentity
-from exporter.sinks.warehouse import Warehouse, _write_groups
+from exporter.sinks.warehouse import Warehouse
 from tests.exporter.test_compute import pod
 from tests.exporter.test_warehouse import rows
 
@@ -356,13 +357,13 @@ def test_rows_a_failed_staging_kept_are_staged_once_by_interval(tmp_path: Path) 
         for t in (0.0, 30.0):
             with pytest.raises(NotADirectoryError):
                 wh.add_usage(rows(t))
-    assert not list(wh._staging.iterdir())           # nothing half-written left behind
+    assert not list(wh.staging.directory.iterdir())  # nothing half-written left behind
     wh.add_usage(rows(60.0))
-    assert sorted(f.name.split("-")[1] for f in wh._staging.iterdir()) == ["0.0", "60.0"]
+    assert sorted(f.name.split("-")[1] for f in wh.staging.directory.iterdir()) == ["0.0", "60.0"]
     wh.add_usage(rows(90.0))
     wh.flush(120.0)
     assert count(wh) == (2, 120.0)
-    assert not list(wh._staging.iterdir())
+    assert not list(wh.staging.directory.iterdir())
 
 
 def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_month(

@@ -31,7 +31,7 @@ def _copy_of_a_staged_file(staging: Path, name: str, cut: Callable[[bytes], byte
     """A real staged file of interval 0 (from a warehouse of its own), cut by ``cut``."""
     other = Warehouse(staging.parent / "other.duckdb", "c", interval=60.0)
     other.add_usage(rows(0.0) + rows(30.0))
-    (made,) = other._staging.glob("usage-*.parquet")
+    (made,) = other.staging.directory.glob("usage-*.parquet")
     data = made.read_bytes()
     other.close()
     path = staging / name
@@ -91,7 +91,7 @@ def test_a_damaged_staged_file_is_set_aside_and_the_writes_go_on(
     damage, reason = DAMAGE[case]
     path = tmp_path / "w.duckdb"
     wh = Warehouse(path, "c", interval=60.0)
-    bad = damage(wh._staging)
+    bad = damage(wh.staging.directory)
     wh.add_usage(rows(0.0))
     wh.add_usage(rows(30.0))
     with caplog.at_level(logging.WARNING, logger="exporter.sinks.warehouse"):
@@ -135,7 +135,7 @@ def test_only_the_damaged_file_of_several_intervals_and_days_is_set_aside(
     day = 86400.0
     for t in (0.0, 30.0, 60.0, 90.0, day, day + 30.0):
         wh.add_usage(rows(t))
-    _garbage(wh._staging).rename(wh._staging / "usage-60.0-1.parquet")
+    _garbage(wh.staging.directory).rename(wh.staging.directory / "usage-60.0-1.parquet")
     wh.flush(day + 60.0)
     assert count(wh) == (3, 180.0)
     assert quarantined(path) == ["usage-60.0-1.parquet"]

@@ -67,7 +67,7 @@ def staged_gpu_seconds(path: Path) -> float:
 @contextlib.contextmanager
 def staging_broken(wh: Warehouse) -> Iterator[None]:
     """The warehouse's staging directory replaced by a file: nothing can be staged."""
-    directory = wh._staging
+    directory = wh.staging.directory
     away = directory.with_name(directory.name + ".away")
     directory.rename(away)
     directory.write_bytes(b"")

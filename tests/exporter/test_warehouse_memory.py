@@ -60,7 +60,7 @@ def test_the_pods_of_a_churning_cluster_are_forgotten_once_written(tmp_path: Pat
                              finished_unix=now)], now, lambda p: "t")
             wh.forget_pod(gone.uid)
         wh.add_pods(alive, now, lambda p: "t")
-        assert len(wh._pod_signatures) == len(wh._pod_models) == len(alive)
+        assert len(wh.changes.pod_signatures) == len(wh.changes.pod_models) == len(alive)
         if i % 100 == 99:
             wh.flush(now)
     wh.flush(100.0 + 30 * 1000)
@@ -75,7 +75,7 @@ def test_the_workloads_of_a_churning_queue_are_forgotten_once_deleted(tmp_path: 
     for i in range(500):
         listed = [workload(uid=f"wl{j}") for j in range(max(0, i - 4), i + 1)]
         wh.add_workloads(listed, 100.0 + i, lambda w: "t", lambda w: "cq", complete=True)
-        assert len(wh._workload_signatures) == len(wh._workload_rows) == len(listed)
+        assert len(wh.changes.workload_signatures) == len(wh.changes.workload_rows) == len(listed)
     wh.close()
 
 
@@ -89,7 +89,7 @@ def test_the_quotas_of_deleted_cluster_queues_are_forgotten(tmp_path: Path) -> N
     wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
     for i in range(300):
         wh.add_quotas([queue("main"), queue(f"experiment-{i}")], 100.0 + i)
-        assert set(wh._quota_signatures) == {("main", "h100"), (f"experiment-{i}", "h100")}
+        assert set(wh.changes.quota_signatures) == {("main", "h100"), (f"experiment-{i}", "h100")}
     wh.flush(400.0)
     (n,) = wh.con.execute("SELECT count(*) FROM kueue_quotas").fetchone()  # type: ignore[misc]
     assert n == 301
@@ -116,5 +116,5 @@ async def test_the_exporter_forgets_the_pods_the_cluster_deleted(
         await step_both(sim, exporter, 6)
         listed = set(exporter.kube.pods)
         assert submitted - listed, "no pod was deleted"
-        assert set(wh._pod_signatures) <= listed
-        assert set(wh._pod_models) <= listed
+        assert set(wh.changes.pod_signatures) <= listed
+        assert set(wh.changes.pod_models) <= listed
