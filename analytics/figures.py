@@ -1,7 +1,6 @@
 """The weekly report's figures: pure functions of the frames ``analytics.queries`` returns,
 and, for the per-pod and per-workload ones, SQL over the report's workspace
-(``analytics.workspace``), where the week's pods are; on a frame of pods those functions
-run the same SQL in a workspace of their own.
+(``analytics.workspace``), where the week's pods are.
 
 Definitions (each next to its test in ``tests/analytics/test_figures.py``):
 
@@ -23,6 +22,8 @@ Definitions (each next to its test in ``tests/analytics/test_figures.py``):
   concrete — and NVLink if the workload uses it. Saving: cost x (1 - price ratio).
 - spot: batch workloads (Jobs) on on-demand GPUs could tolerate preemption with
   checkpoints; saving: cost x (1 - spot / on-demand price).
+- sharing: the idle cost of pods under ``SHARING_UTILIZATION``, which time-sharing or MIG
+  could pack together.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from exporter.bottleneck import (
     THROTTLED_SHARE,
     THROTTLED_TEMP_C,
     WARPS_MIN,
-    Signals,
 )
 from exporter.catalog import GPU_MODELS
 from exporter.config import Prices as PricesConfig
@@ -69,6 +69,8 @@ MEMORY_HEADROOM = 0.9
 COMPUTE_HEADROOM = 0.8
 NVLINK_USE_SHARE = 0.05
 """NVLink traffic, as a share of the link, above which a workload needs NVLink."""
+BATCH_KINDS = ("Job", "JobSet")
+"""The owners of the pods that run to completion: they can checkpoint and restart."""
 SHARING_UTILIZATION = 0.3
 """Pods below this mean utilisation could share a GPU (time-sharing or MIG)."""
 TOP = 10
@@ -375,19 +377,6 @@ def daily_by_team(daily: pd.DataFrame, week: Week) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- waste
 
 
-def idle_offenders(pods: pd.DataFrame, n: int = TOP) -> pd.DataFrame:
-    """The pods that held GPUs and used them least: utilisation under ``IDLE_CEILING``
-    (a busy job's small idle share of a dear GPU is no waste to chase), the most idle
-    GPU-hours first, then the most idle cost."""
-    cols = columns("idle_offenders")
-    if pods.empty:
-        return pd.DataFrame(columns=cols)
-    out = pods.assign(idle_gpu_hours=pods.idle_seconds / HOUR)
-    out = out[(out.idle_cost_usd > 0) & (out.utilization < IDLE_CEILING)].sort_values(
-        ["idle_seconds", "idle_cost_usd", "pod"], ascending=[False, False, True])
-    return out[cols].head(n).reset_index(drop=True)
-
-
 def unallocated_by_pool(usage: pd.DataFrame) -> pd.DataFrame:
     rows = _week(usage)
     rows = rows[rows.state == "unallocated"]
@@ -618,26 +607,6 @@ def incidents(events: pd.DataFrame, pod_states: pd.DataFrame, week: Week) -> pd.
 # ---------------------------------------------------------------------------- bottlenecks
 
 
-def _opt(v: object) -> float | None:
-    return None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)  # type: ignore[arg-type]
-
-
-def pod_signals(row: object) -> Signals:
-    """A pod's week, aggregated in the warehouse, as the classifier's signals."""
-    def g(name: str) -> float | None:
-        return _opt(getattr(row, name))
-
-    return Signals(gr=g("gr_engine_active"), sm=g("sm_active"), occupancy=g("sm_occupancy"),
-                   tensor=g("tensor_active"), dram=g("dram_active"),
-                   gpu_util_percent=g("gpu_util_percent"), temp_celsius=g("temperature_celsius"),
-                   nvlink_tx_bytes_per_second=g("nvlink_tx_bytes_per_second"),
-                   nvlink_rx_bytes_per_second=g("nvlink_rx_bytes_per_second"),
-                   pcie_tx_bytes_per_second=g("pcie_tx_bytes_per_second"),
-                   pcie_rx_bytes_per_second=g("pcie_rx_bytes_per_second"),
-                   stalled_share=g("stalled_share") or 0.0, max_gr=g("max_gr") or 0.0,
-                   throttled_share=g("throttled_share"))
-
-
 def _col(pods: pd.DataFrame, name: str) -> np.ndarray:
     values: np.ndarray = pd.to_numeric(pods[name], errors="coerce").to_numpy(
         dtype=float, na_value=np.nan)
@@ -760,15 +729,6 @@ _SIGNAL_COLUMNS = ("gpu_model", "mig", "gr_engine_active", "sm_active", "sm_occu
                    "stalled_share", "max_gr", "throttled_share")
 
 
-def classify_pods(pods: pd.DataFrame) -> pd.DataFrame:
-    """Each pod's class over the week (``exporter.bottleneck``'s rules) and evidence."""
-    if pods.empty:
-        return pods.assign(bottleneck=pd.Series(dtype=str), evidence=pd.Series(dtype=object))
-    classes, evidence = pod_classes(pods)
-    ev = pd.DataFrame({f"ev_{k}": v for k, v in evidence.items()}, index=pods.index)
-    return pods.assign(bottleneck=classes, evidence=_evidence_dicts(ev))
-
-
 # The per-workload tables, in the workspace's SQL (DuckDB) over its ``pods`` table (the
 # PODS query's columns, each pod's class and ``ev_*`` columns, and ``seq``, the order
 # pods arrived in), ``pod_states`` (the POD_STATES query's), ``prices`` and ``models``.
@@ -850,7 +810,7 @@ WITH p AS (
     FROM pods p JOIN (SELECT DISTINCT cluster, pod_uid, owner_kind FROM pod_states) s
       ON s.cluster = p.cluster AND s.pod_uid = p.pod_uid
     WHERE p.provisioning = 'on-demand'
-      AND s.owner_kind IN ({", ".join(f"'{k}'" for k in ("Job", "JobSet"))})),
+      AND s.owner_kind IN ({", ".join(f"'{k}'" for k in BATCH_KINDS)})),
 g AS (
     SELECT namespace, workload, team, gpu_model, SUM(cost_usd) AS cost_usd
     FROM p GROUP BY namespace, workload, team, gpu_model),
@@ -870,9 +830,6 @@ SELECT * FROM pods
 WHERE idle_cost_usd > 0 AND utilization < $ceiling
 ORDER BY idle_seconds DESC, idle_cost_usd DESC, pod LIMIT $n
 """
-
-type Frame = pd.DataFrame | Table
-
 
 def _finish_workloads(f: pd.DataFrame) -> pd.DataFrame:
     f = with_evidence(f)
@@ -896,125 +853,48 @@ def prepare(ws: Workspace, prices: Mapping[tuple[str, str], float]) -> None:
 
 
 def bottleneck_table(ws: Workspace) -> Table:
+    """Per workload: the class of most of its GPU-hours, the evidence (GPU-hour-weighted
+    means over its pods of that class) and what to try."""
     return ws.table(BOTTLENECKS, _finish_workloads)
 
 
 def rightsizing_table(ws: Workspace) -> Table:
+    """Per workload: the cheapest GPU model that fits it, and what it would have saved."""
     return ws.table(RIGHTSIZING)
 
 
 def spot_table(ws: Workspace) -> Table:
+    """Per workload of batch Jobs on on-demand GPUs: its cost on spot, and the saving."""
     return ws.table(SPOT)
 
 
-def idle_offenders_of(ws: Workspace, n: int = TOP) -> pd.DataFrame:
-    return idle_offenders(ws.frame(IDLE_OFFENDERS, {"n": n, "ceiling": IDLE_CEILING}), n)
-
-
-def _scratch(prices: Mapping[tuple[str, str], float] | None = None,
-             **frames: pd.DataFrame) -> Workspace:
-    ws = Workspace()
-    prepare(ws, prices or {})
-    for name, frame in frames.items():
-        ws.put(name, frame)
-    return ws
-
-
-def _pods_frame(pods: pd.DataFrame) -> pd.DataFrame:
-    """Pods as the workspace holds them: with class, ``ev_*`` columns and ``seq``."""
-    if "bottleneck" not in pods.columns:
-        pods = classify_pods(pods)
-    ev = pd.DataFrame(list(pods["evidence"]), index=pods.index,
-                      columns=list(EVIDENCE), dtype=float) if "evidence" in pods.columns \
-        else pd.DataFrame(index=pods.index, columns=list(EVIDENCE), dtype=float)
-    out = pods.drop(columns=[c for c in ("evidence",) if c in pods.columns])
-    out = out.assign(**{f"ev_{k}": ev[k] for k in EVIDENCE})
-    return out.assign(seq=np.arange(len(out)))
-
-
-def bottlenecks(classified: pd.DataFrame) -> pd.DataFrame:
-    """Per workload: the class of most of its GPU-hours, the evidence (GPU-hour-weighted
-    means over its pods of that class) and what to try."""
-    cols = columns("bottlenecks")
-    if classified.empty:
+def idle_offenders(ws: Workspace, n: int = TOP) -> pd.DataFrame:
+    """The pods that held GPUs and used them least: utilisation under ``IDLE_CEILING``
+    (a busy job's small idle share of a dear GPU is no waste to chase), the most idle
+    GPU-hours first, then the most idle cost."""
+    cols = columns("idle_offenders")
+    pods = ws.frame(IDLE_OFFENDERS, {"n": n, "ceiling": IDLE_CEILING})
+    if pods.empty:
         return pd.DataFrame(columns=cols)
-    return bottleneck_table(_scratch(pods=_pods_frame(classified))).frame()[cols]
+    return pods.assign(idle_gpu_hours=pods.idle_seconds / HOUR)[cols]
 
 
-def bottleneck_summary(workloads: Frame) -> pd.DataFrame:
+def bottleneck_summary(workloads: Table) -> pd.DataFrame:
     """Per class: how many workloads, their GPU-hours, and what to try."""
     cols = columns("bottleneck_summary")
     if workloads.empty:
         return pd.DataFrame(columns=cols)
-    if isinstance(workloads, Table):
-        g = workloads.ws.frame(f"SELECT bottleneck, count(workload) AS workloads, "
-                               f"SUM(gpu_hours) AS gpu_hours FROM {workloads.name} "
-                               f"GROUP BY bottleneck")
-    else:
-        g = workloads.groupby("bottleneck", as_index=False).agg(
-            workloads=("workload", "count"), gpu_hours=("gpu_hours", "sum"))
+    g = workloads.ws.frame(f"SELECT bottleneck, count(workload) AS workloads, "
+                           f"SUM(gpu_hours) AS gpu_hours FROM {workloads.name} "
+                           f"GROUP BY bottleneck")
     g["advice"] = g.bottleneck.map(ADVICE)
     order = {c: i for i, c in enumerate(ADVICE)}
     return g.sort_values("bottleneck", key=lambda s: s.map(order), ignore_index=True)[cols]
 
 
-# ---------------------------------------------------------------------------- right-sizing
-
-
-def cheapest_fit(model: str, provisioning: str, peak_memory_bytes: float | None,
-                 utilization: float | None, uses_nvlink: bool,
-                 prices: Mapping[tuple[str, str], float]) -> str | None:
-    """The cheapest model that holds the memory and the compute (see module docstring);
-    None when nothing cheaper fits or the need is unknown. (``RIGHTSIZING`` is the same
-    choice over every workload at once.)"""
-    current = GPU_MODELS.get(model)
-    price = prices.get((model, provisioning))
-    if current is None or price is None or peak_memory_bytes is None or utilization is None:
-        return None
-    need_tflops = utilization * current.tensor_tflops
-    best, best_price = None, price
-    for m in GPU_MODELS.values():
-        p = prices.get((m.accelerator, provisioning))
-        if p is None or p >= best_price or (uses_nvlink and not m.has_nvlink):
-            continue
-        if peak_memory_bytes <= MEMORY_HEADROOM * m.memory_mib * 1024 * 1024 and \
-                need_tflops <= COMPUTE_HEADROOM * m.tensor_tflops:
-            best, best_price = m.accelerator, p
-    return best
-
-
-def rightsizing(pods: pd.DataFrame, prices: Mapping[tuple[str, str], float]) -> pd.DataFrame:
-    cols = columns("rightsizing")
-    if pods.empty:
-        return pd.DataFrame(columns=cols)
-    return rightsizing_table(_scratch(prices, pods=_pods_frame(pods))).frame()[cols]
-
-
-BATCH_KINDS = ("Job", "JobSet")
-
-
-def spot_candidates(pods: pd.DataFrame, pod_states: pd.DataFrame,
-                    prices: Mapping[tuple[str, str], float]) -> pd.DataFrame:
-    cols = columns("spot")
-    if pods.empty or pod_states.empty:
-        return pd.DataFrame(columns=cols)
-    ws = _scratch(prices, pods=_pods_frame(pods), pod_states=pod_states)
-    return spot_table(ws).frame()[cols]
-
-
-def _total(t: Frame, column: str) -> float:
-    if t.empty:
-        return 0.0
-    return t.sum(column) if isinstance(t, Table) else float(t[column].sum())
-
-
-def sharing_cost(pods: Frame) -> float:
+def sharing_cost(pods: Table) -> float:
     """The idle cost of pods under ``SHARING_UTILIZATION``."""
-    if pods.empty:
-        return 0.0
-    if isinstance(pods, Table):
-        return pods.view(f"utilization < {SHARING_UTILIZATION}").sum("idle_cost_usd")
-    return float(pods[pods.utilization < SHARING_UTILIZATION].idle_cost_usd.sum())
+    return pods.view(f"utilization < {SHARING_UTILIZATION}").sum("idle_cost_usd")
 
 
 QUEUE_LONG_SECONDS = 1800.0
@@ -1125,20 +1005,20 @@ LEVER_ACTIONS = {"spot": "move batch Jobs to spot", "sharing": "share lightly us
                  "right-sizing": "right-size workloads"}
 
 
-def savings(spot: Frame, rightsize: Frame, unallocated: pd.DataFrame,
-            pods: Frame, queue: pd.DataFrame) -> pd.DataFrame:
+def savings(spot: Table, rightsize: Table, unallocated: pd.DataFrame, pods: Table,
+            queue: pd.DataFrame) -> pd.DataFrame:
     """The article's levers, priced with this week's data (upper bounds); autoscaling
     counts only the capacity no long queue waited for (``removable``)."""
     scalable = removable(unallocated, queue)
     return pd.DataFrame([
         ("spot", "batch Jobs on on-demand GPUs moved to spot (with checkpoints)",
-         _total(spot, "weekly_saving_usd")),
+         spot.sum("weekly_saving_usd")),
         ("autoscaling", "unallocated capacity an autoscaler could have removed (none a "
                         "queue waited for)",
-         _total(scalable, "cost_usd")),
+         float(scalable.cost_usd.sum())),
         ("sharing", f"idle cost of pods under {SHARING_UTILIZATION:.0%} utilisation, which "
                     "time-sharing or MIG could pack together",
          sharing_cost(pods)),
         ("right-sizing", "workloads on the cheapest GPU that fits",
-         _total(rightsize, "weekly_saving_usd")),
+         rightsize.sum("weekly_saving_usd")),
     ], columns=columns("savings"))

@@ -86,7 +86,7 @@ def build(store: Store, week: Week,
         tables["cost_by_allocation"] = figures.cost_by(usage, "allocation", covered[1] > 0)
     tables |= {
         "daily_cost_by_team": figures.daily_by_team(f["daily"], week),
-        "idle_offenders": figures.idle_offenders_of(ws),
+        "idle_offenders": figures.idle_offenders(ws),
         "unallocated_by_pool": unallocated,
         "queue": figures.queue(ws.frame(figures.QUEUE_STATES), week,
                                f["awaiting_admission"]),

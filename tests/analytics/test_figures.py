@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from analytics import figures
 from analytics.week import Week, last_complete_week, parse_week
+from analytics.workspace import Table, Workspace
 from exporter.bottleneck import Signals, decide
 
 WEEK = parse_week("2026-W47")
@@ -120,6 +123,29 @@ def pods(**over: Any) -> pd.DataFrame:
     return pd.DataFrame([base | over | r for r in rows])
 
 
+def workspace(prices: Mapping[tuple[str, str], float] | None = None, *,
+              pods: pd.DataFrame | None = None,
+              pod_states: pd.DataFrame | None = None) -> Workspace:
+    """A report's workspace with ``pods`` loaded as the report loads the week's (each
+    classified on its way in, numbered in ``seq``), and ``pod_states``."""
+    ws = Workspace()
+    figures.prepare(ws, prices or {})
+    if pods is not None:
+        rows = pa.Table.from_pandas(pods, preserve_index=False)
+        ws.load("pods", rows.to_batches() or [pa.RecordBatch.from_pylist([], rows.schema)],
+                lambda t: figures.classify_arrow(t).append_column(
+                    "seq", pa.array(range(t.num_rows), type=pa.int64())))
+    if pod_states is not None:
+        ws.put("pod_states", pod_states)
+    return ws
+
+
+def table(ws: Workspace, name: str, frame: pd.DataFrame) -> Table:
+    """``frame`` as a report table kept in ``ws``."""
+    ws.put(name, frame)
+    return Table(ws, name)
+
+
 def test_idle_offenders_rank_by_idle_gpu_hours_under_a_utilisation_ceiling() -> None:
     """A notebook idle all week comes first; a pretraining job's idle share of a dear GPU
     is no offender at all, however much it costs."""
@@ -132,9 +158,7 @@ def test_idle_offenders_rank_by_idle_gpu_hours_under_a_utilisation_ceiling() -> 
         {"pod": "dear", "utilization": 0.2, "idle_seconds": 2700.0, "idle_cost_usd": 9.0},
         {"pod": "unmeasured", "utilization": math.nan, "idle_seconds": 0.0,
          "idle_cost_usd": 0.0}])
-    assert list(figures.idle_offenders(p).pod) == ["notebook", "dear", "small"]
-    ws = figures._scratch(pods=figures._pods_frame(p))
-    assert list(figures.idle_offenders_of(ws).pod) == ["notebook", "dear", "small"]
+    assert list(figures.idle_offenders(workspace(pods=p)).pod) == ["notebook", "dear", "small"]
 
 
 def _queue(*rows: tuple[Any, ...]) -> pd.DataFrame:
@@ -159,7 +183,7 @@ SLA = pd.DataFrame([("h100", "nvidia-h100-80gb", 0.99, 0.995, 8.0, -1.0, False),
                             "error_budget_left", "meets_target"])
 
 
-@pytest.mark.parametrize(("unallocated", "queue", "expected"), [
+@pytest.mark.parametrize(("unallocated", "waits", "expected"), [
     # capacity no one waited for: a saving
     (IDLE_H100, _queue(("a", "nvidia-h100-80gb", 600, 1)),
      [("scale this pool down", 1000.0, None), ("move batch Jobs to spot", 50.0, None),
@@ -183,16 +207,18 @@ SLA = pd.DataFrame([("h100", "nvidia-h100-80gb", 0.99, 0.995, 8.0, -1.0, False),
 ], ids=["idle pool", "idle pool while its model queues", "pool too small",
         "idle pool while Kueue holds Jobs for quota", "Kueue admits, the nodes lack"])
 def test_what_to_do_reconciles_levers_with_queues(unallocated: pd.DataFrame,
-                                                  queue: pd.DataFrame,
+                                                  waits: pd.DataFrame,
                                                   expected: list[tuple[Any, ...]]) -> None:
     prices = {("nvidia-h100-80gb", "on-demand"): 10.0}
-    t = figures.actions(unallocated, queue, SLA.iloc[1:], LEVERS, prices)
+    t = figures.actions(unallocated, waits, SLA.iloc[1:], LEVERS, prices)
     got = [(r.action, None if math.isnan(r.weekly_saving_usd) else r.weekly_saving_usd,
             None if math.isnan(r.weekly_cost_usd) else r.weekly_cost_usd)
            for r in t.itertuples()]
     assert got == expected
     assert not t.why.str.len().eq(0).any()
-    scaled = figures.savings(pd.DataFrame(), pd.DataFrame(), unallocated, pd.DataFrame(), queue)
+    ws = workspace(pods=pods().iloc[0:0])
+    none = table(ws, "none", pd.DataFrame({"weekly_saving_usd": pd.Series(dtype=float)}))
+    scaled = figures.savings(none, none, unallocated, Table(ws, "pods"), waits)
     assert scaled.set_index("lever").weekly_saving_usd["autoscaling"] == sum(
         row[1] for row in expected if row[0] == "scale this pool down")
 
@@ -311,17 +337,17 @@ def test_a_job_awaiting_admission_waits_with_all_its_gpus(
         assert top.wait_seconds[0] == (WEEK.end - workload.queued[0]).total_seconds()
 
 
-@pytest.mark.parametrize(("down", "availability", "budget_left", "meets"), [
+@pytest.mark.parametrize(("down", "available", "budget_left", "meets"), [
     (0.0, 1.0, 1.0, True),
     (0.0025 * 86400, 0.9975, 0.5, True),        # half the 0.5 % budget spent
     (0.01 * 86400, 0.99, -1.0, False),          # twice the budget
 ])
-def test_availability_and_error_budget(down: float, availability: float, budget_left: float,
+def test_availability_and_error_budget(down: float, available: float, budget_left: float,
                                        meets: bool) -> None:
     a = pd.DataFrame({"node_pool": ["p"], "gpu_model": ["m"], "down_seconds": [down],
                       "gpu_seconds": [86400.0]})
     (row,) = figures.availability(a, 0.995).itertuples()
-    assert row.availability == pytest.approx(availability)
+    assert row.availability == pytest.approx(available)
     assert row.error_budget_left == pytest.approx(budget_left)
     assert row.meets_target == meets
 
@@ -408,12 +434,12 @@ def test_bottleneck_rules(signals: Signals, model: str, cls: str) -> None:
 
 
 def test_a_workload_takes_the_class_of_most_of_its_gpu_hours() -> None:
-    p = figures.classify_pods(pods(rows=[
+    ws = workspace(pods=pods(rows=[
         {"pod_uid": "a", "gpu_seconds": 7200.0, "gr_engine_active": 0.01},
         {"pod_uid": "b", "gpu_seconds": 3600.0, "gr_engine_active": 0.9, "sm_active": 0.8,
          "tensor_active": 0.6, "dram_active": 0.3, "max_gr": 0.9}]))
-    assert list(p.bottleneck) == ["idle", "healthy"]
-    (row,) = figures.bottlenecks(p).itertuples()
+    assert list(Table(ws, "pods").bottleneck) == ["idle", "healthy"]
+    (row,) = figures.bottleneck_table(ws).frame().itertuples()
     assert (row.bottleneck, row.pods, row.gpu_hours) == ("idle", 2, 3.0)
     assert row.evidence["gr_engine_active"] == pytest.approx(0.01)
     assert "release" in row.advice
@@ -422,6 +448,11 @@ def test_a_workload_takes_the_class_of_most_of_its_gpu_hours() -> None:
 PRICES = {("nvidia-h100-80gb", "on-demand"): 11.0, ("nvidia-tesla-a100", "on-demand"): 2.9,
           ("nvidia-l4", "on-demand"): 0.7, ("nvidia-tesla-t4", "on-demand"): 0.35,
           ("nvidia-h100-80gb", "spot"): 2.2, ("nvidia-l4", "spot"): 0.28}
+
+
+def rightsizing(p: pd.DataFrame) -> pd.DataFrame:
+    """The right-sizing table of the pods, at ``PRICES``."""
+    return figures.rightsizing_table(workspace(PRICES, pods=p)).frame()
 
 
 @pytest.mark.parametrize(("model", "peak_gib", "util", "nvlink", "fit"), [
@@ -436,19 +467,17 @@ PRICES = {("nvidia-h100-80gb", "on-demand"): 11.0, ("nvidia-tesla-a100", "on-dem
 def test_cheapest_fit(model: str, peak_gib: float | None, util: float, nvlink: bool,
                       fit: str | None) -> None:
     peak = None if peak_gib is None else peak_gib * 2**30
-    assert figures.cheapest_fit(model, "on-demand", peak, util, nvlink, PRICES) == fit
-    # the report makes the same choice for every workload at once
     p = pods(gpu_model=model, peak_memory_bytes=peak, utilization=util,
              nvlink_tx_bytes_per_second=0.1 * 450e9 if nvlink else 0.0)
-    assert list(figures.rightsizing(p, PRICES).suggested_model) == ([fit] if fit else [])
+    assert list(rightsizing(p).suggested_model) == ([fit] if fit else [])
 
 
 def test_rightsizing_saving_is_the_price_ratio() -> None:
-    t = figures.rightsizing(pods(utilization=0.05), PRICES)
+    t = rightsizing(pods(utilization=0.05))
     (row,) = t.itertuples()
     assert row.suggested_model == "nvidia-tesla-t4"
     assert row.weekly_saving_usd == pytest.approx(10.0 * (1 - 0.35 / 11.0))
-    assert figures.rightsizing(pods(mig=True, utilization=0.05), PRICES).empty
+    assert rightsizing(pods(mig=True, utilization=0.05)).empty
 
 
 def test_spot_candidates_are_on_demand_batch_jobs() -> None:
@@ -461,7 +490,7 @@ def test_spot_candidates_are_on_demand_batch_jobs() -> None:
                 None, "", None, ""),
                ("c", "already", "ns", "a", "t", "cheap", "Job", "", 1, None, None, None,
                 None, "", None, ""))
-    t = figures.spot_candidates(p, s, PRICES)
+    t = figures.spot_table(workspace(PRICES, pods=p, pod_states=s)).frame()
     assert list(t.workload) == ["train"]
     assert t.weekly_saving_usd.iloc[0] == pytest.approx(10.0 * (1 - 2.2 / 11.0))
 
@@ -469,10 +498,11 @@ def test_spot_candidates_are_on_demand_batch_jobs() -> None:
 def test_savings_levers() -> None:
     p = pods(rows=[{"pod_uid": "low", "utilization": 0.1, "idle_cost_usd": 9.0},
                    {"pod_uid": "high", "utilization": 0.9, "idle_cost_usd": 1.0}])
-    spot = pd.DataFrame({"weekly_saving_usd": [4.0]})
-    right = pd.DataFrame({"weekly_saving_usd": [2.0, 1.0]})
-    t = figures.savings(spot, right, figures.unallocated_by_pool(U), p, _queue()) \
-        .set_index("lever")
+    ws = workspace(pods=p)
+    spot = table(ws, "spot", pd.DataFrame({"weekly_saving_usd": [4.0]}))
+    right = table(ws, "rightsizing", pd.DataFrame({"weekly_saving_usd": [2.0, 1.0]}))
+    t = figures.savings(spot, right, figures.unallocated_by_pool(U), Table(ws, "pods"),
+                        _queue()).set_index("lever")
     assert t.weekly_saving_usd.to_dict() == {"spot": 4.0, "autoscaling": 10.0,
                                              "sharing": 9.0, "right-sizing": 3.0}
 
@@ -480,15 +510,35 @@ def test_savings_levers() -> None:
 def test_empty_inputs_give_empty_tables() -> None:
     empty = pd.DataFrame()
     week = Week(WEEK.start, WEEK.end)
-    assert figures.idle_offenders(empty).empty
+    ws = workspace(PRICES, pods=pods().iloc[0:0])
+    assert figures.idle_offenders(ws).empty and figures.rightsizing_table(ws).empty
     assert figures.queue(empty, week).empty and figures.longest_waits(empty, week).empty
-    assert figures.rightsizing(empty, PRICES).empty
 
 
 def test_spot_candidates_of_a_team_without_batch_jobs() -> None:
     s = states(("c", "u1", "ns", "p1", "t", "w", "ReplicaSet", "", 1, None, None, None, None,
                 "", None, ""))
-    assert figures.spot_candidates(pods(), s, PRICES).empty
+    assert figures.spot_table(workspace(PRICES, pods=pods(), pod_states=s)).empty
+
+
+def _opt(v: object) -> float | None:
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)  # type: ignore[arg-type]
+
+
+def pod_signals(row: Any) -> Signals:
+    """A pod's week, as the warehouse aggregates it, as the classifier's signals."""
+    def g(name: str) -> float | None:
+        return _opt(getattr(row, name))
+
+    return Signals(gr=g("gr_engine_active"), sm=g("sm_active"), occupancy=g("sm_occupancy"),
+                   tensor=g("tensor_active"), dram=g("dram_active"),
+                   gpu_util_percent=g("gpu_util_percent"), temp_celsius=g("temperature_celsius"),
+                   nvlink_tx_bytes_per_second=g("nvlink_tx_bytes_per_second"),
+                   nvlink_rx_bytes_per_second=g("nvlink_rx_bytes_per_second"),
+                   pcie_tx_bytes_per_second=g("pcie_tx_bytes_per_second"),
+                   pcie_rx_bytes_per_second=g("pcie_rx_bytes_per_second"),
+                   stalled_share=g("stalled_share") or 0.0, max_gr=g("max_gr") or 0.0,
+                   throttled_share=g("throttled_share"))
 
 
 def test_the_pods_are_classified_by_the_exporters_rules() -> None:
@@ -518,8 +568,9 @@ def test_the_pods_are_classified_by_the_exporters_rules() -> None:
         stalled_share=maybe(rng.choice([0.0, 0.15, 0.3], n)),
         max_gr=maybe(rng.choice([0.0, 0.6, 0.9], n)),
         throttled_share=maybe(rng.choice([0.0, 0.5, 0.9], n)))
-    got = figures.classify_pods(p)
-    want = [decide(figures.pod_signals(r), r.gpu_model, mig=r.mig) for r in p.itertuples()]
+    got = figures.with_evidence(figures.classify_arrow(
+        pa.Table.from_pandas(p, preserve_index=False)).to_pandas())
+    want = [decide(pod_signals(r), r.gpu_model, mig=r.mig) for r in p.itertuples()]
     assert list(got.bottleneck) == [d.bottleneck for d in want]
     for mine, theirs in zip(got.evidence, want, strict=True):
         assert list(mine) == list(theirs.evidence)
