@@ -12,7 +12,14 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from analytics import figures
+from analytics.figures.actions import actions, savings
+from analytics.figures.availability import availability, incidents
+from analytics.figures.bottlenecks import bottleneck_table, classify_arrow, with_evidence
+from analytics.figures.cost import cost_by, daily_by_team, idle_offenders, unallocated_by_pool
+from analytics.figures.headline import Pricing, price_basis
+from analytics.figures.headline import headline as headline_of
+from analytics.figures.queue import longest_waits, longest_waits_of, queue
+from analytics.figures.rightsizing import prepare, rightsizing_table, spot_table
 from analytics.week import Week, last_complete_week, parse_week
 from analytics.workspace import Table, Workspace
 from exporter.bottleneck import Signals, decide
@@ -52,7 +59,7 @@ def test_weeks() -> None:
 
 
 def test_headline() -> None:
-    h = figures.headline(U)
+    h = headline_of(U)
     assert h["cost_usd"] == 31.0 and h["previous_cost_usd"] == 10.0
     assert h["cost_change"] == pytest.approx(2.1)
     assert h["gpu_hours"] == 4.0 and h["allocated_gpu_hours"] == 3.0
@@ -63,7 +70,7 @@ def test_headline() -> None:
 
 
 def test_headline_of_an_empty_week_has_no_ratios() -> None:
-    h = figures.headline(usage())
+    h = headline_of(usage())
     assert h["cost_usd"] == 0 and h["cost_change"] is None and h["utilization"] is None
 
 
@@ -74,27 +81,27 @@ def test_headline_of_an_empty_week_has_no_ratios() -> None:
     ("provisioning", [("on-demand", 30.0, 10.0, 2.0), ("spot", 1.0, 0.0, None)]),
 ])
 def test_cost_by(dimension: str, expected: list[tuple[Any, ...]]) -> None:
-    t = figures.cost_by(U, dimension)
+    t = cost_by(U, dimension)
     got = [(r[dimension], r.cost_usd, r.previous_cost_usd,
             None if math.isnan(r.change) else r.change) for _, r in t.iterrows()]
     assert got == expected
     assert t.share.sum() == pytest.approx(1.0)
-    assert t.cost_usd.sum() == figures.headline(U)["cost_usd"]  # every table: the headline
+    assert t.cost_usd.sum() == headline_of(U)["cost_usd"]  # every table: the headline
 
 
 def test_a_team_table_reconciles_and_says_what_its_utilisation_is_of() -> None:
     down = usage(*U.itertuples(index=False),
                  (None, None, "l4", "nvidia-l4", "spot", "unavailable", True, 1800, 0, 0, 0.5,
                   0, 0.0))
-    teams = figures.cost_by(down, "team").set_index("team")
+    teams = cost_by(down, "team").set_index("team")
     assert list(teams.index) == ["a", "b", "(unallocated)", "(unavailable)"]
-    assert teams.cost_usd.sum() == figures.headline(down)["cost_usd"] == 31.5
+    assert teams.cost_usd.sum() == headline_of(down)["cost_usd"] == 31.5
     assert teams.utilization_of_allocated.to_dict() == pytest.approx(
         {"a": 0.75, "b": math.nan, "(unallocated)": math.nan, "(unavailable)": math.nan},
         nan_ok=True)
     assert teams.share_of_allocated[["a", "b"]].sum() == pytest.approx(1.0)
     assert teams.share_of_allocated[["(unallocated)", "(unavailable)"]].isna().all()
-    pools = figures.cost_by(down, "node_pool").set_index("node_pool")
+    pools = cost_by(down, "node_pool").set_index("node_pool")
     assert "utilization_of_allocated" not in pools and "share_of_allocated" not in pools
     assert pools.utilization_of_capacity["h100"] == pytest.approx(5400 / 7200)
 
@@ -102,7 +109,7 @@ def test_a_team_table_reconciles_and_says_what_its_utilisation_is_of() -> None:
 def test_daily_by_team_has_every_day() -> None:
     daily = pd.DataFrame({"day": [T("2026-11-17", tz="UTC")] * 2, "team": ["a", "b"],
                           "cost_usd": [3.0, 5.0]})
-    t = figures.daily_by_team(daily, WEEK)
+    t = daily_by_team(daily, WEEK)
     assert len(t) == 7 and list(t.columns) == ["b", "a"]
     assert t.loc[WEEK.days[1].date(), "a"] == 3.0 and t.iloc[0].sum() == 0
 
@@ -129,11 +136,11 @@ def workspace(prices: Mapping[tuple[str, str], float] | None = None, *,
     """A report's workspace with ``pods`` loaded as the report loads the week's (each
     classified on its way in, numbered in ``seq``), and ``pod_states``."""
     ws = Workspace()
-    figures.prepare(ws, prices or {})
+    prepare(ws, prices or {})
     if pods is not None:
         rows = pa.Table.from_pandas(pods, preserve_index=False)
         ws.load("pods", rows.to_batches() or [pa.RecordBatch.from_pylist([], rows.schema)],
-                lambda t: figures.classify_arrow(t).append_column(
+                lambda t: classify_arrow(t).append_column(
                     "seq", pa.array(range(t.num_rows), type=pa.int64())))
     if pod_states is not None:
         ws.put("pod_states", pod_states)
@@ -158,12 +165,12 @@ def test_idle_offenders_rank_by_idle_gpu_hours_under_a_utilisation_ceiling() -> 
         {"pod": "dear", "utilization": 0.2, "idle_seconds": 2700.0, "idle_cost_usd": 9.0},
         {"pod": "unmeasured", "utilization": math.nan, "idle_seconds": 0.0,
          "idle_cost_usd": 0.0}])
-    assert list(figures.idle_offenders(workspace(pods=p)).pod) == ["notebook", "dear", "small"]
+    assert list(idle_offenders(workspace(pods=p)).pod) == ["notebook", "dear", "small"]
 
 
 def _queue(*rows: tuple[Any, ...]) -> pd.DataFrame:
     """(team, model, p90 wait s, pending GPU-hours[, share of the wait for Kueue's
-    admission]) as ``figures.queue`` gives them."""
+    admission]) as ``queue`` gives them."""
     return pd.DataFrame([(t, m, 10, p90 / 2, p90, p90, pending, share[0] if share else np.nan)
                          for t, m, p90, pending, *share in rows],
                         columns=["team", "gpu_model", "pods", "p50_seconds", "p90_seconds",
@@ -210,7 +217,7 @@ def test_what_to_do_reconciles_levers_with_queues(unallocated: pd.DataFrame,
                                                   waits: pd.DataFrame,
                                                   expected: list[tuple[Any, ...]]) -> None:
     prices = {("nvidia-h100-80gb", "on-demand"): 10.0}
-    t = figures.actions(unallocated, waits, SLA.iloc[1:], LEVERS, prices)
+    t = actions(unallocated, waits, SLA.iloc[1:], LEVERS, prices)
     got = [(r.action, None if math.isnan(r.weekly_saving_usd) else r.weekly_saving_usd,
             None if math.isnan(r.weekly_cost_usd) else r.weekly_cost_usd)
            for r in t.itertuples()]
@@ -218,20 +225,20 @@ def test_what_to_do_reconciles_levers_with_queues(unallocated: pd.DataFrame,
     assert not t.why.str.len().eq(0).any()
     ws = workspace(pods=pods().iloc[0:0])
     none = table(ws, "none", pd.DataFrame({"weekly_saving_usd": pd.Series(dtype=float)}))
-    scaled = figures.savings(none, none, unallocated, Table(ws, "pods"), waits)
+    scaled = savings(none, none, unallocated, Table(ws, "pods"), waits)
     assert scaled.set_index("lever").weekly_saving_usd["autoscaling"] == sum(
         row[1] for row in expected if row[0] == "scale this pool down")
 
 
 def test_what_to_do_names_a_pool_under_its_sla_first() -> None:
-    t = figures.actions(NO_POOL, _queue(), SLA, LEVERS, {})
+    t = actions(NO_POOL, _queue(), SLA, LEVERS, {})
     assert t.action.iloc[0] == "restore availability" and t["where"].iloc[0] == \
         "h100 (nvidia-h100-80gb)"
     assert "99.00% available against 99.5%, 8.0 GPU-hours down" in t.why.iloc[0]
 
 
 def test_unallocated_by_pool() -> None:
-    t = figures.unallocated_by_pool(U)
+    t = unallocated_by_pool(U)
     assert t.to_dict("records") == [{"node_pool": "h100", "gpu_model": "nvidia-h100-80gb",
                                      "provisioning": "on-demand", "gpu_hours": 1.0,
                                      "cost_usd": 10.0}]
@@ -258,13 +265,13 @@ def test_queue_percentiles_and_pending_gpu_hours() -> None:
                  for i in range(11)],                       # waits 0..10 minutes
                pod_state("old", "2026-11-10", "2026-11-10 01:00"),  # scheduled last week
                pod_state("stuck", "2026-11-22 22:00", None, gpus=2))  # pending at the end
-    (row,) = figures.queue(s, WEEK).itertuples()
+    (row,) = queue(s, WEEK).itertuples()
     assert row.pods == 11
     assert row.p50_seconds == 300 and row.p90_seconds == 540
     assert row.p99_seconds == pytest.approx(594)
     # 0+1+...+10 minutes of 1 GPU, plus 2 h x 2 GPUs still pending
     assert row.pending_gpu_hours == pytest.approx(55 / 60 + 4)
-    longest = figures.longest_waits(s, WEEK)
+    longest = longest_waits(s, WEEK)
     assert list(longest.pod[:2]) == ["stuck", "p10"]
     assert list(longest.state[:2]) == ["still pending", "scheduled"]
 
@@ -288,9 +295,9 @@ def test_a_wait_ends_when_scheduled_or_deleted(case: str, pod: tuple[Any, ...],
                                                pending_gpu_hours: float,
                                                longest: str | None) -> None:
     s = states(pod)
-    (row,) = figures.queue(s, WEEK).itertuples()
+    (row,) = queue(s, WEEK).itertuples()
     assert row.pending_gpu_hours == pytest.approx(pending_gpu_hours)
-    assert list(figures.longest_waits(s, WEEK).state) == ([longest] if longest else [])
+    assert list(longest_waits(s, WEEK).state) == ([longest] if longest else [])
 
 
 def awaiting(job: str, queued: str, gpus: int, finished: str | None = None,
@@ -323,12 +330,12 @@ def test_a_job_awaiting_admission_waits_with_all_its_gpus(
     """A Job Kueue has not admitted has no pod: its wait counts from its submission (or
     last requeue), with every GPU it asks for, beside the pods' of its team and model."""
     pods = states(pod_state("p", "2026-11-22 22:00", None, gpus=2))  # 2 h x 2 GPUs
-    (row,) = figures.queue(pods, WEEK, workload).itertuples()
+    (row,) = queue(pods, WEEK, workload).itertuples()
     assert row.pending_gpu_hours == pytest.approx(4.0 + pending_gpu_hours)
     assert row.pods == 0  # percentiles are of waits that ended in a scheduling
-    (alone,) = figures.queue(states(), WEEK, workload).itertuples()
+    (alone,) = queue(states(), WEEK, workload).itertuples()
     assert alone.pending_gpu_hours == pytest.approx(pending_gpu_hours)
-    top = figures.longest_waits_of([pods], WEEK, awaiting=workload)
+    top = longest_waits_of([pods], WEEK, awaiting=workload)
     if longest is None:
         assert list(top.pod) == ["p"]
     else:
@@ -346,7 +353,7 @@ def test_availability_and_error_budget(down: float, available: float, budget_lef
                                        meets: bool) -> None:
     a = pd.DataFrame({"node_pool": ["p"], "gpu_model": ["m"], "down_seconds": [down],
                       "gpu_seconds": [86400.0]})
-    (row,) = figures.availability(a, 0.995).itertuples()
+    (row,) = availability(a, 0.995).itertuples()
     assert row.availability == pytest.approx(available)
     assert row.error_budget_left == pytest.approx(budget_left)
     assert row.meets_target == meets
@@ -361,7 +368,7 @@ def test_incidents_include_spot_preemptions() -> None:
                          reason="Terminated", finished=T("2026-11-19", tz="UTC")),
                pod_state("done", "2026-11-18", "2026-11-18", phase="Succeeded",
                          finished=T("2026-11-19", tz="UTC")))
-    t = figures.incidents(events, s, WEEK)
+    t = incidents(events, s, WEEK)
     assert list(t.kind) == ["xid", "spot_preemption"]
     assert t.duration_seconds.iloc[0] == 3600
 
@@ -375,7 +382,7 @@ def test_a_node_down_is_one_incident_of_all_its_gpus() -> None:
         "start_time": [start] * 8 + [T("2026-11-19 08:00", tz="UTC")],
         "end_time": [end] * 8 + [T("2026-11-19 09:00", tz="UTC")],
         "seconds": [1800.0] * 8 + [3600.0]})
-    t = figures.incidents(events, pd.DataFrame(), WEEK)
+    t = incidents(events, pd.DataFrame(), WEEK)
     assert t[["kind", "where", "gpus", "duration_seconds", "gpu_hours_lost"]].values.tolist() \
         == [["node_not_ready", "p/n (8 GPUs)", 8, 1800.0, 4.0],
             ["xid", "p/n GPU-0", 1, 3600.0, 1.0]]
@@ -439,7 +446,7 @@ def test_a_workload_takes_the_class_of_most_of_its_gpu_hours() -> None:
         {"pod_uid": "b", "gpu_seconds": 3600.0, "gr_engine_active": 0.9, "sm_active": 0.8,
          "tensor_active": 0.6, "dram_active": 0.3, "max_gr": 0.9}]))
     assert list(Table(ws, "pods").bottleneck) == ["idle", "healthy"]
-    (row,) = figures.bottleneck_table(ws).frame().itertuples()
+    (row,) = bottleneck_table(ws).frame().itertuples()
     assert (row.bottleneck, row.pods, row.gpu_hours) == ("idle", 2, 3.0)
     assert row.evidence["gr_engine_active"] == pytest.approx(0.01)
     assert "release" in row.advice
@@ -452,7 +459,7 @@ PRICES = {("nvidia-h100-80gb", "on-demand"): 11.0, ("nvidia-tesla-a100", "on-dem
 
 def rightsizing(p: pd.DataFrame) -> pd.DataFrame:
     """The right-sizing table of the pods, at ``PRICES``."""
-    return figures.rightsizing_table(workspace(PRICES, pods=p)).frame()
+    return rightsizing_table(workspace(PRICES, pods=p)).frame()
 
 
 @pytest.mark.parametrize(("model", "peak_gib", "util", "nvlink", "fit"), [
@@ -490,7 +497,7 @@ def test_spot_candidates_are_on_demand_batch_jobs() -> None:
                 None, "", None, ""),
                ("c", "already", "ns", "a", "t", "cheap", "Job", "", 1, None, None, None,
                 None, "", None, ""))
-    t = figures.spot_table(workspace(PRICES, pods=p, pod_states=s)).frame()
+    t = spot_table(workspace(PRICES, pods=p, pod_states=s)).frame()
     assert list(t.workload) == ["train"]
     assert t.weekly_saving_usd.iloc[0] == pytest.approx(10.0 * (1 - 2.2 / 11.0))
 
@@ -501,8 +508,8 @@ def test_savings_levers() -> None:
     ws = workspace(pods=p)
     spot = table(ws, "spot", pd.DataFrame({"weekly_saving_usd": [4.0]}))
     right = table(ws, "rightsizing", pd.DataFrame({"weekly_saving_usd": [2.0, 1.0]}))
-    t = figures.savings(spot, right, figures.unallocated_by_pool(U), Table(ws, "pods"),
-                        _queue()).set_index("lever")
+    t = savings(spot, right, unallocated_by_pool(U), Table(ws, "pods"), _queue()) \
+        .set_index("lever")
     assert t.weekly_saving_usd.to_dict() == {"spot": 4.0, "autoscaling": 10.0,
                                              "sharing": 9.0, "right-sizing": 3.0}
 
@@ -511,14 +518,14 @@ def test_empty_inputs_give_empty_tables() -> None:
     empty = pd.DataFrame()
     week = Week(WEEK.start, WEEK.end)
     ws = workspace(PRICES, pods=pods().iloc[0:0])
-    assert figures.idle_offenders(ws).empty and figures.rightsizing_table(ws).empty
-    assert figures.queue(empty, week).empty and figures.longest_waits(empty, week).empty
+    assert idle_offenders(ws).empty and rightsizing_table(ws).empty
+    assert queue(empty, week).empty and longest_waits(empty, week).empty
 
 
 def test_spot_candidates_of_a_team_without_batch_jobs() -> None:
     s = states(("c", "u1", "ns", "p1", "t", "w", "ReplicaSet", "", 1, None, None, None, None,
                 "", None, ""))
-    assert figures.spot_table(workspace(PRICES, pods=pods(), pod_states=s)).empty
+    assert spot_table(workspace(PRICES, pods=pods(), pod_states=s)).empty
 
 
 def _opt(v: object) -> float | None:
@@ -568,8 +575,8 @@ def test_the_pods_are_classified_by_the_exporters_rules() -> None:
         stalled_share=maybe(rng.choice([0.0, 0.15, 0.3], n)),
         max_gr=maybe(rng.choice([0.0, 0.6, 0.9], n)),
         throttled_share=maybe(rng.choice([0.0, 0.5, 0.9], n)))
-    got = figures.with_evidence(figures.classify_arrow(
-        pa.Table.from_pandas(p, preserve_index=False)).to_pandas())
+    got = with_evidence(classify_arrow(pa.Table.from_pandas(p, preserve_index=False))
+                        .to_pandas())
     want = [decide(pod_signals(r), r.gpu_model, mig=r.mig) for r in p.itertuples()]
     assert list(got.bottleneck) == [d.bottleneck for d in want]
     for mine, theirs in zip(got.evidence, want, strict=True):
@@ -595,8 +602,8 @@ def priced(*rows: tuple[str, str, bool, float, float, float]) -> pd.DataFrame:
                                  "priced_seconds", "cost_usd"])
 
 
-def pricing(**overrides: Any) -> figures.Pricing:
-    return figures.Pricing(**({"list_prices": LIST, "region": "us-central1",
+def pricing(**overrides: Any) -> Pricing:
+    return Pricing(**({"list_prices": LIST, "region": "us-central1",
                                "as_of": dict.fromkeys(LIST, "2026-02-24"),
                                "machine_usd_per_gpu_hour": MACHINES} | overrides))
 
@@ -664,9 +671,9 @@ def _numbers(v: object) -> bool:
 
 @pytest.mark.parametrize(("case", "usage_rows", "given", "expected"), BASES,
                          ids=[b[0] for b in BASES])
-def test_price_basis(case: str, usage_rows: pd.DataFrame, given: figures.Pricing,
+def test_price_basis(case: str, usage_rows: pd.DataFrame, given: Pricing,
                      expected: dict[str, Any]) -> None:
-    b = figures.price_basis(usage_rows, given)
+    b = price_basis(usage_rows, given)
     for k, v in expected.items():
         assert getattr(b, k) == (pytest.approx(v) if _numbers(v) else v), k
 
@@ -682,7 +689,7 @@ def test_pricing_of_the_shipped_book_and_a_configuration() -> None:
     cfg = load_config(None, {"cluster": "c", "prices": {
         "negotiated": {"a3": 0.05}, "default_discount": 0.1, "catalog": {"enabled": True},
         "commitments": [{"gpu": H100, "gpus": 8, "usd_per_gpu_hour": 6.0, "term": "1y"}]}})
-    p = figures.Pricing.of(book, cfg.prices)
+    p = Pricing.of(book, cfg.prices)
     h100 = p.machine_usd_per_gpu_hour[H100, "on-demand"]
     assert h100[0] == h100[1] == pytest.approx(
         book.machine_share("a3-highgpu-8g", "on-demand"))
@@ -693,5 +700,5 @@ def test_pricing_of_the_shipped_book_and_a_configuration() -> None:
     assert p.discounts == ("negotiated", "committed-use", "node-pool") and p.catalog
     assert p.as_of[H100, "spot"] == book.provenance[H100, "spot"].as_of
     assert p.list_prices == book.prices and p.region == "us-central1"
-    bare = figures.Pricing.of(book)
+    bare = Pricing.of(book)
     assert bare.discounts == () and not bare.catalog
