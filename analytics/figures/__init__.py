@@ -16,8 +16,8 @@ the report's workspace (``analytics.workspace``), where the week's pods are.
 - ``actions``: what the levers would save, and what to do this week, reconciled with the
   queues and the SLA.
 
-Each definition is stated in its module's docstring, next to its test in
-``tests/analytics/test_figures.py``. What every part shares is here: ``HOUR``, ``TOP``,
+Each definition is stated in its module's docstring; its tests are in the module of the same
+name under ``tests/analytics/figures/``. What every part shares is here: ``HOUR``, ``TOP``,
 ``this_week`` and ``unix_seconds``.
 """
 

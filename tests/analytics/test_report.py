@@ -171,7 +171,7 @@ LINES = {
 
 @pytest.mark.parametrize("case", LINES)
 def test_the_price_basis_line_says_what_the_figure_holds(case: str) -> None:
-    from tests.analytics.test_figures import BASES
+    from tests.analytics.figures.test_headline import BASES
 
     (usage_rows, given), = [(u, p) for name, u, p, _ in BASES if name == case]
     line = render.price_basis(price_basis(usage_rows, given))
@@ -180,7 +180,7 @@ def test_the_price_basis_line_says_what_the_figure_holds(case: str) -> None:
 
 
 def test_the_price_basis_line_of_the_catalogue_says_the_warehouse_cannot_tell() -> None:
-    from tests.analytics.test_figures import BASES
+    from tests.analytics.figures.test_headline import BASES
 
     usage_rows, given = BASES[0][1], BASES[0][2]
     line = render.price_basis(price_basis(
