@@ -18,7 +18,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from analytics import format as fmt
 from analytics.charts import CHARTS, render_all
-from analytics.figures import IDLE_CEILING, PriceBasis
+from analytics.figures.cost import IDLE_CEILING
+from analytics.figures.headline import PriceBasis
 from analytics.report import WeeklyReport
 from analytics.workspace import Table
 from exporter.bottleneck import RESTS_ON

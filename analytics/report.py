@@ -8,7 +8,25 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analytics import figures, queries
+from analytics import queries
+from analytics.figures.actions import actions, savings
+from analytics.figures.availability import PREEMPTED, availability, incidents
+from analytics.figures.bottlenecks import (
+    bottleneck_summary,
+    bottleneck_table,
+    classify_arrow,
+    with_evidence,
+)
+from analytics.figures.cost import (
+    COST_DIMENSIONS,
+    cost_by,
+    daily_by_team,
+    idle_offenders,
+    unallocated_by_pool,
+)
+from analytics.figures.headline import PriceBasis, Pricing, coverage, headline, price_basis
+from analytics.figures.queue import QUEUE_STATES, kueue, longest_waits_of, queue
+from analytics.figures.rightsizing import prepare, rightsizing_table, spot_table
 from analytics.store import Store
 from analytics.tables import TABLES
 from analytics.week import Week
@@ -33,7 +51,7 @@ class WeeklyReport:
     """Each pod's week with its bottleneck class (not rendered; the tables summarise it)."""
     allocation: str | None = None
     """What ``cost_by_allocation`` is by (config: ``allocation``), for its heading."""
-    basis: figures.PriceBasis | None = None
+    basis: PriceBasis | None = None
     """What the costs are priced on (the line under the headline)."""
 
     def section_title(self, name: str) -> str:
@@ -54,7 +72,7 @@ class WeeklyReport:
 
 
 def build(store: Store, week: Week,
-          prices: figures.Pricing | Mapping[tuple[str, str], float], sla_target: float,
+          prices: Pricing | Mapping[tuple[str, str], float], sla_target: float,
           cluster: str = "", team: str | None = None,
           progress: Callable[[str], None] = lambda _: None,
           only_cluster: str | None = None, allocation: str | None = None) -> WeeklyReport:
@@ -63,48 +81,46 @@ def build(store: Store, week: Week,
     or ``team``'s slice. Its title names the cluster the rows are of; ``cluster`` when
     there are none. ``cost_by_allocation`` is there when the week's rows have an
     allocation, headed by ``allocation``'s name. ``prices``: the list prices with what the
-    report knows of them (``figures.Pricing.of``), or the list prices alone."""
-    pricing = prices if isinstance(prices, figures.Pricing) else figures.Pricing(prices)
+    report knows of them (``Pricing.of``), or the list prices alone."""
+    pricing = prices if isinstance(prices, Pricing) else Pricing(prices)
     progress("reading the warehouse")
     f = queries.fetch(store, week, team, only_cluster)
     ws = Workspace()
-    figures.prepare(ws, pricing.list_prices)
-    queries.load(store, week, ws, team, figures.classify_arrow, only_cluster)
+    prepare(ws, pricing.list_prices)
+    queries.load(store, week, ws, team, classify_arrow, only_cluster)
     progress("computing")
     usage = f["usage"]
     clusters = sorted({str(c) for c in usage.cluster.dropna()})
-    covered = figures.coverage(f["coverage"])
-    pods = Table(ws, "pods", figures.with_evidence)
-    workloads = figures.bottleneck_table(ws)
-    unallocated = figures.unallocated_by_pool(usage)
-    rightsize = figures.rightsizing_table(ws)
-    spot = figures.spot_table(ws)
+    covered = coverage(f["coverage"])
+    pods = Table(ws, "pods", with_evidence)
+    workloads = bottleneck_table(ws)
+    unallocated = unallocated_by_pool(usage)
+    rightsize = rightsizing_table(ws)
+    spot = spot_table(ws)
     tables: dict[str, pd.DataFrame | Table] = {
-        f"cost_by_{d}": figures.cost_by(usage, d, covered[1] > 0)
-        for d in ("cluster", *figures.COST_DIMENSIONS) if d != "cluster" or len(clusters) > 1}
+        f"cost_by_{d}": cost_by(usage, d, covered[1] > 0)
+        for d in ("cluster", *COST_DIMENSIONS) if d != "cluster" or len(clusters) > 1}
     if usage.allocation.notna().any():
-        tables["cost_by_allocation"] = figures.cost_by(usage, "allocation", covered[1] > 0)
+        tables["cost_by_allocation"] = cost_by(usage, "allocation", covered[1] > 0)
     tables |= {
-        "daily_cost_by_team": figures.daily_by_team(f["daily"], week),
-        "idle_offenders": figures.idle_offenders_of(ws),
+        "daily_cost_by_team": daily_by_team(f["daily"], week),
+        "idle_offenders": idle_offenders(ws),
         "unallocated_by_pool": unallocated,
-        "queue": figures.queue(ws.frame(figures.QUEUE_STATES), week,
-                               f["awaiting_admission"]),
-        "kueue": figures.kueue(ws, week, f["quotas"], f["awaiting_admission"]),
-        "longest_waits": figures.longest_waits_of(ws.chunks("SELECT * FROM pod_states"),
-                                                  week, awaiting=f["awaiting_admission"]),
-        "availability": figures.availability(f["availability"], sla_target),
-        "incidents": figures.incidents(f["incidents"], ws.frame(figures.PREEMPTED), week),
+        "queue": queue(ws.frame(QUEUE_STATES), week, f["awaiting_admission"]),
+        "kueue": kueue(ws, week, f["quotas"], f["awaiting_admission"]),
+        "longest_waits": longest_waits_of(ws.chunks("SELECT * FROM pod_states"), week,
+                                          awaiting=f["awaiting_admission"]),
+        "availability": availability(f["availability"], sla_target),
+        "incidents": incidents(f["incidents"], ws.frame(PREEMPTED), week),
         "bottlenecks": workloads,
-        "bottleneck_summary": figures.bottleneck_summary(workloads),
+        "bottleneck_summary": bottleneck_summary(workloads),
         "rightsizing": rightsize,
         "spot": spot,
     }
-    tables["savings"] = figures.savings(spot, rightsize, unallocated, pods, tables["queue"])
+    tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"])
     if team is None:  # what to do with the platform's capacity, its queues and its SLA
-        tables["actions"] = figures.actions(unallocated, tables["queue"],
-                                            tables["availability"], tables["savings"],
-                                            pricing.list_prices)
+        tables["actions"] = actions(unallocated, tables["queue"], tables["availability"],
+                                    tables["savings"], pricing.list_prices)
     if tables["kueue"].empty:  # a cluster without Kueue
         tables.pop("kueue")
     if team is not None:  # capacity, availability and incidents are the platform's
@@ -112,6 +128,6 @@ def build(store: Store, week: Week,
             tables.pop(name)
     ws.close()
     name = only_cluster or (", ".join(clusters) if clusters else cluster)
-    return WeeklyReport(week, name, team, sla_target, figures.headline(usage, covered),
+    return WeeklyReport(week, name, team, sla_target, headline(usage, covered),
                         {k: tables[k] for k in SECTIONS if k in tables}, pods, allocation,
-                        figures.price_basis(usage, pricing))
+                        price_basis(usage, pricing))

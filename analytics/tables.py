@@ -299,7 +299,7 @@ PRICE_BASIS: tuple[Column, ...] = (
     _c("line", "text", "The line under the headline that says all this."),
 )
 """What the week's costs are priced on: ``report.json``'s ``price_basis``
-(``figures.PriceBasis`` and the line rendered from it)."""
+(``figures.headline.PriceBasis`` and the line rendered from it)."""
 
 
 def columns(name: str) -> list[str]:

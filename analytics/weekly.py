@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from analytics import mail, render
-from analytics.figures import POOLED, Pricing
+from analytics.figures.cost import POOLED
+from analytics.figures.headline import Pricing
 from analytics.report import SECTIONS, WeeklyReport, build
 from analytics.store import Store
 from analytics.week import Week

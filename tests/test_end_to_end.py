@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from analytics import figures
+from analytics.figures.headline import Pricing
 from analytics.report import WeeklyReport, build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
@@ -98,7 +98,7 @@ async def run_day(out: Path) -> Day:
                                     "availability_events").fetchall()
             book = load_price_book(None, scenario.region)
             report = build(DuckDBStore(con=wh.con), parse_week("2026-W47"),
-                           figures.Pricing.of(book, cfg.prices), cfg.sla.target, cfg.cluster,
+                           Pricing.of(book, cfg.prices), cfg.sla.target, cfg.cluster,
                            allocation=cfg.allocation.title)
             return Day(exporter.totals, truth, pods, events, book.prices, bottlenecks, report,
                        book)
@@ -296,11 +296,12 @@ def test_xid_events_are_counted_once_each(day: Day) -> None:
 def test_the_report_opens_with_what_to_do_and_no_lever_contradicts_a_queue(day: Day) -> None:
     """The first section is the actions; no pool is offered for removal whose GPU model
     pods waited long for, and each such model gets a fix instead."""
-    from analytics import figures, render
+    from analytics import render
+    from analytics.figures.queue import long_queues
 
     sections = re.findall(r"^## (.+)$", render.markdown(day.report), re.M)
     assert sections[0] == "What to do this week"
-    waiting = figures.long_queues(day.report.frame("queue"))
+    waiting = long_queues(day.report.frame("queue"))
     actions = day.report.frame("actions")
     assert waiting, "the simulated day has a long queue"
     for model in waiting:

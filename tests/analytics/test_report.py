@@ -12,7 +12,11 @@ import pandas as pd
 import pytest
 from markupsafe import escape
 
-from analytics import figures, queries, render
+from analytics import queries, render
+from analytics.figures.bottlenecks import classify_arrow
+from analytics.figures.headline import Pricing, price_basis
+from analytics.figures.queue import kueue
+from analytics.figures.rightsizing import prepare
 from analytics.report import WeeklyReport, build
 from analytics.store import DuckDBStore, duckdb_sql
 from analytics.week import parse_week
@@ -32,7 +36,7 @@ PRICES = BOOK.prices
 def report(path: Path, team: str | None = None) -> WeeklyReport:
     store = DuckDBStore(path)
     try:
-        return build(store, parse_week("2026-W47"), figures.Pricing.of(BOOK), 0.995, "c",
+        return build(store, parse_week("2026-W47"), Pricing.of(BOOK), 0.995, "c",
                      team=team)
     finally:
         store.close()
@@ -67,13 +71,13 @@ def test_a_cluster_queue_holding_jobs_back_has_a_row_though_it_ran_none(
     store = DuckDBStore(small_warehouse)
     f = queries.fetch(store, week)
     ws = Workspace()
-    figures.prepare(ws, {})
-    queries.load(store, week, ws, None, figures.classify_arrow)
+    prepare(ws, {})
+    queries.load(store, week, ws, None, classify_arrow)
     waiting = f["awaiting_admission"]
     assert list(waiting.owner_name) == ["eval"]
     more = pd.concat([waiting, waiting.assign(workload_uid="wl-2", cluster_queue="batch",
                                               gpus=4)], ignore_index=True)
-    t = figures.kueue(ws, week, f["quotas"], more).set_index("cluster_queue")
+    t = kueue(ws, week, f["quotas"], more).set_index("cluster_queue")
     assert t[["workloads", "awaiting_workloads", "awaiting_gpus"]].to_dict("index") == {
         "research": {"workloads": 1, "awaiting_workloads": 1, "awaiting_gpus": 1},
         "batch": {"workloads": 0, "awaiting_workloads": 1, "awaiting_gpus": 4}}
@@ -167,23 +171,23 @@ LINES = {
 
 @pytest.mark.parametrize("case", LINES)
 def test_the_price_basis_line_says_what_the_figure_holds(case: str) -> None:
-    from tests.analytics.test_figures import BASES
+    from tests.analytics.figures.test_headline import BASES
 
     (usage_rows, given), = [(u, p) for name, u, p, _ in BASES if name == case]
-    line = render.price_basis(figures.price_basis(usage_rows, given))
+    line = render.price_basis(price_basis(usage_rows, given))
     assert line.startswith("Prices: GPU component only, at list prices of us-central1 from ")
     assert LINES[case] in line
 
 
 def test_the_price_basis_line_of_the_catalogue_says_the_warehouse_cannot_tell() -> None:
-    from tests.analytics.test_figures import BASES
+    from tests.analytics.figures.test_headline import BASES
 
     usage_rows, given = BASES[0][1], BASES[0][2]
-    line = render.price_basis(figures.price_basis(
+    line = render.price_basis(price_basis(
         usage_rows, dataclasses.replace(given, catalog=True)))
     assert "from Google's Cloud Billing catalogue where the exporter read it, else from the " \
            "price book of 2026-02-24 (the warehouse does not record which)" in line
-    other = render.price_basis(figures.price_basis(
+    other = render.price_basis(price_basis(
         usage_rows, dataclasses.replace(given, basis="gpu-and-machine")))
     assert other.startswith("Prices: the book's basis 'gpu-and-machine', at list prices")
     assert "machines" not in other

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 from google.cloud import bigquery
 
-from analytics import figures, render
+from analytics import render
+from analytics.figures.headline import Pricing
 from analytics.report import build
 from analytics.store import BigQueryStore, DuckDBStore
 from analytics.week import week_containing
@@ -78,7 +79,7 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
     assert secs == pytest.approx(sum(r["gpu_seconds"] for r in usage), abs=1e-6)
     # the weekly report reads the same from either warehouse
     week = week_containing(scenario.start)
-    prices = figures.Pricing.of(load_price_book(None, "us-central1"))
+    prices = Pricing.of(load_price_book(None, "us-central1"))
     local_store = DuckDBStore(tmp_path / "warehouse.duckdb")
     local = build(local_store, week, prices, 0.995, "demo")
     local_store.close()
