@@ -230,7 +230,7 @@ GPU_MODELS: MappingProxyType[str, GpuModel] = MappingProxyType(
 GPUS_OF_MACHINE: MappingProxyType[tuple[str, str], int] = MappingProxyType(
     {(m.accelerator, t): n for m in _MODELS for n, t in m.machine_types.items()})
 """(GPU model, machine type) -> the GPUs that machine type holds."""
-FAMILIES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
+MACHINE_FAMILIES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     family: tuple(m.accelerator for m in _MODELS
                   if any(t.split("-", 1)[0] == family for t in m.machine_types.values()))
     for family in sorted({t.split("-", 1)[0] for m in _MODELS

@@ -38,7 +38,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from exporter.catalog import FAMILIES, GPU_MODELS
+from exporter.catalog import GPU_MODELS, MACHINE_FAMILIES
 from exporter.durations import Duration
 from exporter.errors import ConfigError
 from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORING_KINDS
@@ -228,9 +228,9 @@ class Prices(_Section):
         problems = [f"discount for pool {pool!r} must be in [0, 1), got {d}"
                     for pool, d in self.discounts.items() if not 0.0 <= d < 1.0]
         for key, d in self.negotiated.items():
-            if key not in GPU_MODELS and key not in FAMILIES:
+            if key not in GPU_MODELS and key not in MACHINE_FAMILIES:
                 problems.append(f"negotiated discount for {key!r}: not a GPU model or a "
-                                f"machine family ({', '.join(FAMILIES)})")
+                                f"machine family ({', '.join(MACHINE_FAMILIES)})")
             if not 0.0 <= d < 1.0:
                 problems.append(f"negotiated discount for {key!r} must be in [0, 1), got {d}")
         _raise_all(problems)

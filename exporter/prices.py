@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from exporter.catalog import FAMILIES
+from exporter.catalog import MACHINE_FAMILIES
 from exporter.errors import ConfigError
 from exporter.files import Unreadable, decode, parse_yaml, read_yaml
 
@@ -306,7 +306,7 @@ def effective_prices(list_prices: Mapping[tuple[str, str], float],
         fraction = off.get(model)
         if fraction is None:
             fraction = next((f for family, f in off.items()
-                             if model in FAMILIES.get(family, ())), 0.0)
+                             if model in MACHINE_FAMILIES.get(family, ())), 0.0)
         listed = price * (1.0 - fraction)
         term = committed.get(model, _Committed(0, 0.0))
         present = on_demand_gpus.get(model, 0.0)

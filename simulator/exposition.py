@@ -67,7 +67,7 @@ def _hbm(d: Device) -> bool:
 
 
 # (name, type, help, value, which: "all" | "whole" (not MIG) | option name)
-FAMILIES: list[tuple[str, str, str, ValueFn, str]] = [
+FIELD_FAMILIES: list[tuple[str, str, str, ValueFn, str]] = [
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
      lambda a, d, _: _i(d.gpu.node.model.max_sm_clock_mhz * a.sm_clock_ratio), "all"),
     ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).",
@@ -174,7 +174,7 @@ def _plan(dcp: bool, sm_fields: bool, nvlink: bool, clock_events: bool, mig: boo
     NVLink's only where the node has it) and MIG mode."""
     return tuple((f"# HELP {name} {help_text}\n# TYPE {name} {mtype}\n", f"{name}{{", fn,
                   name in INSTANCE_FIELDS)
-                 for name, mtype, help_text, fn, which in FAMILIES
+                 for name, mtype, help_text, fn, which in FIELD_FAMILIES
                  if _enabled(which, dcp, sm_fields, nvlink, clock_events, mig))
 
 

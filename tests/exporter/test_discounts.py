@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.catalog import FAMILIES
+from exporter.catalog import MACHINE_FAMILIES
 from exporter.compute import on_demand_gpus
 from exporter.config import load_config
 from exporter.errors import ConfigError
@@ -67,11 +67,11 @@ def test_unused_commitment() -> None:
 
 
 def test_families_are_those_of_the_catalogue() -> None:
-    assert set(FAMILIES) == {"a2", "a3", "g2", "n1"}
-    assert set(FAMILIES["a3"]) == {"nvidia-h100-80gb", "nvidia-h200-141gb"}
-    assert set(FAMILIES["a2"]) == {"nvidia-a100-80gb", "nvidia-tesla-a100"}
-    assert FAMILIES["g2"] == ("nvidia-l4",)
-    assert set(FAMILIES["n1"]) == {"nvidia-tesla-t4", "nvidia-tesla-v100",
+    assert set(MACHINE_FAMILIES) == {"a2", "a3", "g2", "n1"}
+    assert set(MACHINE_FAMILIES["a3"]) == {"nvidia-h100-80gb", "nvidia-h200-141gb"}
+    assert set(MACHINE_FAMILIES["a2"]) == {"nvidia-a100-80gb", "nvidia-tesla-a100"}
+    assert MACHINE_FAMILIES["g2"] == ("nvidia-l4",)
+    assert set(MACHINE_FAMILIES["n1"]) == {"nvidia-tesla-t4", "nvidia-tesla-v100",
                                    "nvidia-tesla-p100", "nvidia-tesla-p4"}
 
 

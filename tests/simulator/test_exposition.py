@@ -12,7 +12,7 @@ import pytest
 
 from exporter.sources.dcgm import parse_dcgm_text
 from simulator.cluster import Cluster
-from simulator.exposition import FAMILIES, INSTANCE_FIELDS, render_node
+from simulator.exposition import FIELD_FAMILIES, INSTANCE_FIELDS, render_node
 from simulator.scenario import Scenario
 from tests.conftest import FIXTURES, scenario_data
 from tests.simulator.dcgm_text import Sample, by_gpu, samples
@@ -145,7 +145,7 @@ def test_mig_gpu_and_instances_layout_is_2_4_0_rc_2s(
 
     real = samples(REAL_A100_RC)
     assert fields(real, True) <= fields(ours, True) <= INSTANCE_FIELDS
-    assert fields(real, False) & {name for name, *_ in FAMILIES} <= fields(ours, False)
+    assert fields(real, False) & {name for name, *_ in FIELD_FAMILIES} <= fields(ours, False)
     assert "DCGM_FI_DEV_GPU_UTIL" not in fields(ours, False)  # not in MIG mode, GPU either
     gpu = [s for s in ours if "GPU_I_ID" not in s.labels]
     assert not any("pod" in s.labels for s in gpu)  # pods hold instances, not the GPU
