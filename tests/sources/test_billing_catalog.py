@@ -167,7 +167,8 @@ async def test_the_exporter_prices_from_the_catalogue_the_book_its_fallback(
         service.failing = False
         service.skus[8] = sku("2B8E-77A1-9F40", "Nvidia H100 80GB GPU running in Americas",
                               9.25, US)
-        await until(lambda: exporter.price_sources[("nvidia-h100-80gb", "on-demand")][0]
-                    == "catalog" and exporter._price[("nvidia-h100-80gb", "on-demand")] == 9.25)
+        h100 = ("nvidia-h100-80gb", "on-demand")
+        await until(lambda: exporter.pricing.sources[h100][0] == "catalog"
+                    and exporter.pricing.list_prices[h100] == 9.25)
 
     await _exporter_prices(sim, tmp_path, address, service, steps)
