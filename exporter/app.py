@@ -309,9 +309,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
 
         pc = cfg.prices.catalog
         catalog = catalog_client(pc.endpoint, pc.anonymous)
-        refresh = CatalogRefresh(catalog, cfg.prices.region, pc.refresh, pc.timeout,
-                                 exporter.set_list_prices)
-        exporter.catalog = refresh.stats
+        refresh = CatalogRefresh(catalog, cfg.prices.region, pc.refresh, pc.timeout)
+        exporter.pricing.feed = refresh  # each cycle takes its latest prices
         sending.append(asyncio.create_task(refresh.run()))
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)

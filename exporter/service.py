@@ -135,10 +135,6 @@ class Exporter:
         """The price catalogue's reads, when it is read."""
         return self.pricing.catalog
 
-    @catalog.setter
-    def catalog(self, stats: CatalogStats | None) -> None:
-        self.pricing.catalog = stats
-
     @property
     def prices(self) -> PriceBook:
         return self.pricing.book
@@ -202,10 +198,6 @@ class Exporter:
     def targets(self) -> dict[str, str | None]:
         """Target URL -> the node it belongs to (None while unknown)."""
         return self.scrapes.targets(self.kube.pods.values())
-
-    def set_list_prices(self, prices: Mapping[tuple[str, str], float], read_at: float) -> None:
-        """List prices read from the price catalogue at ``read_at`` (``Pricing``)."""
-        self.pricing.set_list_prices(prices, read_at)
 
     def close(self) -> None:
         """Let the warehouse's thread end once its work (if any) is done."""
