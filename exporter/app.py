@@ -10,7 +10,7 @@ or SIGINT the cycle in flight is finished, the warehouse flushed, and the proces
 A start-up failure (credentials, listening socket, a warehouse file another process holds)
 is a ``StartupError`` naming the setting; a warehouse file that cannot be opened (damaged, a
 full disk) leaves the service running without history, trying it again
-(``service.WarehouseOpening``).
+(``runtime.recording.WarehouseOpening``).
 """
 
 from __future__ import annotations
@@ -39,14 +39,9 @@ from exporter.lifecycle import stop_signal
 from exporter.logs import ctx
 from exporter.preflight import listen_error
 from exporter.prices import load_price_book
+from exporter.runtime.recording import WAREHOUSE_RETRY_SECONDS, WarehouseOpening
 from exporter.scheduled_report import Schedule, ScheduledReport
-from exporter.service import (
-    DCGM_FIELDS_READ,
-    GC_THRESHOLDS,
-    WAREHOUSE_RETRY_SECONDS,
-    Exporter,
-    WarehouseOpening,
-)
+from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
 from exporter.sinks import Push
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.prometheus import MetricsEndpoint
@@ -314,9 +309,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
 
         pc = cfg.prices.catalog
         catalog = catalog_client(pc.endpoint, pc.anonymous)
-        refresh = CatalogRefresh(catalog, cfg.prices.region, pc.refresh, pc.timeout,
-                                 exporter.set_list_prices)
-        exporter.catalog = refresh.stats
+        refresh = CatalogRefresh(catalog, cfg.prices.region, pc.refresh, pc.timeout)
+        exporter.pricing.feed = refresh  # each cycle takes its latest prices
         sending.append(asyncio.create_task(refresh.run()))
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)

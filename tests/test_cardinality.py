@@ -55,7 +55,7 @@ async def test_a_day_of_churn_keeps_metrics_bounded(
         live_pods = {p.name for p in exporter.kube.pods.values()}
         live_nodes = set(exporter.kube.nodes)
         live_gpus = {d.gpu_uuid for d in exporter.states} | {
-            i.gpu_uuid for devs in exporter.inventory.values() for i in devs.values()}
+            i.gpu_uuid for devs in exporter.inventory.devices.values() for i in devs.values()}
         replaced = len(exporter.totals.interruptions) and sum(
             exporter.totals.interruptions.values())
     assert replaced >= 6, "spot VMs were replaced over the day"

@@ -195,10 +195,10 @@ async def run_outages(out: Path) -> Outages:
             await exporter.cycle(c.now)
             await step_both(sim, exporter, round((CLOSE - (c.now - c.start)) / STEP))
             totals.append(exporter.totals)
-            open_at_close = dict(exporter.open_incidents)
+            open_at_close = dict(exporter.incidents.open)
         await sim.advance(REOPEN - CLOSE)  # the exporter is down: nothing counts it
         async with open_exporter(cfg) as exporter:
-            open_at_reopen = dict(exporter.open_incidents)
+            open_at_reopen = dict(exporter.incidents.open)
             await synced(sim, exporter)
             await exporter.cycle(c.now)
             for at, pod, grace in ((FORCE_DELETE, victims[0], 0),

@@ -126,19 +126,30 @@ def catalog_client(endpoint: str | None = None, anonymous: bool = False
                         anonymous, "Cloud Billing Catalog")
 
 
+@dataclass(frozen=True, slots=True)
+class ListPrices:
+    """The prices of one read of the catalogue that priced something."""
+
+    prices: Mapping[tuple[str, str], float]
+    """(model, provisioning) -> USD per GPU-hour."""
+    read_at: float
+    """Unix time of the read."""
+
+
 class CatalogRefresh:
-    """Reads the catalogue at start and every ``refresh`` seconds, and hands each read's
-    prices to ``apply`` (prices, Unix time of the read); a failed read is retried with
-    backoff, the prices in use kept meanwhile."""
+    """Reads the catalogue at start and every ``refresh`` seconds and publishes each read's
+    prices as ``latest``, for the next cycle to take; a failed read is retried with
+    backoff, the prices of the last good one kept meanwhile."""
 
     def __init__(self, client: CloudCatalogAsyncClient, region: str, refresh: float,
-                 timeout: float, apply: Callable[[Mapping[tuple[str, str], float], float],
-                                                 None],
-                 clock: Callable[[], float] = time.time, page_size: int = PAGE_SIZE) -> None:
+                 timeout: float, clock: Callable[[], float] = time.time,
+                 page_size: int = PAGE_SIZE) -> None:
         self.client, self.region, self.refresh, self.timeout = client, region, refresh, timeout
         self.page_size = page_size
-        self.apply, self.clock = apply, clock
+        self.clock = clock
         self.stats = CatalogStats()
+        self.latest: ListPrices | None = None
+        """The last read that priced something; None before one."""
         self._failing = False
 
     async def read(self) -> CatalogPrices:
@@ -149,7 +160,7 @@ class CatalogRefresh:
         return gpu_prices(skus, self.region)
 
     async def once(self) -> bool:
-        """One read; whether it priced anything (and was applied). It counts in
+        """One read; whether it priced anything (and was published). It counts in
         ``stats.reads`` once it is over, so that a read in flight is neither ok nor failed."""
         try:
             return await self._once()
@@ -182,7 +193,7 @@ class CatalogRefresh:
                                   models=[f"{m} ({p})" for m, p in found.ambiguous]))
         now = self.clock()
         self.stats.last_success = now
-        self.apply(found.prices, now)
+        self.latest = ListPrices(found.prices, now)
         return True
 
     async def run(self) -> None:

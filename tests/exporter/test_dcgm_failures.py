@@ -187,7 +187,7 @@ async def test_a_hostile_scrape_leaves_no_trace_once_the_target_is_healthy(
         await step_both(sim, exporter, 1)
         assert len([d for d in exporter.states if d.node == h100.name]) == 8
         assert node_price(exporter, h100.name) == price
-        assert len(exporter.inventory[h100.name]) == 8
+        assert len(exporter.inventory.devices[h100.name]) == 8
         assert exporter.health.rejected["too_many_devices"] == 1024 - 8
         assert exporter.health.rejected["too_many_series"] == HOSTILE_SERIES - (1024 - 8)
 

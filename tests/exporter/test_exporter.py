@@ -251,6 +251,34 @@ async def test_readyz_waits_for_the_first_cycle(make_server: Callable[..., Any],
         assert "gke_gpu_cluster_available_gpus" in body
 
 
+async def test_a_scrape_during_a_cycle_gets_the_last_cycle_exactly(
+        running: tuple[SimulatorServer, Exporter]) -> None:
+    """A scrape that lands while a cycle awaits its sources (a target hangs) and the
+    watches change the Kubernetes view meanwhile is served the previous cycle's
+    exposition, byte for byte; the cycle's own follows once it ends."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from exporter.sinks.prometheus import render
+
+    sim, exporter = running
+    await step_both(sim, exporter, 1)
+    assert exporter.view is not None
+    before = exporter.view
+    published = render(before)  # the cycle's exposition, before anything changes
+    await sim.inject(Fault(at=0, kind="endpoint", node="h100/0", mode="hang", duration=60))
+    async with TestClient(TestServer(http_app(exporter))) as client:
+        cycle = asyncio.create_task(exporter.cycle(sim.cluster.now))
+        await asyncio.sleep(0.05)
+        sim.cluster.submit("train", profile="healthy", run_seconds=7200)
+        await sim.advance(0)
+        await caught_up(sim, exporter)  # the watches moved on while the cycle waits
+        assert not cycle.done() and exporter.view is before
+        assert await (await client.get("/metrics")).read() == published
+        await cycle
+        after = await (await client.get("/metrics")).read()
+    assert exporter.view is not before and after == render(exporter.view) != published
+
+
 async def test_metrics_are_rendered_and_compressed_once_per_cycle(
         make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
         tmp_path: Path) -> None:

@@ -57,23 +57,23 @@ async def test_a_gpu_back_under_a_new_uuid_retires_the_old_one(
         mode = "missing"
         await step_both(sim, exporter, 2)
         assert on_node()[old][:2] == ("unavailable", "gpu_missing")
-        assert (old, "gpu_missing") in exporter.open_incidents
+        assert (old, "gpu_missing") in exporter.incidents.open
 
         mode = "renamed"
         await step_both(sim, exporter, 1)
         assert old not in on_node() and len(on_node()) == 8
         assert sum(p or 0.0 for _, _, p in on_node().values()) == pytest.approx(price)
-        assert (old, "gpu_missing") not in exporter.open_incidents
-        assert old in exporter.inventory[h100.name]     # remembered until retired
+        assert (old, "gpu_missing") not in exporter.incidents.open
+        assert old in exporter.inventory.devices[h100.name]     # remembered until retired
         assert f'uuid="{old}"'.encode() in exporter.metrics.text  # its downtime so far
 
         await step_both(sim, exporter, round(RETIRE_AFTER / sim.cluster.step))
-        assert old not in exporter.inventory[h100.name]
-        assert len(exporter.inventory[h100.name]) == 8
+        assert old not in exporter.inventory.devices[h100.name]
+        assert len(exporter.inventory.devices[h100.name]) == 8
         assert old.encode() not in exporter.metrics.text
         wh = exporter.warehouse
         assert wh is not None
-        inventory, _ = wh.load_state()
+        inventory, _ = wh.resume.load()
         assert old not in inventory[h100.name] and "GPU-renewed-3" in inventory[h100.name]
         wh.flush(sim.cluster.now, partial=True)
         events = wh.con.execute("SELECT reason, epoch(end_time) - epoch(start_time) FROM "

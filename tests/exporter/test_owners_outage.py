@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from exporter import compute, service
+from exporter import compute
 from exporter.app import open_exporter
 from exporter.compute import Owner
 from exporter.demo import KINDS, demo_config
 from exporter.prices import load_price_book
+from exporter.runtime import owners
 from exporter.service import Exporter
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
@@ -250,7 +251,7 @@ async def test_a_pod_seen_before_keeps_its_owner_out_of_the_view(
     """A GPU pod that leaves the view is its last known owner's, the most recently seen
     ``REMEMBERED_OWNERS`` of them, for ``REMEMBERED_SECONDS``; any other, its namespace's
     team; in a namespace the exporter does not know, team ``unknown``."""
-    monkeypatch.setattr(service, "REMEMBERED_OWNERS", 2)
+    monkeypatch.setattr(owners, "REMEMBERED_OWNERS", 2)
     sim: SimulatorServer = await make_server(scenario())
     for job in ("train", "shared", "slice", "spotjob"):
         sim.cluster.submit(job, run_seconds=HOUR)
@@ -261,20 +262,20 @@ async def test_a_pod_seen_before_keeps_its_owner_out_of_the_view(
         await step(sim, exporter, 2)
         seen = {(o.namespace, o.name): o for d in exporter.states for o in d.owners}
         assert len(seen) > 2 and all(o.uid for o in seen.values())
-        again = {k: exporter.unviewed_owner(*k) for k in seen}
+        again = {k: exporter.owners.unviewed_owner(*k) for k in seen}
         assert sum(again[k] == o for k, o in seen.items()) == 2, "the last two remembered"
         for k, o in seen.items():
             assert again[k].team == o.team == {"team-a": "alpha", "team-b": "beta"}[k[0]]
-        assert exporter.unviewed_owner("elsewhere", "p").team == compute.UNKNOWN_TEAM
+        assert exporter.owners.unviewed_owner("elsewhere", "p").team == compute.UNKNOWN_TEAM
 
-        monkeypatch.setattr(service, "REMEMBERED_OWNERS", 100)
-        monkeypatch.setattr(service, "REMEMBERED_SECONDS", 45.0)
+        monkeypatch.setattr(owners, "REMEMBERED_OWNERS", 100)
+        monkeypatch.setattr(owners, "REMEMBERED_SECONDS", 45.0)
         await step(sim, exporter, 1)
         key, owner = next(iter(seen.items()))
         sim.cluster.delete_pod(sim.cluster.pods["/".join(key)], grace_seconds=0)
         await step(sim, exporter, 1)
         assert all(p.name != key[1] for p in exporter.kube.pods.values()), "out of the view"
-        assert exporter.unviewed_owner(*key) == owner, "seen 30 s ago: remembered"
+        assert exporter.owners.unviewed_owner(*key) == owner, "seen 30 s ago: remembered"
         await step(sim, exporter, 1)
-        assert exporter.unviewed_owner(*key) == Owner("", *key, owner.team, key[1]), \
+        assert exporter.owners.unviewed_owner(*key) == Owner("", *key, owner.team, key[1]), \
             "seen 60 s ago: forgotten"

@@ -123,7 +123,8 @@ async def test_a_frozen_api_makes_the_view_stale_then_ready_again(
         assert kube_up(exporter) == {"nodes": 0, "pods": 0}, "a silent view is not up"
         sim.api.stall(0)
         sim.api.hang_watches(0)
-        await until(lambda: max(exporter.kube.age(k) or 99 for k in exporter.needed_kinds()) < 1)
+        kinds = exporter.readiness.needed_kinds()
+        await until(lambda: max(exporter.kube.age(k) or 99 for k in kinds) < 1)
         assert await readyz(client) == (200, "ready\n")
         await exporter.cycle(sim.cluster.now)
         assert kube_up(exporter) == {"nodes": 1, "pods": 1}

@@ -304,7 +304,7 @@ from tests.exporter.test_warehouse import rows
 
 wh = Warehouse(Path(sys.argv[1]), "c", interval=60.0, outbox=True, raw_retention=3600.0,
                retention=86400.0)
-wh.load_state()
+wh.resume.load()
 for t in (0.0, 30.0, 60.0):
     wh.add_usage(rows(t))
     wh.add_pods([pod(uid=f"u{t}")], t, lambda p: "team-x")
@@ -313,9 +313,9 @@ wh.maybe_flush(90.0)
 wh.finish_vanished({"u0.0"}, 90.0)
 wh.roll_up(7200.0)
 wh.expire(10.0)
-wh.save_state({"n1": {"d": DeviceIdentity("GPU-1", "d", "0", None)}},
+wh.resume.save({"n1": {"d": DeviceIdentity("GPU-1", "d", "0", None)}},
               {("GPU-1", "xid"): (10.0, "n1", "pool")})
-wh.load_state()
+wh.resume.load()
 wh.record_report("2026-W47", 100.0, Path(sys.argv[1]).parent)
 assert wh.report_done("2026-W47")
 wh.snapshot({"gpu_usage": (datetime(1970, 1, 1, tzinfo=UTC), datetime(1971, 1, 1, tzinfo=UTC))},
@@ -378,12 +378,12 @@ def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_mont
     wh.flush(nov_30 + 60)
     (cost,) = wh.con.execute("SELECT sum(cost_usd) FROM gpu_usage").fetchone()  # type: ignore[misc]
     team = wh.con.execute("SELECT DISTINCT team FROM gpu_usage").fetchone()[0]  # type: ignore[index]
-    assert wh.team_month_costs() == {("2026-11", team): pytest.approx(cost)}
+    assert wh.resume.team_month_costs() == {("2026-11", team): pytest.approx(cost)}
     wh.close()
 
     again = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
     restarted = Totals()
-    restarted.seed_months(again.team_month_costs())
+    restarted.seed_months(again.resume.team_month_costs())
     one = rows(nov_30 + 60)
     restarted.add(one)
     assert restarted.month == "2026-11"
@@ -394,7 +394,7 @@ def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_mont
     # read after the cycles began: it joins the month they are in
     late = Totals()
     late.add(one)
-    late.seed_months(again.team_month_costs())
+    late.seed_months(again.resume.team_month_costs())
     assert dict(late.month_cost) == {team: pytest.approx(cost + one[0].cost_usd)}
 
 

@@ -95,10 +95,8 @@ async def catalog() -> AsyncIterator[tuple[FakeCloudCatalog, str]]:
 async def test_the_catalogue_is_read_page_by_page(
         catalog: tuple[FakeCloudCatalog, str]) -> None:
     service, address = catalog
-    applied: list[tuple[dict[tuple[str, str], float], float]] = []
     client = catalog_client(address, anonymous=True)
-    refresh = CatalogRefresh(client, "us-central1", 86400, 5,
-                             lambda p, t: applied.append((dict(p), t)), clock=lambda: 1234.0,
+    refresh = CatalogRefresh(client, "us-central1", 86400, 5, clock=lambda: 1234.0,
                              page_size=4)
     try:
         assert await refresh.once()
@@ -107,7 +105,8 @@ async def test_the_catalogue_is_read_page_by_page(
     assert len(service.requests) == 4  # 16 SKUs, 4 a page
     assert {r.parent for r in service.requests} == {"services/6F81-5844-456A"}
     assert {r.currency_code for r in service.requests} == {"USD"}
-    assert applied[0][0][("nvidia-h100-80gb", "on-demand")] == 9.5 and applied[0][1] == 1234.0
+    assert refresh.latest is not None and refresh.latest.read_at == 1234.0
+    assert refresh.latest.prices[("nvidia-h100-80gb", "on-demand")] == 9.5
     assert refresh.stats.reads == 1 and refresh.stats.failures == 0
 
 
@@ -167,7 +166,13 @@ async def test_the_exporter_prices_from_the_catalogue_the_book_its_fallback(
         service.failing = False
         service.skus[8] = sku("2B8E-77A1-9F40", "Nvidia H100 80GB GPU running in Americas",
                               9.25, US)
-        await until(lambda: exporter.price_sources[("nvidia-h100-80gb", "on-demand")][0]
-                    == "catalog" and exporter._price[("nvidia-h100-80gb", "on-demand")] == 9.25)
+        h100 = ("nvidia-h100-80gb", "on-demand")
+        feed = exporter.pricing.feed
+        await until(lambda: feed.latest.prices[h100] == 9.25)
+        assert exporter.pricing.list_prices[h100] == 9.5, "taken by the next cycle"
+        await exporter.cycle(sim.cluster.now + 60)
+        assert exporter.pricing.sources[h100][0] == "catalog"
+        assert {d.price_usd_per_hour for d in exporter.states
+                if d.accelerator == "nvidia-h100-80gb"} == {9.25}
 
     await _exporter_prices(sim, tmp_path, address, service, steps)

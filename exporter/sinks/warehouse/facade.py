@@ -19,7 +19,7 @@ from typing import Concatenate
 import duckdb
 
 from exporter import duck
-from exporter.compute import Admission, DeviceIdentity, UsageRow
+from exporter.compute import Admission, UsageRow
 from exporter.logs import ctx
 from exporter.records import ClusterQueueInfo, PodInfo, WorkloadInfo
 from exporter.sinks import outbox
@@ -36,7 +36,7 @@ from exporter.sinks.warehouse import reports
 from exporter.sinks.warehouse.changes import Changes
 from exporter.sinks.warehouse.migrations import migrate
 from exporter.sinks.warehouse.reports import ReportRuns
-from exporter.sinks.warehouse.resume import Incidents, ResumeStore
+from exporter.sinks.warehouse.resume import ResumeStore
 from exporter.sinks.warehouse.retention import (
     MAINTENANCE_INTERVAL,
     ROLLUP_BUDGET_SECONDS,
@@ -346,20 +346,6 @@ class Warehouse:
 
     def record_report(self, week: str, finished: float, directory: Path) -> None:
         self.report_runs.record(week, finished, directory)
-
-    def team_month_costs(self) -> dict[tuple[str, str], float]:
-        """Each team's cost of allocated GPUs by UTC month (``ResumeStore``)."""
-        return self.resume.team_month_costs()
-
-    def load_state(self) -> tuple[dict[str, dict[str, DeviceIdentity]],
-                                  dict[tuple[str, str], tuple[float, str, str]]]:
-        """The device inventory and open incidents the last run saved (``ResumeStore``)."""
-        return self.resume.load()
-
-    def save_state(self, inventory: Mapping[str, Mapping[str, DeviceIdentity]],
-                   incidents: Incidents) -> None:
-        """Save the inventory and open incidents, when they changed (``ResumeStore``)."""
-        self.resume.save(inventory, incidents)
 
     def open_outbox(self) -> outbox.Outbox:
         """The outbox, for a sender in another thread."""
