@@ -126,11 +126,12 @@ class Dcgm(_Section):
     retire_after: Duration = Field(default=3600.0, gt=0)
     """A device DCGM has not reported for this long, beyond what Kubernetes counts on its
     node, is forgotten: its series go, its open incident ends."""
-    stuck_after: int = Field(default=5, ge=2)
-    """A dcgm-exporter whose page is byte for byte the same this many scrapes in a row
-    while GPUs of its nodes are allocated is flagged stuck
+    stuck_after: Duration = Field(default=150.0, gt=0)
+    """A dcgm-exporter whose page stays byte for byte the same this long (two answers at
+    least) while GPUs of its nodes are allocated is flagged stuck
     (``gke_gpu_exporter_dcgm_target_stuck``, logged once per episode): a live one's
-    clocks, power and energy counters move every interval."""
+    clocks, power and energy counters move every time it collects (every 30 s by default,
+    its ``--collect-interval``), however often it is scraped."""
 
     @model_validator(mode="after")
     def _urls(self) -> Self:

@@ -59,7 +59,7 @@ def demo_config(scenario: Scenario, kubeconfig: Path, out: Path,
     return load_config(None, overrides={
         "cluster": scenario.cluster, "listen_address": "127.0.0.1", "port": 0,
         "interval": step, "bottleneck_window": max(600.0, 20 * step),
-        "dcgm": {"timeout": min(1.0, step / 2)},
+        "dcgm": {"timeout": min(1.0, step / 2), "stuck_after": max(150.0, 2 * step)},
         "kubernetes": {"kubeconfig": str(kubeconfig), "watchdog": 3600.0,
                        "max_staleness": 7200.0},
         "prices": {"region": scenario.region},

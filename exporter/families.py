@@ -893,9 +893,9 @@ FAMILIES: tuple[AnyFamily, ...] = (
       "plan failed on the page; logged).", ("cluster", "read"), _pages,
       present=lambda v: bool(v.health.pages)),
     F("exporter_dcgm_target_stuck", "gauge", "", "1 if the dcgm-exporter's page has been "
-      "byte for byte the same dcgm.stuck_after answers in a row while GPUs of its nodes are "
-      "allocated (a stuck exporter: its figures are stale; logged once per episode), else 0. "
-      "Absent for a target that has not answered.", ("cluster", "target"),
+      "byte for byte the same for dcgm.stuck_after (two answers at least) while GPUs of its "
+      "nodes are allocated (a stuck exporter: its figures are stale; logged once per "
+      "episode), else 0. Absent for a target that has not answered.", ("cluster", "target"),
       lambda v: [((v.cluster, t), 1.0 if s else 0.0) for t, s in sorted(v.health.stuck.items())],
       present=lambda v: bool(v.health.stuck)),
     F("exporter_rows_written", "counter", "", "Rows written to the warehouse, by sink "

@@ -40,30 +40,42 @@ class SourceHealth:
 
 @dataclass(slots=True)
 class PageRuns:
-    """Each dcgm target's last page (its CRC-32 and length) and how many answers in a row
-    brought it: a live dcgm-exporter's clocks, power and energy counters change its page
-    every scrape, so one that repeats while its GPUs are busy is stuck. A failed scrape
-    between two answers neither ends nor lengthens a run."""
+    """Each dcgm target's last page (its CRC-32 and length), how many answers in a row
+    brought it and when the first of them came: a live dcgm-exporter's clocks, power and
+    energy counters change its page every time it collects, so one that stays the same
+    for longer while its GPUs are busy is stuck. A failed scrape between two answers
+    neither ends nor lengthens a run."""
 
     last: dict[str, tuple[int, int]] = field(default_factory=dict)
     runs: dict[str, int] = field(default_factory=dict)
+    since: dict[str, float] = field(default_factory=dict)
+    """When the run's first answer came (the clock of the cycles, seconds)."""
 
-    def see(self, target: str, page: tuple[int, int]) -> int:
-        """The answers in a row, this one included, that brought ``page``."""
-        run = self.runs.get(target, 0) + 1 if self.last.get(target) == page else 1
+    def see(self, target: str, page: tuple[int, int], now: float) -> int:
+        """The answers in a row, this one (at ``now``) included, that brought ``page``."""
+        if self.last.get(target) == page:
+            run = self.runs[target] + 1
+        else:
+            run, self.since[target] = 1, now
         self.last[target], self.runs[target] = page, run
         return run
+
+    def unchanged_seconds(self, target: str, now: float) -> float:
+        """How long ``target``'s page has been the same, from the run's first answer."""
+        return now - self.since.get(target, now)
 
     def forget(self, target: str) -> None:
         self.last.pop(target, None)
         self.runs.pop(target, None)
+        self.since.pop(target, None)
 
     @staticmethod
-    def stuck(run: int, after: int, allocated_nodes: int) -> bool:
-        """Whether a target is stuck: the same page ``after`` answers in a row or more
-        while GPUs of ``allocated_nodes`` of its nodes are allocated (an idle node's page
-        may rightly stand still)."""
-        return run >= after and allocated_nodes > 0
+    def stuck(run: int, unchanged_seconds: float, after_seconds: float,
+              allocated_nodes: int) -> bool:
+        """Whether a target is stuck: the same page in two answers or more, over
+        ``after_seconds`` or longer, while GPUs of ``allocated_nodes`` of its nodes are
+        allocated (an idle node's page may rightly stand still)."""
+        return run >= 2 and unchanged_seconds >= after_seconds and allocated_nodes > 0
 
 
 @dataclass(slots=True)

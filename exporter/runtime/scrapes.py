@@ -18,9 +18,10 @@ from exporter.sources import ReadingSource
 class Scrapes:
     """The health of every target of ``source`` since start."""
 
-    def __init__(self, source: ReadingSource, stuck_after: int, episodes: Episodes) -> None:
+    def __init__(self, source: ReadingSource, stuck_after_seconds: float,
+                 episodes: Episodes) -> None:
         self.source = source
-        self.stuck_after = stuck_after
+        self.stuck_after_seconds = stuck_after_seconds
         self.health = SourceHealth()
         self.covered: dict[str, set[str]] = {}
         """The nodes each target's last answer covered: unknown while it fails."""
@@ -78,20 +79,22 @@ class Scrapes:
 
     def stuck(self, answers: Mapping[str, TargetScrape | Exception],
               states: Sequence[compute.DeviceState], now: float) -> None:
-        """Each answering target's page compared with its last: the same
-        ``dcgm.stuck_after`` times in a row while GPUs of its nodes are allocated, it is
-        flagged stuck, logged once per episode."""
+        """Each answering target's page compared with its last: the same for
+        ``dcgm.stuck_after`` while GPUs of its nodes are allocated, it is flagged stuck,
+        logged once per episode."""
         allocated = {d.node for d in states if d.state == "allocated"}
         for url, res in answers.items():
             if not isinstance(res, TargetScrape) or res.page_crc is None:
                 continue
-            run = self._page_runs.see(url, (res.page_crc, res.bytes_read))
+            run = self._page_runs.see(url, (res.page_crc, res.bytes_read), now)
+            unchanged = self._page_runs.unchanged_seconds(url, now)
             busy = sorted(self.covered.get(url, set()) & allocated)
-            stuck = self.health.stuck[url] = PageRuns.stuck(run, self.stuck_after, len(busy))
+            stuck = self.health.stuck[url] = PageRuns.stuck(
+                run, unchanged, self.stuck_after_seconds, len(busy))
             if stuck:
                 self._episodes.failed((url, "stuck"), now, "dcgm page unchanged while its "
                                       "gpus are allocated", target=url, scrapes=run,
-                                      nodes=busy)
+                                      unchanged_seconds=round(unchanged, 3), nodes=busy)
             else:
                 self._episodes.recovered((url, "stuck"), now, "dcgm page changing again",
                                          target=url)

@@ -22,29 +22,33 @@ from tests.exporter.test_dcgm_failures import logged
 from tests.exporter.test_exporter import families
 
 
-@pytest.mark.parametrize(("run", "after", "allocated_nodes", "stuck"), [
-    (5, 5, 1, True),
-    (9, 5, 2, True),
-    (4, 5, 1, False),
-    (5, 5, 0, False),   # an idle node's page may rightly stand still
-    (1, 2, 1, False),
+@pytest.mark.parametrize(("run", "unchanged", "after", "allocated_nodes", "stuck"), [
+    (5, 150.0, 150.0, 1, True),
+    (9, 600.0, 150.0, 2, True),
+    (4, 120.0, 150.0, 1, False),
+    (6, 25.0, 150.0, 1, False),   # scraped every 5 s, collected every 30 s: not stuck
+    (5, 150.0, 150.0, 0, False),  # an idle node's page may rightly stand still
+    (1, 900.0, 150.0, 1, False),  # one answer is no run, however old the last one
+    (2, 600.0, 150.0, 1, True),   # the same page again after ten minutes of failures
 ])
-def test_stuck(run: int, after: int, allocated_nodes: int, stuck: bool) -> None:
-    assert PageRuns.stuck(run, after, allocated_nodes) is stuck
+def test_stuck(run: int, unchanged: float, after: float, allocated_nodes: int,
+               stuck: bool) -> None:
+    assert PageRuns.stuck(run, unchanged, after, allocated_nodes) is stuck
 
 
-def test_page_runs_count_the_same_page_in_a_row() -> None:
+def test_page_runs_count_the_same_page_in_a_row_and_time_it_from_the_first() -> None:
     runs = PageRuns()
-    assert [runs.see("t", p) for p in [(1, 10), (1, 10), (1, 10), (2, 10), (2, 10),
-                                       (2, 11)]] == [1, 2, 3, 1, 2, 1]
-    assert runs.see("u", (1, 10)) == 1  # each target its own
+    pages = [(1, 10), (1, 10), (1, 10), (2, 10), (2, 10), (2, 11)]
+    assert [runs.see("t", p, 30.0 * i) for i, p in enumerate(pages)] == [1, 2, 3, 1, 2, 1]
+    assert runs.unchanged_seconds("t", 200.0) == 50.0   # (2, 11) first came at 150
+    assert runs.see("u", (1, 10), 0.0) == 1  # each target its own
     runs.forget("t")
-    assert runs.see("t", (2, 11)) == 1
+    assert runs.see("t", (2, 11), 210.0) == 1 and runs.unchanged_seconds("t", 210.0) == 0.0
 
 
 async def answer_each_cycle(sim: SimulatorServer, tmp_path: Path,
                             serve: Callable[[Handler], Awaitable[str]], answers: str,
-                            stuck_after: int) -> tuple[str, list[float | None]]:
+                            stuck_after: float) -> tuple[str, list[float | None]]:
     """Cycles a simulated interval apart against the dcgm-exporter of a node whose GPUs
     a training pod holds, answering in turn: ``L`` its live page (the cluster moved on), ``F``
     the page it gave last again, frozen (a run of one page begins with its live answer).
@@ -82,21 +86,24 @@ async def answer_each_cycle(sim: SimulatorServer, tmp_path: Path,
 
 
 @pytest.mark.parametrize(("case", "answers", "after", "flags"), [
-    ("a live exporter", "LLLLLLL", 3, [0, 0, 0, 0, 0, 0, 0]),
-    ("frozen for fewer answers than stuck_after", "LFFLFFL", 4, [0, 0, 0, 0, 0, 0, 0]),
-    ("frozen, then live again", "LFFFFL", 3, [0, 0, 1, 1, 1, 0]),
-    ("frozen to the end", "LLFFFFF", 5, [0, 0, 0, 0, 0, 1, 1]),
+    ("a live exporter", "LLLLLLL", 60.0, [0, 0, 0, 0, 0, 0, 0]),
+    ("frozen for less than stuck_after", "LFFLFFL", 90.0, [0, 0, 0, 0, 0, 0, 0]),
+    ("frozen, then live again", "LFFFFL", 60.0, [0, 0, 1, 1, 1, 0]),
+    ("frozen to the end", "LLFFFFF", 120.0, [0, 0, 0, 0, 0, 1, 1]),
 ])
 async def test_a_frozen_page_is_flagged_once_per_episode(
-        case: str, answers: str, after: int, flags: list[float], sim: SimulatorServer,
+        case: str, answers: str, after: float, flags: list[float], sim: SimulatorServer,
         tmp_path: Path, serve: Callable[[Handler], Awaitable[str]],
         caplog: pytest.LogCaptureFixture) -> None:
+    """Cycles a simulated step (30 s) apart: a page the same for ``after`` seconds is
+    flagged at the answer ``after / 30 + 1`` of its run."""
     caplog.set_level(logging.INFO, logger="exporter.service")
     url, seen = await answer_each_cycle(sim, tmp_path, serve, answers, after)
     assert seen == flags
     began = logged(caplog, logging.WARNING, "dcgm page unchanged while its gpus are allocated")
     ended = logged(caplog, logging.INFO, "dcgm page changing again")
     pairs = list(itertools.pairwise([0.0, *flags]))
-    assert [(b["target"], b["scrapes"]) for b in began] == \
-        [(url, after)] * sum(1 for a, b in pairs if b and not a)
+    step = sim.cluster.step
+    assert [(b["target"], b["scrapes"], b["unchanged_seconds"]) for b in began] == \
+        [(url, round(after / step) + 1, after)] * sum(1 for a, b in pairs if b and not a)
     assert [e["target"] for e in ended] == [url] * sum(1 for a, b in pairs if a and not b)
