@@ -17,7 +17,7 @@ import pyarrow as pa
 from analytics.store import Param, Store, batches
 from analytics.week import POD_LOOKBACK, QUOTA_LOOKBACK, Week
 from analytics.workspace import Workspace
-from exporter.bottleneck import STALL_GR, THROTTLE_BITS
+from exporter.model.bottleneck import STALL_GR, THROTTLE_BITS
 
 
 def _mean(column: str) -> str:

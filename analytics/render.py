@@ -22,7 +22,7 @@ from analytics.figures.cost import IDLE_CEILING
 from analytics.figures.headline import PriceBasis
 from analytics.report import WeeklyReport
 from analytics.workspace import Table
-from exporter.bottleneck import RESTS_ON
+from exporter.model.bottleneck import RESTS_ON
 
 ROWS = 15
 """Rows of a table shown in Markdown and HTML; CSV and JSON have them all."""

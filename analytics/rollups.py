@@ -2,7 +2,7 @@
 cost per hour or day, by any of the warehouse's dimensions.
 
 ``effective_cost_usd_per_utilized_hour`` is cost / utilised GPU-hours: the price of a
-useful GPU-hour (``exporter.compute.effective_cost_per_utilized_hour`` of the rows' sums);
+useful GPU-hour (``exporter.model.compute.effective_cost_per_utilized_hour`` of the rows' sums);
 it is null where nothing was utilised.
 """
 

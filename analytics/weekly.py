@@ -18,7 +18,7 @@ from analytics.week import Week
 from exporter.config import Config
 from exporter.errors import ConfigError
 from exporter.logs import ctx
-from exporter.prices import PriceBook
+from exporter.model.prices import PriceBook
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ import numpy as np
 import pycurl  # type: ignore[import-untyped]
 
 from exporter import duck
-from exporter.app import open_exporter
+from exporter.runtime.app import open_exporter
 from exporter.sinks.batch_files import write_parquet
 from exporter.sinks.schema import GPU_USAGE
 from exporter.sources import curl_transport, dcgm

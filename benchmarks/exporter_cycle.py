@@ -32,8 +32,8 @@ from pathlib import Path
 
 import aiohttp
 
-from exporter.app import open_exporter
 from exporter.config import Config, load_config
+from exporter.runtime.app import open_exporter
 
 HEAVY = ("pandas", "pyarrow", "matplotlib", "jinja2", "kubernetes_asyncio",
          "google.cloud.bigquery", "google.protobuf", "numpy")

@@ -40,8 +40,8 @@ from exporter_cycle import (
     simulate,
 )
 
-from exporter.app import open_exporter
 from exporter.config import load_config
+from exporter.runtime.app import open_exporter
 
 CYCLE = 30.0
 MB = 1e6

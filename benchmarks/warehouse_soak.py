@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exporter import compute
+from exporter.model import compute
 from exporter.sinks.warehouse import Warehouse, raw_table
 
 T0 = 1_794_182_400.0  # Monday 2026-11-09 00:00 UTC

@@ -81,7 +81,7 @@ def run_report(path: Path, out: Path) -> None:
     from analytics.report import build
     from analytics.store import DuckDBStore
     from analytics.week import parse_week
-    from exporter.prices import load_price_book
+    from exporter.model.prices import load_price_book
 
     prices = load_price_book(None, "us-central1").prices
     wall, cpu = time.perf_counter(), time.process_time()

@@ -18,9 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exporter.bottleneck import THROTTLED_TEMP_C
-from exporter.catalog import GPU_MODELS
 from exporter.config import Sla
+from exporter.model.bottleneck import THROTTLED_TEMP_C
+from exporter.model.catalog import GPU_MODELS
 
 HERE = Path(__file__).parent
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -337,7 +337,7 @@ def bottlenecks() -> dict[str, Any]:
                      "Why pods' GPUs are not doing more, with the DCGM signals.", [
         series("Pods by bottleneck class", "Count of pods in each class over the window.",
                "none", (f"count by (class) (gke_gpu_pod_bottleneck{{{TEAM}}})", "{{class}}")),
-        table("Pods and their class", "The live class per pod (exporter/bottleneck.py has "
+        table("Pods and their class", "The live class per pod (exporter/model/bottleneck.py has "
               "the rules).", "none",
               f"max by (namespace, pod, team, class) (gke_gpu_pod_bottleneck{{{TEAM}}})"),
         series("GPU utilisation by model", "Mean utilisation of GPUs by model.", "percentunit",

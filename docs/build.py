@@ -31,11 +31,11 @@ from pydantic.fields import FieldInfo
 from analytics.tables import HEADLINE, PRICE_BASIS, Column
 from analytics.tables import TABLES as REPORT_TABLES
 from exporter.config import ENV_PREFIX, Config
-from exporter.durations import parse_duration
-from exporter.families import DEVICE_LABELS, FAMILIES, Family
-from exporter.prices import load_price_book
+from exporter.metrics.families import DEVICE_LABELS, FAMILIES, Family
+from exporter.model.durations import parse_duration
+from exporter.model.prices import load_price_book
+from exporter.model.totals import QUEUE_BUCKETS
 from exporter.sinks.schema import TABLES, Table
-from exporter.totals import QUEUE_BUCKETS
 
 HERE = Path(__file__).parent
 
@@ -228,7 +228,7 @@ def schema() -> str:
     return "\n".join(_table(t) for t in TABLES).removesuffix("\n")
 
 
-# Metrics: every family of ``exporter.families``.
+# Metrics: every family of ``exporter.metrics.families``.
 
 def _labels(f: Family) -> str:
     """A family's labels, the device labels as one word."""

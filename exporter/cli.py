@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter import __version__
-from exporter.durations import parse_duration
-from exporter.lifecycle import Stopped, stop_on_signals, wait_for_shutdown
 from exporter.logs import LEVELS, configure, ctx, set_level
+from exporter.model.durations import parse_duration
+from exporter.runtime.lifecycle import Stopped, stop_on_signals, wait_for_shutdown
 
 if TYPE_CHECKING:
     from google.cloud import bigquery
@@ -340,7 +340,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
-    from exporter.prices import load_price_book
+    from exporter.model.prices import load_price_book
 
     google = _google_errors()
     try:
@@ -408,7 +408,7 @@ def _report(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.duck import WarehouseLocked
     from exporter.errors import ConfigError
-    from exporter.prices import load_price_book
+    from exporter.model.prices import load_price_book
 
     google = _google_errors()
     try:
@@ -494,11 +494,11 @@ def _config_errors(exc: BaseException) -> None:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from exporter.app import left_running, run
     from exporter.config import load_config
     from exporter.errors import ConfigError
-    from exporter.preflight import problems
-    from exporter.prices import load_price_book
+    from exporter.model.prices import load_price_book
+    from exporter.runtime.app import left_running, run
+    from exporter.runtime.preflight import problems
 
     try:
         cfg = load_config(args.config)

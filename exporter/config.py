@@ -38,12 +38,12 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from exporter.catalog import GPU_MODELS, MACHINE_FAMILIES
-from exporter.durations import Duration
 from exporter.errors import ConfigError
-from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORING_KINDS
 from exporter.files import Unreadable, not_utf8_text, read_yaml
 from exporter.logs import LogLevel
+from exporter.metrics.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORING_KINDS
+from exporter.model.catalog import GPU_MODELS, MACHINE_FAMILIES
+from exporter.model.durations import Duration
 
 ENV_PREFIX = "GKE_GPU_EXPORTER_"
 OTHER_VARIABLES = frozenset({"GKE_GPU_EXPORTER_LOG_FORMAT"})

@@ -25,12 +25,12 @@ from tqdm import tqdm
 from analytics.store import DuckDBStore
 from analytics.week import week_containing
 from analytics.weekly import run_weekly
-from exporter import compute
-from exporter.app import open_exporter, serve
 from exporter.config import Config, load_config
-from exporter.emulator import PROJECT, Emulator
-from exporter.lifecycle import wait_for_shutdown
-from exporter.service import Exporter
+from exporter.google.bigquery_emulator import PROJECT, Emulator
+from exporter.model import compute
+from exporter.runtime.app import open_exporter, serve
+from exporter.runtime.lifecycle import wait_for_shutdown
+from exporter.runtime.service import Exporter
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 
@@ -224,7 +224,7 @@ def write_sample_bill(sim: SimulatorServer, exporter: Exporter,
                       out: Path) -> tuple[SampleBill, str]:
     """A sample Cloud Billing detailed export of the run, from the simulator's truth and
     the price book, written to ``out``; and how to reconcile with it."""
-    from exporter.prices import load_price_book
+    from exporter.model.prices import load_price_book
     from simulator import billing_export
 
     c, cfg = sim.cluster, exporter.config

@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from exporter.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
+from exporter.model.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
 from simulator import objects
 from simulator.kueue import KueueState, QueuedWorkload
 from simulator.profiles import PROFILES, Activity

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from exporter.selectors import SelectorError, field_selector, label_selector
+from exporter.model.selectors import SelectorError, field_selector, label_selector
 from simulator import tables
 from simulator.store import ApiStore, Event, Expired
 

@@ -1,7 +1,7 @@
 """Workload profiles: what a kind of job looks like to DCGM, one device and one step at a time.
 
 Each profile has a recognisable signature in the fields, in the semantics of NVIDIA's DCGM
-profiling metrics (``exporter.bottleneck`` sets them out): SM occupancy stays below SM
+profiling metrics (``exporter.model.bottleneck`` sets them out): SM occupancy stays below SM
 active, and SM active below GR active.
 
 ==============  ===========================================================================

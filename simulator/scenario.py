@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from exporter.catalog import FATAL_XIDS, GPU_MODELS
-from exporter.durations import Duration
+from exporter.model.catalog import FATAL_XIDS, GPU_MODELS
+from exporter.model.durations import Duration
 
 Accelerator = Literal[
     "nvidia-h200-141gb", "nvidia-h100-80gb", "nvidia-a100-80gb", "nvidia-tesla-a100",

@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from exporter.catalog import GPU_MODELS
+from exporter.model.catalog import GPU_MODELS
 from simulator.profiles import UNALLOCATED, Activity, activity, combine
 from simulator.rng import key, mix
 from simulator.scenario import Pool, Scenario

@@ -11,9 +11,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
-from exporter.totals import KEEP_ENDED_PODS, Totals
+from exporter.model.totals import KEEP_ENDED_PODS, Totals
+from exporter.runtime.app import open_exporter
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 

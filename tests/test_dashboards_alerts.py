@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from exporter.families import FAMILIES, exposed_names
+from exporter.metrics.families import FAMILIES, exposed_names
 
 ROOT = Path(__file__).parents[1]
 ALERTS, DASHBOARDS = ROOT / "alerts", ROOT / "dashboards"
@@ -133,7 +133,7 @@ def test_every_shipped_runbook_url_is_absolute_and_its_section_exists() -> None:
 
 def test_the_fatal_xids_of_the_alerts_are_the_catalogs() -> None:
     """One list of hardware XIDs: the one that makes a GPU unavailable pages the on-call."""
-    from exporter.catalog import FATAL_XIDS
+    from exporter.model.catalog import FATAL_XIDS
 
     for name in ("GpuXidFatal", "GpuXidApplication"):
         (rule,) = [r for r in ALERT_RULES if r["alert"] == name]

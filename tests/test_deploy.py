@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from exporter.config import Config, load_config
-from exporter.egress import Endpoint, Purpose, blocked, outbound_endpoints
+from exporter.runtime.egress import Endpoint, Purpose, blocked, outbound_endpoints
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"

@@ -118,6 +118,19 @@ def test_layout_names_no_module_that_does_not_exist() -> None:
     assert sorted(layout() - modules()) == [], "lines in docs/architecture.md for no module"
 
 
+def test_every_package_of_the_exporter_has_its_heading_and_its_place_in_the_picture() -> None:
+    """The Layout section groups the exporter's modules under a heading per package, and
+    the Packages picture draws each package: both as the tree has them."""
+    text = (DOCS / "architecture.md").read_text()
+    packages = {p.parent.relative_to(ROOT).as_posix()
+                for p in (ROOT / "exporter").glob("*/__init__.py")}
+    headings = set(re.findall(r"^#### `(exporter/\w+)/`", text, re.M)) - {"exporter/data"}
+    assert headings == packages
+    picture = text.split("\n## Packages\n", 1)[1].split("\n## ", 1)[0]
+    drawn = set(re.findall(r"\bexporter\.(\w+)\b", picture.split("```")[1]))
+    assert {p.split("/")[1] for p in packages} <= drawn
+
+
 # README
 
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from exporter.app import open_exporter
 from exporter.config import Config
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.prices import load_price_book
-from exporter.service import Exporter
-from exporter.totals import Totals
+from exporter.model.prices import load_price_book
+from exporter.model.totals import Totals
+from exporter.runtime.app import open_exporter
+from exporter.runtime.service import Exporter
 from simulator.cluster import Pod
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer

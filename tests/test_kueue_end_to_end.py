@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from analytics.report import WeeklyReport, build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
-from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
-from exporter.prices import load_price_book
-from exporter.totals import Totals
+from exporter.model.prices import load_price_book
+from exporter.model.totals import Totals
+from exporter.runtime.app import open_exporter
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
 from simulator.truth import GroundTruth, WorkloadRecord

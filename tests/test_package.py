@@ -305,6 +305,6 @@ def test_run_leaves_the_report_stack_unloaded(tmp_path: Path) -> None:
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["rc"] == 0
     modules: list[str] = result["modules"]
-    assert "exporter.app" in modules
+    assert "exporter.runtime.app" in modules
     loaded = [m for m in modules if m in REPORT_STACK or m.startswith(REPORT_STACK_PREFIXES)]
     assert loaded == []

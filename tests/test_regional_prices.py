@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from exporter.app import open_exporter
 from exporter.config import Prices
 from exporter.demo import demo_config, step_both
-from exporter.prices import Commitment, effective_prices, load_price_book
+from exporter.model.prices import Commitment, effective_prices, load_price_book
+from exporter.runtime.app import open_exporter
 from simulator.scenario import load_scenario
 from simulator.server import SimulatorServer
 

@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
+from exporter.runtime.app import open_exporter
 from simulator.scenario import Scenario, load_scenario
 from simulator.server import SimulatorServer
 from tests.conftest import start_prometheus

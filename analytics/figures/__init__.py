@@ -9,7 +9,7 @@ the report's workspace (``analytics.workspace``), where the week's pods are.
 - ``queue``: queue waits and pending GPU-hours, Kueue's ClusterQueues, the longest waits
   and the GPU models with a long queue.
 - ``availability``: availability and error budget per pool, and the incidents.
-- ``bottlenecks``: each pod's bottleneck class and evidence (``exporter.bottleneck``'s
+- ``bottlenecks``: each pod's bottleneck class and evidence (``exporter.model.bottleneck``'s
   rules over every pod at once), the per-workload table and its summary per class.
 - ``rightsizing``: the cheapest GPU that fits each workload, the batch Jobs that could run
   on spot, and the idle cost GPU sharing could take back.

@@ -1,5 +1,5 @@
 """Why a workload is slow: each pod's bottleneck class over the week and its evidence
-(``exporter.bottleneck``'s rules, over every pod at once), the class of most of each
+(``exporter.model.bottleneck``'s rules, over every pod at once), the class of most of each
 workload's GPU-hours with the evidence and what to try, and the workloads per class.
 """
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 from analytics.figures import HOUR
 from analytics.tables import columns
 from analytics.workspace import Table, Workspace
-from exporter.bottleneck import (
+from exporter.model.bottleneck import (
     BUSY_GR,
     COMM_GR_MIN,
     COMM_LINK_SHARE,
@@ -31,7 +31,7 @@ from exporter.bottleneck import (
     THROTTLED_TEMP_C,
     WARPS_MIN,
 )
-from exporter.catalog import GPU_MODELS
+from exporter.model.catalog import GPU_MODELS
 
 ADVICE = {
     "idle": "Held but unused: release it when done (scale to zero, cull idle notebooks) or "
@@ -63,7 +63,7 @@ def _col(pods: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def pod_classes(pods: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``exporter.bottleneck.decide`` over every pod at once: each pod's class and its
+    """``exporter.model.bottleneck.decide`` over every pod at once: each pod's class and its
     evidence columns (NaN where absent). Missing fields are NaN, which every comparison
     reads as false, so each rule names what it needs."""
     gr, sm, occ, tensor, dram, util, temp = (_col(pods, c) for c in (

@@ -20,7 +20,7 @@ import pandas as pd
 
 from analytics.figures import HOUR, this_week
 from exporter.config import Prices as PricesConfig
-from exporter.prices import PriceBook
+from exporter.model.prices import PriceBook
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from analytics.workspace import Table, Workspace
-from exporter.catalog import GPU_MODELS
+from exporter.model.catalog import GPU_MODELS
 
 GIB = 1024.0 ** 3
 MEMORY_HEADROOM = 0.9

@@ -49,10 +49,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
-from exporter.catalog import GPU_MODELS, GPUS_OF_MACHINE
-from exporter.durations import parse_duration
 from exporter.errors import ConfigError
-from exporter.prices import BookEntry, book_entries
+from exporter.model.catalog import GPU_MODELS, GPUS_OF_MACHINE
+from exporter.model.durations import parse_duration
+from exporter.model.prices import BookEntry, book_entries
 
 BOOK = Path(__file__).with_name("pricebook.yaml")
 REGISTRY = "https://registry.npmjs.org"

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from exporter import compute
-from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, Window, decide
+from exporter.model import compute
+from exporter.model.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, Diagnosis, Window, decide
 
 
 def mean_fields(samples: Sequence[Mapping[str, float]]) -> Mapping[str, float]:

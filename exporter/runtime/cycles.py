@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter import compute
+from exporter.model import compute
 
 
 @dataclass(slots=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from exporter import compute
-from exporter.records import NodeInfo, PodInfo
-from exporter.totals import Totals
+from exporter.model import compute
+from exporter.model.records import NodeInfo, PodInfo
+from exporter.model.totals import Totals
 
 
 class Ended(NamedTuple):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from exporter import compute
-from exporter.health import SourceHealth
 from exporter.logs import Episodes
-from exporter.records import DeviceReading, NodeInfo
-from exporter.totals import Totals
+from exporter.metrics.health import SourceHealth
+from exporter.model import compute
+from exporter.model.records import DeviceReading, NodeInfo
+from exporter.model.totals import Totals
 
 
 class Inventory:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter import compute
 from exporter.config import Config
 from exporter.logs import Episodes
-from exporter.records import PodInfo
+from exporter.model import compute
+from exporter.model.records import PodInfo
 from exporter.sources import ClusterSource
 
 REMEMBERED_OWNERS = 20_000

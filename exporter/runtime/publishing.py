@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from exporter.families import MetricsView
-from exporter.health import (
+from exporter.metrics.families import MetricsView
+from exporter.metrics.health import (
     CloudMonitoringStats,
     KubeHealth,
     RemoteWriteStats,
@@ -18,8 +18,8 @@ from exporter.health import (
     SourceHealth,
     WatchStats,
 )
+from exporter.model.totals import Totals, WaitHistogram
 from exporter.sinks import Sink
-from exporter.totals import Totals, WaitHistogram
 
 if TYPE_CHECKING:
     from exporter.sinks.prometheus import MetricsEndpoint

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter import compute
 from exporter.config import Config
-from exporter.records import PodInfo, WorkloadInfo, gpu_model
+from exporter.model import compute
+from exporter.model.records import PodInfo, WorkloadInfo, gpu_model
+from exporter.model.totals import Totals
 from exporter.sources import ClusterSource
-from exporter.totals import Totals
 
 
 class Queues:

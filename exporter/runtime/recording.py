@@ -12,13 +12,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exporter import compute, logs
-from exporter.health import SourceHealth, SourceTarget
-from exporter.records import NodeInfo, PodInfo, gpu_model
+from exporter import logs
+from exporter.metrics.health import SourceHealth, SourceTarget
+from exporter.model import compute
+from exporter.model.records import NodeInfo, PodInfo, gpu_model
+from exporter.model.totals import Totals
 from exporter.sinks.warehouse import Warehouse
 from exporter.sources import ClusterSource
 from exporter.sources.kube import deleted_pod
-from exporter.totals import Totals
 
 if TYPE_CHECKING:
     from exporter.runtime.incidents import Ended

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from exporter import compute
 from exporter.errors import SourceError
-from exporter.health import PageRuns, SourceHealth, SourceTarget
 from exporter.logs import Episodes
-from exporter.records import DeviceReading, ParseResult, PodInfo, TargetScrape
-from exporter.snapshot import Placed
+from exporter.metrics.health import PageRuns, SourceHealth, SourceTarget
+from exporter.model import compute
+from exporter.model.records import DeviceReading, ParseResult, PodInfo, TargetScrape
+from exporter.model.snapshot import Placed
 from exporter.sources import ReadingSource
 
 

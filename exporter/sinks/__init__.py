@@ -1,10 +1,11 @@
 """The sinks: where each cycle's figures go.
 
-Every ``Sink`` is handed each cycle's view (``exporter.families.MetricsView``):
+Every ``Sink`` is handed each cycle's view (``exporter.metrics.families.MetricsView``):
 ``/metrics`` (``prometheus.MetricsEndpoint``) renders it once for the scrapes until the
 next cycle; the ``Push`` sinks send it on from tasks of their own: remote write
-(``remote_write``) and Cloud Monitoring (``cloud_monitoring``). ``app.open_exporter``
-builds them all, from the configuration, and hands them to the service.
+(``remote_write``) and Cloud Monitoring (``cloud_monitoring``).
+``exporter.runtime.app.open_exporter`` builds them all, from the configuration, and hands
+them to the service.
 
 The warehouse (``warehouse``) is the record of the cycles rather than a view of one: it
 takes each cycle's usage rows, pods and incidents, writes them in its own thread (a
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from exporter.families import MetricsView
+    from exporter.metrics.families import MetricsView
 
 
 class Sink(Protocol):

@@ -28,8 +28,8 @@ from google.cloud import bigquery
 
 from exporter.backoff import Backoff
 from exporter.config import BigQuery as BigQueryConfig
-from exporter.health import BigQueryStats
 from exporter.logs import ctx
+from exporter.metrics.health import BigQueryStats
 from exporter.sinks.outbox import Batch, Outbox
 from exporter.sinks.schema import BY_NAME, TABLES, Table
 

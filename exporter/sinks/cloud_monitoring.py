@@ -1,6 +1,6 @@
 """Write the exporter's figures to Cloud Monitoring as custom metrics.
 
-Each written family of the catalogue (``exporter.families``) becomes
+Each written family of the catalogue (``exporter.metrics.families``) becomes
 ``custom.googleapis.com/gke_gpu/<family>`` on the cluster's ``k8s_cluster`` resource; the
 samples' other labels become metric labels (empty ones omitted, as Prometheus omits them).
 Gauges are GAUGE points; counters are CUMULATIVE from the exporter's start, when they were
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.backoff import Backoff
-from exporter.families import BY_NAME, AnyFamily, Kind, MetricsView, samples
-from exporter.health import CloudMonitoringStats
 from exporter.logs import ctx
+from exporter.metrics.families import BY_NAME, AnyFamily, Kind, MetricsView, samples
+from exporter.metrics.health import CloudMonitoringStats
 
 if TYPE_CHECKING:
     from google.cloud.monitoring_v3 import MetricServiceAsyncClient

@@ -1,4 +1,4 @@
-"""``/metrics``: the catalogue (``exporter.families``) as Prometheus' text exposition
+"""``/metrics``: the catalogue (``exporter.metrics.families``) as Prometheus' text exposition
 format 0.0.4, rendered once per cycle from the cycle's view.
 
 The text is written directly: at 8,000 GPUs a generic client library spends seconds per
@@ -21,8 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.compute import DeviceState
-from exporter.families import (
+from exporter.metrics.families import (
     DEVICE_FAMILIES,
     DEVICE_LABELS,
     FAMILIES,
@@ -34,6 +33,7 @@ from exporter.families import (
     SortedTable,
     is_histogram,
 )
+from exporter.model.compute import DeviceState
 
 
 def _escape(value: str) -> str:

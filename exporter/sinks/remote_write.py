@@ -22,9 +22,9 @@ import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from exporter.backoff import Backoff
-from exporter.families import MetricsView, series
-from exporter.health import RemoteWriteStats
 from exporter.logs import ctx
+from exporter.metrics.families import MetricsView, series
+from exporter.metrics.health import RemoteWriteStats
 
 log = logging.getLogger(__name__)
 

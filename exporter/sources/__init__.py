@@ -1,4 +1,4 @@
-"""The sources: each reads one outside system and hands on records (``exporter.records``),
+"""The sources: each reads one outside system and hands on records (``exporter.model.records``),
 never its wire format.
 
 The cluster's nodes, pods and namespaces (and Kueue's Workloads and queues, where Kueue
@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.health import KubeHealth, WatchStats
-from exporter.records import (
+from exporter.metrics.health import KubeHealth, WatchStats
+from exporter.model.records import (
     ClusterQueueInfo,
     LocalQueueInfo,
     NodeInfo,

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.backoff import Backoff
-from exporter.google_grpc import async_client
-from exporter.health import CatalogStats
+from exporter.google.grpc_clients import async_client
 from exporter.logs import ctx
+from exporter.metrics.health import CatalogStats
 
 if TYPE_CHECKING:
     from google.cloud.billing_v1 import CloudCatalogAsyncClient

@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from exporter.bottleneck import VIOLATIONS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.records import (
+from exporter.model.bottleneck import VIOLATIONS
+from exporter.model.records import (
     ACCELERATOR_MEMORY_TOTAL,
     ACCELERATOR_MEMORY_USED,
     DUTY_CYCLE,

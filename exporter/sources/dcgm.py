@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from itertools import compress
 from typing import Any
 
-from exporter.catalog import DCGM_RENAMED, FATAL_XIDS
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.records import (
+from exporter.model.catalog import DCGM_RENAMED, FATAL_XIDS
+from exporter.model.records import (
     DeviceReading,
     PageRead,
     ParseResult,
@@ -58,7 +58,7 @@ from exporter.records import (
     PodOnDevice,
     TargetScrape,
 )
-from exporter.selectors import label_selector
+from exporter.model.selectors import label_selector
 from exporter.sources import curl_transport as http
 
 BLANK_THRESHOLD = 9.2e18

@@ -35,9 +35,9 @@ import aiohttp
 
 from exporter.backoff import Backoff
 from exporter.errors import SourceDataError, SourceError, SourceTimeout, SourceUnavailable
-from exporter.health import WatchStats
 from exporter.logs import Episodes, ctx
-from exporter.records import (
+from exporter.metrics.health import WatchStats
+from exporter.model.records import (
     DELETED,
     ClusterQueueInfo,
     LocalQueueInfo,

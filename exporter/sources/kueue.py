@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from exporter.errors import SourceDataError
-from exporter.records import ClusterQueueInfo, FlavorQuota, LocalQueueInfo, WorkloadInfo
+from exporter.model.records import ClusterQueueInfo, FlavorQuota, LocalQueueInfo, WorkloadInfo
 
 Obj = dict[str, Any]
 GROUP = "kueue.x-k8s.io"

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.records import ParseResult, PodInfo, TargetScrape
+from exporter.model.records import ParseResult, PodInfo, TargetScrape
 from exporter.sources.dcgm import collect
 
 _Failure = SourceUnavailable | SourceTimeout | SourceDataError

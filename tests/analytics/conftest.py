@@ -17,8 +17,8 @@ import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from exporter import compute
-from exporter.records import ClusterQueueInfo, FlavorQuota, WorkloadInfo
+from exporter.model import compute
+from exporter.model.records import ClusterQueueInfo, FlavorQuota, WorkloadInfo
 from exporter.sinks.warehouse import Warehouse
 from tests.exporter.test_compute import PRICE, node, pod, reading
 

@@ -17,8 +17,8 @@ from analytics.charts import CHARTS
 from analytics.report import build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
-from exporter import compute
 from exporter.config import load_config
+from exporter.model import compute
 from exporter.sinks.warehouse import Warehouse
 from tests.analytics.conftest import HOUR, W46, compute_pod
 from tests.exporter.test_compute import PRICE, node, pod, reading

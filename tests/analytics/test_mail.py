@@ -21,7 +21,7 @@ from analytics.week import parse_week
 from analytics.weekly import run_weekly
 from exporter.config import Config, load_config
 from exporter.errors import ConfigError
-from exporter.prices import load_price_book
+from exporter.model.prices import load_price_book
 from tests.analytics.conftest import HOSTILE, PASSWORD, REFUSED_DOMAIN, Inbox
 from tests.analytics.conftest import _auth as auth
 

@@ -24,7 +24,7 @@ from analytics.weekly import team_dir
 from analytics.workspace import Table, Workspace
 from exporter import duck
 from exporter.config import load_config
-from exporter.prices import load_price_book
+from exporter.model.prices import load_price_book
 from exporter.sinks.schema import BY_NAME, KUEUE_QUOTAS
 from tests.analytics.conftest import HOSTILE
 

@@ -20,11 +20,11 @@ from analytics.report import build
 from analytics.store import DuckDBStore, ParquetStore
 from analytics.week import parse_week, reads
 from analytics.workspace import Table
-from exporter.app import scheduled_report
 from exporter.config import load_config
 from exporter.errors import ConfigError
-from exporter.prices import load_price_book
-from exporter.scheduled_report import (
+from exporter.model.prices import load_price_book
+from exporter.runtime.app import scheduled_report
+from exporter.runtime.scheduled_report import (
     RETRY_SECONDS,
     TIMEOUT_SECONDS,
     Schedule,

@@ -11,7 +11,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery
 
 from exporter.config import BigQuery
-from exporter.emulator import PROJECT, Emulator
+from exporter.google.bigquery_emulator import PROJECT, Emulator
 
 
 @pytest.fixture(scope="session")

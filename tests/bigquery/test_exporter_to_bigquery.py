@@ -23,10 +23,10 @@ from analytics.report import build
 from analytics.store import BigQueryStore, DuckDBStore
 from analytics.week import week_containing
 from exporter import duck
-from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
-from exporter.emulator import PROJECT, Emulator
-from exporter.prices import load_price_book
+from exporter.google.bigquery_emulator import PROJECT, Emulator
+from exporter.model.prices import load_price_book
+from exporter.runtime.app import open_exporter
 from exporter.sinks.schema import TABLES
 from simulator.scenario import Scenario, load_scenario
 from simulator.server import SimulatorServer

@@ -22,7 +22,7 @@ from analytics.store import DuckDBStore
 from analytics.week import parse_week
 from analytics.weekly import run_weekly
 from exporter.config import load_config
-from exporter.emulator import PROJECT, Emulator
+from exporter.google.bigquery_emulator import PROJECT, Emulator
 from tests.analytics.conftest import HOSTILE, build_warehouse
 from tests.bigquery.conftest import client_for
 from tests.exporter.test_compute import PRICE

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from google.cloud import bigquery
 
-from exporter.emulator import Emulator
-from exporter.records import ClusterQueueInfo, FlavorQuota
+from exporter.google.bigquery_emulator import Emulator
+from exporter.model.records import ClusterQueueInfo, FlavorQuota
 from exporter.sinks.bigquery import BigQuerySink
 from exporter.sinks.schema import GPU_USAGE, TABLES
 from exporter.sinks.warehouse import Warehouse

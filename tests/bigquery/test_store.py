@@ -11,8 +11,8 @@ from google.cloud import bigquery
 
 from analytics import rollups
 from analytics.store import BigQueryStore, DuckDBStore
-from exporter import compute
-from exporter.emulator import Emulator
+from exporter.google.bigquery_emulator import Emulator
+from exporter.model import compute
 from exporter.sinks.bigquery import BigQuerySink
 from exporter.sinks.warehouse import Warehouse
 from tests.bigquery.conftest import sink_config

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from google.cloud import bigquery
 
-from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
-from exporter.emulator import Emulator
+from exporter.google.bigquery_emulator import Emulator
+from exporter.runtime.app import open_exporter
 from exporter.sinks.schema import GPU_USAGE
 from simulator.scenario import load_scenario
 from simulator.server import SimulatorServer

@@ -10,7 +10,7 @@ import json
 import resource
 import sys
 
-from exporter.service import DCGM_FIELDS_READ
+from exporter.runtime.service import DCGM_FIELDS_READ
 from exporter.sources.dcgm import DcgmSource, TargetScrape
 
 

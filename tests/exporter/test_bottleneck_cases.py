@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, VIOLATIONS, classify
+from exporter.model.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, VIOLATIONS, classify
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "dcgm" / "dcgm-exporter_default-counters.csv"
 

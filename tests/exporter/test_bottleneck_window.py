@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from exporter.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, VIOLATIONS, Window, signals
+from exporter.model.bottleneck import CLOCK_REASONS, SIGNAL_FIELDS, VIOLATIONS, Window, signals
 
 
 def _sample(rng: random.Random, counters: dict[str, float]) -> dict[str, float]:

@@ -16,8 +16,8 @@ import aiohttp
 import grpc
 
 from exporter.backoff import Backoff
-from exporter.families import MetricsView
-from exporter.google_monitoring import metric_client
+from exporter.google.monitoring import metric_client
+from exporter.metrics.families import MetricsView
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from simulator.exposition import render_node
 from simulator.scenario import Scenario

@@ -1,4 +1,4 @@
-"""Each definition in exporter.compute, as a table of cases."""
+"""Each definition in exporter.model.compute, as a table of cases."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from exporter import compute
-from exporter.compute import DeviceIdentity, Owner
+from exporter.model import compute
+from exporter.model.compute import DeviceIdentity, Owner
 from exporter.sources.dcgm import DeviceReading, PodOnDevice
 from exporter.sources.kube import NodeInfo, PodInfo
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from exporter.config import load_config, variables
 from exporter.errors import ConfigError
 from exporter.files import not_utf8_text
-from exporter.prices import load_price_book
+from exporter.model.prices import load_price_book
 from tests.conftest import write_kubeconfig
 
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "config.yaml"

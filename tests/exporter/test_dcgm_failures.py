@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.service import Exporter
+from exporter.runtime.app import open_exporter
+from exporter.runtime.service import Exporter
 from exporter.sources import dcgm
 from exporter.sources.dcgm import DcgmSource, TargetScrape
 from simulator.server import SimulatorServer
@@ -157,7 +157,7 @@ async def test_a_hostile_scrape_leaves_no_trace_once_the_target_is_healthy(
     ``too_many_devices`` and never billed, logged once as it begins and once as it ends;
     once the exporter answers normally again, /metrics names the GPUs it named before, as
     many series as before, at the same cost."""
-    caplog.set_level(logging.INFO, logger="exporter.service")
+    caplog.set_level(logging.INFO, logger="exporter.runtime.service")
     (h100,) = [n for n in sim.cluster.live_nodes() if n.pool.name == "h100"]
     hostile = False
 
@@ -305,7 +305,7 @@ async def test_each_outage_of_a_target_is_logged_when_it_begins_and_ends(
     """One warning when a target starts failing, one info line with the outage's length and
     failed attempts when it answers again, nothing between; every failure is counted by
     reason, and the samples of an answer none of which is kept as rejected."""
-    caplog.set_level(logging.INFO, logger="exporter.service")
+    caplog.set_level(logging.INFO, logger="exporter.runtime.service")
     url, text = await answer_each_cycle(sim, tmp_path, serve, answers)
     fams = families(text)
     began = logged(caplog, logging.WARNING, "dcgm scrape failed")
@@ -334,7 +334,7 @@ async def test_rejects_are_logged_once_per_episode(
         case: str, answers: str, episodes: list[tuple[float, int]], sim: SimulatorServer,
         tmp_path: Path, serve: Callable[[Handler], Awaitable[str]],
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="exporter.service")
+    caplog.set_level(logging.INFO, logger="exporter.runtime.service")
     url, _ = await answer_each_cycle(sim, tmp_path, serve, answers)
     began = logged(caplog, logging.WARNING, "dcgm samples rejected")
     assert [(b["target"], b["reason"]) for b in began] == \

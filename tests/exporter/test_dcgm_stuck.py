@@ -13,9 +13,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config
-from exporter.health import PageRuns
+from exporter.metrics.health import PageRuns
+from exporter.runtime.app import open_exporter
 from simulator.server import SimulatorServer
 from tests.conftest import Handler
 from tests.exporter.test_dcgm_failures import logged
@@ -97,7 +97,7 @@ async def test_a_frozen_page_is_flagged_once_per_episode(
         caplog: pytest.LogCaptureFixture) -> None:
     """Cycles a simulated step (30 s) apart: a page the same for ``after`` seconds is
     flagged at the answer ``after / 30 + 1`` of its run."""
-    caplog.set_level(logging.INFO, logger="exporter.service")
+    caplog.set_level(logging.INFO, logger="exporter.runtime.service")
     url, seen = await answer_each_cycle(sim, tmp_path, serve, answers, after)
     assert seen == flags
     began = logged(caplog, logging.WARNING, "dcgm page unchanged while its gpus are allocated")

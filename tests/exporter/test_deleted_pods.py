@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
+from exporter.runtime.app import open_exporter
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.catalog import MACHINE_FAMILIES
-from exporter.compute import on_demand_gpus
 from exporter.config import load_config
 from exporter.errors import ConfigError
-from exporter.prices import Commitment, effective_prices, unused_commitment
+from exporter.model.catalog import MACHINE_FAMILIES
+from exporter.model.compute import on_demand_gpus
+from exporter.model.prices import Commitment, effective_prices, unused_commitment
 from tests.exporter.test_compute import node
 
 LIST = {("nvidia-h100-80gb", "on-demand"): 10.0, ("nvidia-h100-80gb", "spot"): 4.0,

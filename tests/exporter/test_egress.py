@@ -1,4 +1,4 @@
-"""exporter.egress: the endpoints a configuration connects to, and a NetworkPolicy's
+"""exporter.runtime.egress: the endpoints a configuration connects to, and a NetworkPolicy's
 egress rules read as Kubernetes reads them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from exporter.config import load_config
-from exporter.egress import Endpoint, allows, blocked, outbound_endpoints
+from exporter.runtime.egress import Endpoint, allows, blocked, outbound_endpoints
 
 DNS = [Endpoint("dns", 53, protocol="UDP", in_cluster=True, setting="(always)"),
        Endpoint("dns", 53, protocol="TCP", in_cluster=True, setting="(always)")]

@@ -16,11 +16,17 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import http_app, open_exporter
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.families import BY_NAME, CLOUD_MONITORING_DEFAULT, READING_LABELS, samples, series
-from exporter.scheduled_report import ReportStats
-from exporter.service import Exporter
+from exporter.metrics.families import (
+    BY_NAME,
+    CLOUD_MONITORING_DEFAULT,
+    READING_LABELS,
+    samples,
+    series,
+)
+from exporter.runtime.app import http_app, open_exporter
+from exporter.runtime.scheduled_report import ReportStats
+from exporter.runtime.service import Exporter
 from exporter.sinks.cloud_monitoring import points
 from exporter.sinks.prometheus import Exposition
 from simulator.scenario import Fault, Scenario
@@ -208,7 +214,7 @@ async def test_the_structured_series_are_those_of_the_text(
 
 def test_the_per_device_families_open_the_catalogue() -> None:
     """/metrics writes them in one pass over the devices, before the rest in table order."""
-    from exporter.families import DEVICE_FAMILIES, FAMILIES
+    from exporter.metrics.families import DEVICE_FAMILIES, FAMILIES
 
     assert FAMILIES[:len(tuple(DEVICE_FAMILIES))] == tuple(DEVICE_FAMILIES)
 

@@ -1,4 +1,4 @@
-"""The catalogue (``exporter.families``): its names say their units, as Prometheus names
+"""The catalogue (``exporter.metrics.families``): its names say their units, as Prometheus names
 them, and its per-device families are one group."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import get_args
 
 import pytest
 
-from exporter.families import (
+from exporter.metrics.families import (
     DEVICE_FAMILIES,
     DEVICE_READINGS,
     FAMILIES,

@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
+from exporter.runtime.app import open_exporter
 from simulator.server import SimulatorServer
 from tests.conftest import Handler
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.service import Exporter
+from exporter.runtime.app import open_exporter
+from exporter.runtime.service import Exporter
 from simulator.scenario import Scenario
 from tests.exporter.test_exporter import families
 

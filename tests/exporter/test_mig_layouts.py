@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from exporter import compute
-from exporter.app import open_exporter
-from exporter.compute import DeviceIdentity
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.prices import load_price_book
+from exporter.model import compute
+from exporter.model.compute import DeviceIdentity
+from exporter.model.prices import load_price_book
+from exporter.model.totals import Totals
+from exporter.runtime.app import open_exporter
 from exporter.sources.dcgm import DeviceReading, parse_dcgm_text
 from exporter.sources.kube import NodeInfo
-from exporter.totals import Totals
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.sources.mig_samples import A100, A100_RC, H100_0, H100_TEXT, with_gpu_xid

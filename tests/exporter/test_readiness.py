@@ -13,10 +13,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.app import http_app, open_exporter
 from exporter.config import Config
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.service import Exporter
+from exporter.runtime.app import http_app, open_exporter
+from exporter.runtime.service import Exporter
 from simulator.scenario import Fault, Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import free_port, write_kubeconfig

@@ -9,9 +9,9 @@ import pytest
 
 from analytics.queries import USAGE
 from analytics.store import DuckDBStore
-from exporter import compute
 from exporter.config import load_config
 from exporter.errors import ConfigError
+from exporter.model import compute
 from exporter.sinks.warehouse import MAINTENANCE_INTERVAL, Warehouse
 from tests.exporter.test_compute import node, pod, reading, states
 

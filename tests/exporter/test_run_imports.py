@@ -56,5 +56,5 @@ async def test_run_loads_no_simulator_module(make_server: Callable[..., Any],
         assert proc.returncode == 0
     imported += [m.group(2) for line in (rest or b"").decode().splitlines()
                  if (m := IMPORTED.match(line))]
-    assert "exporter.service" in imported and "duckdb" in imported  # the lines were read
+    assert "exporter.runtime.service" in imported and "duckdb" in imported  # the lines were read
     assert [m for m in imported if m.split(".")[0] == "simulator"] == []

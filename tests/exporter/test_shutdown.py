@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from exporter.app import Shutdown, _in_daemon_thread
+from exporter.runtime.app import Shutdown, _in_daemon_thread
 from simulator.server import SimulatorServer
 from tests.conftest import start_exporter
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.errors import SourceTimeout
-from exporter.placement import Placement
-from exporter.records import ParseResult, TargetScrape
-from exporter.snapshot import place_answers
+from exporter.model.placement import Placement
+from exporter.model.records import ParseResult, TargetScrape
+from exporter.model.snapshot import place_answers
 from tests.exporter.test_compute import node, reading
 
 NODES = {n: node(n, address=f"10.0.0.{i}") for i, n in enumerate(("n1", "n2", "n3"), 1)}

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.app import open_exporter, serve
 from exporter.config import load_config
 from exporter.demo import demo_config
 from exporter.errors import StartupError
+from exporter.runtime.app import open_exporter, serve
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import write_kubeconfig

@@ -7,8 +7,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from exporter import compute, duck
-from exporter.records import WorkloadInfo
+from exporter import duck
+from exporter.model import compute
+from exporter.model.records import WorkloadInfo
 from exporter.sinks.schema import TABLES
 from exporter.sinks.warehouse import Warehouse
 from exporter.sinks.warehouse.staging import write_groups
@@ -297,7 +298,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter.compute import DeviceIdentity
+from exporter.model.compute import DeviceIdentity
 from exporter.sinks.warehouse import Warehouse
 from tests.exporter.test_compute import pod
 from tests.exporter.test_warehouse import rows
@@ -370,7 +371,7 @@ def test_month_to_date_spend_goes_on_across_a_restart_and_starts_again_each_mont
         tmp_path: Path) -> None:
     """The budget forecast's spend so far: the warehouse's rows of the month the first
     cycle falls in, then each interval's cost, from 0 again when a month begins."""
-    from exporter.totals import Totals
+    from exporter.model.totals import Totals
 
     nov_30 = 1796083080.0   # 2026-11-30 23:58 UTC
     wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)

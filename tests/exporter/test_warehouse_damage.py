@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from exporter import duck
-from exporter.health import QUARANTINE_REASONS, QuarantineReason
+from exporter.metrics.health import QUARANTINE_REASONS, QuarantineReason
 from exporter.sinks.warehouse import QUARANTINE, Warehouse
 from tests.exporter.test_warehouse import count, rows
 

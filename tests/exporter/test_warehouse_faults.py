@@ -17,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import duck
-from exporter.app import open_exporter
 from exporter.demo import demo_config, step_both
-from exporter.service import Exporter
+from exporter.runtime.app import open_exporter
+from exporter.runtime.service import Exporter
 from exporter.sinks.warehouse import Warehouse
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
@@ -84,7 +84,7 @@ async def test_a_failing_warehouse_stops_neither_the_cycle_nor_metrics(
     """Every warehouse write failing for three cycles (nothing can be staged): each cycle
     still renders /metrics, counts a warehouse error and shows ``warehouse_ok`` false,
     logging once; once DuckDB works again, the rows of the failed cycles reach the table."""
-    caplog.set_level(logging.INFO, logger="exporter.service")
+    caplog.set_level(logging.INFO, logger="exporter.runtime.service")
     sim: SimulatorServer = await make_server(make_scenario())
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
@@ -164,7 +164,7 @@ async def test_a_slow_warehouse_never_holds_up_metrics(
 
     from aiohttp.test_utils import TestClient, TestServer
 
-    from exporter.app import http_app
+    from exporter.runtime.app import http_app
 
     sim: SimulatorServer = await make_server(make_scenario())
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exporter import compute
-from exporter.app import open_exporter
 from exporter.demo import caught_up, demo_config, step_both
-from exporter.records import DELETED, ClusterQueueInfo, FlavorQuota
+from exporter.model import compute
+from exporter.model.records import DELETED, ClusterQueueInfo, FlavorQuota
+from exporter.runtime.app import open_exporter
 from exporter.sinks.warehouse import Warehouse
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer

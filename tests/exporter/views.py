@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.compute import Owner
-from exporter.families import MetricsView
-from exporter.health import SourceHealth
-from exporter.records import PodInfo
+from exporter.metrics.families import MetricsView
+from exporter.metrics.health import SourceHealth
+from exporter.model.compute import Owner
+from exporter.model.records import PodInfo
+from exporter.model.totals import GroupKey, Totals
 from exporter.sources.kube import KubeSource
-from exporter.totals import GroupKey, Totals
 
 
 def _owner(p: PodInfo) -> Owner:

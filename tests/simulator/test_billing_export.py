@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from analytics import reconcile
-from exporter.app import open_exporter
 from exporter.cli import main
 from exporter.demo import demo_config, step_both, write_sample_bill
-from exporter.prices import load_price_book
+from exporter.model.prices import load_price_book
+from exporter.runtime.app import open_exporter
 from simulator import billing_export
 from simulator.billing_export import Difference, SampleBill
 from simulator.server import SimulatorServer

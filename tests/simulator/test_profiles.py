@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from exporter.bottleneck import classify
+from exporter.model.bottleneck import classify
 from simulator.cluster import Cluster
 from simulator.exposition import render_node
 from simulator.profiles import (

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.durations import parse_duration
+from exporter.model.durations import parse_duration
 from simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.conftest import scenario_data
 
@@ -144,7 +144,7 @@ def test_scaling_keeps_the_mix() -> None:
 def test_scenarios_may_use_every_model_of_the_catalogue() -> None:
     from typing import get_args
 
-    from exporter.catalog import GPU_MODELS
+    from exporter.model.catalog import GPU_MODELS
     from simulator.scenario import Accelerator
     assert set(get_args(Accelerator)) == set(GPU_MODELS)
 

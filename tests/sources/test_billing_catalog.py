@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from exporter.app import open_exporter
 from exporter.demo import demo_config
-from exporter.prices import load_price_book
+from exporter.model.prices import load_price_book
+from exporter.runtime.app import open_exporter
 from exporter.sources.billing_catalog import CatalogRefresh, catalog_client, gpu_prices, model_of
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer

@@ -16,11 +16,11 @@ import grpc
 import pytest
 from google.cloud.monitoring_v3 import TimeSeries
 
-from exporter import compute
-from exporter.app import open_exporter
 from exporter.demo import demo_config
 from exporter.errors import SourceDataError, SourceUnavailable
-from exporter.google_monitoring import metric_client
+from exporter.google.monitoring import metric_client
+from exporter.model import compute
+from exporter.runtime.app import open_exporter
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
 from exporter.sources.dcgm import PodOnDevice, TargetScrape
 from simulator.exposition import render_node

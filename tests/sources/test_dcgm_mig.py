@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from google.cloud.monitoring_v3 import TimeSeries
 
-from exporter import compute
+from exporter.model import compute
 from exporter.sources import cloud_monitoring, prometheus_api
 from exporter.sources.dcgm import (
     DeviceReading,

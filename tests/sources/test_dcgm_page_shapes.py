@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.errors import SourceDataError
-from exporter.records import ParseResult
-from exporter.service import DCGM_FIELDS_READ
+from exporter.model.records import ParseResult
+from exporter.runtime.service import DCGM_FIELDS_READ
 from exporter.sources.dcgm import (
     PIECE_BYTES,
     DcgmSource,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.service import DCGM_FIELDS_READ
+from exporter.runtime.service import DCGM_FIELDS_READ
 from exporter.sources.dcgm import PagePlan, ParseResult, parse_dcgm_text, parse_page, split_page
 from simulator.cluster import Cluster
 from simulator.exposition import render_node

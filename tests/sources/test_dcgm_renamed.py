@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from exporter.bottleneck import CLOCK_REASONS, VIOLATIONS, classify
-from exporter.catalog import DCGM_RENAMED
-from exporter.service import DCGM_FIELDS_READ
+from exporter.model.bottleneck import CLOCK_REASONS, VIOLATIONS, classify
+from exporter.model.catalog import DCGM_RENAMED
+from exporter.runtime.service import DCGM_FIELDS_READ
 from exporter.sources.cloud_monitoring import dcgm_type
 from exporter.sources.dcgm import parse_dcgm_text, parse_page
 from exporter.sources.prometheus_api import readings

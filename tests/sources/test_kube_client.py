@@ -23,10 +23,10 @@ import trustme
 import yaml
 from aiohttp import web
 
-from exporter.app import _kube_client
 from exporter.backoff import Backoff
 from exporter.config import load_config
 from exporter.errors import StartupError
+from exporter.runtime.app import _kube_client
 from exporter.sources import kube_client
 from exporter.sources.kube import KubeSource
 from exporter.sources.kube_client import (
@@ -417,7 +417,7 @@ def test_the_service_does_not_import_kubernetes_asyncio(tmp_path: Path) -> None:
     path = write_kubeconfig(tmp_path, {"server": "https://127.0.0.1:1"}, {"token": "t"})
     code = textwrap.dedent(f"""\
         import asyncio, sys
-        from exporter.app import _kube_client
+        from exporter.runtime.app import _kube_client
         from exporter.config import load_config
         cfg = load_config(None, overrides={{"kubernetes": {{"kubeconfig": {str(path)!r}}}}})
         async def main():

@@ -10,8 +10,8 @@ from typing import Any
 
 import aiohttp
 
-from exporter.app import open_exporter
 from exporter.demo import demo_config
+from exporter.runtime.app import open_exporter
 from exporter.sources.dcgm import PodOnDevice
 from exporter.sources.prometheus_api import readings
 from simulator.scenario import Scenario

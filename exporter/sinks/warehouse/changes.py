@@ -12,8 +12,8 @@ from typing import Any
 
 import duckdb
 
-from exporter.compute import Admission
-from exporter.records import (
+from exporter.model.compute import Admission
+from exporter.model.records import (
     DELETED,
     WORKLOAD_ADMITTED,
     WORKLOAD_PENDING,

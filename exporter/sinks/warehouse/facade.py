@@ -19,9 +19,9 @@ from typing import Concatenate
 import duckdb
 
 from exporter import duck
-from exporter.compute import Admission, UsageRow
 from exporter.logs import ctx
-from exporter.records import ClusterQueueInfo, PodInfo, WorkloadInfo
+from exporter.model.compute import Admission, UsageRow
+from exporter.model.records import ClusterQueueInfo, PodInfo, WorkloadInfo
 from exporter.sinks import outbox
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
 from exporter.sinks.schema import (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from exporter.compute import DeviceIdentity
+from exporter.model.compute import DeviceIdentity
 from exporter.sinks.batch_files import literal
 from exporter.sinks.warehouse.writes import csv_batch
 

@@ -21,10 +21,10 @@ from typing import Any
 import duckdb
 
 from exporter import duck
-from exporter.bottleneck import CLOCK_REASONS
-from exporter.compute import XID, UsageRow
-from exporter.health import QUARANTINE_REASONS, QuarantineReason
 from exporter.logs import ctx
+from exporter.metrics.health import QUARANTINE_REASONS, QuarantineReason
+from exporter.model.bottleneck import CLOCK_REASONS
+from exporter.model.compute import XID, UsageRow
 from exporter.sinks.batch_files import Encoded, write_parquet
 from exporter.sinks.schema import FIELDS, GPU_USAGE
 from exporter.sinks.warehouse.tables import DAY

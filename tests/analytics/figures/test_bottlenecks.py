@@ -10,7 +10,7 @@ import pytest
 
 from analytics.figures.bottlenecks import bottleneck_table, classify_arrow, with_evidence
 from analytics.workspace import Table
-from exporter.bottleneck import Signals, decide
+from exporter.model.bottleneck import Signals, decide
 from tests.analytics.figures.frames import pods, workspace
 
 

@@ -124,7 +124,7 @@ def test_pricing_of_the_shipped_book_and_a_configuration() -> None:
     they differ (G2), none where no machine type fixes the GPU count (N1's T4); the
     discounts and the catalogue as configured."""
     from exporter.config import load_config
-    from exporter.prices import load_price_book
+    from exporter.model.prices import load_price_book
 
     book = load_price_book(None, "us-central1")
     cfg = load_config(None, {"cluster": "c", "prices": {

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from exporter import compute
-from exporter.records import Provisioning, State
+from exporter.model import compute
+from exporter.model.records import Provisioning, State
 
 KEEP_ENDED_PODS = 10_000
 """Pods gone from the cluster whose per-pod sums ``Totals`` keeps."""

@@ -30,9 +30,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from exporter.catalog import MACHINE_FAMILIES
 from exporter.errors import ConfigError
 from exporter.files import Unreadable, decode, parse_yaml, read_yaml
+from exporter.model.catalog import MACHINE_FAMILIES
 
 
 @dataclass(frozen=True, slots=True)

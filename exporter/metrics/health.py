@@ -1,6 +1,6 @@
 """How every source and sink is doing, as the exporter's own series show it: what each
 answered, failed, wrote, refused or dropped since start. The sources and sinks keep these
-records up to date; the catalogue (``exporter.families``) reads them."""
+records up to date; the catalogue (``exporter.metrics.families``) reads them."""
 
 from __future__ import annotations
 

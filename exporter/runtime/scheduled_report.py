@@ -32,8 +32,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from analytics.week import Week, last_complete_week, reads
-from exporter.health import ReportStats
 from exporter.logs import ctx
+from exporter.metrics.health import ReportStats
 from exporter.sinks.warehouse import Warehouse
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from exporter.records import DeviceReading, NodeInfo, PodInfo
+from exporter.model.records import DeviceReading, NodeInfo, PodInfo
 
 
 class Placement:

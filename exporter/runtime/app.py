@@ -30,18 +30,18 @@ import aiohttp
 import duckdb
 from aiohttp import web
 
-from exporter import memory
 from exporter.config import Config
 from exporter.errors import ConfigError, StartupError
-from exporter.google_monitoring import metric_client
-from exporter.health import CloudMonitoringStats, RemoteWriteStats
-from exporter.lifecycle import stop_signal
+from exporter.google.monitoring import metric_client
 from exporter.logs import ctx
-from exporter.preflight import listen_error
-from exporter.prices import load_price_book
+from exporter.metrics.health import CloudMonitoringStats, RemoteWriteStats
+from exporter.model.prices import load_price_book
+from exporter.runtime import memory
+from exporter.runtime.lifecycle import stop_signal
+from exporter.runtime.preflight import listen_error
 from exporter.runtime.recording import WAREHOUSE_RETRY_SECONDS, WarehouseOpening
-from exporter.scheduled_report import Schedule, ScheduledReport
-from exporter.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
+from exporter.runtime.scheduled_report import Schedule, ScheduledReport
+from exporter.runtime.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
 from exporter.sinks import Push
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.prometheus import MetricsEndpoint

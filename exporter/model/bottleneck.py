@@ -84,7 +84,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from exporter.catalog import GPU_MODELS, GpuModel
+from exporter.model.catalog import GPU_MODELS, GpuModel
 
 THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # sw power cap, hw slowdown, thermal, brake
 CLOCK_REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"

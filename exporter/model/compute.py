@@ -50,8 +50,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.catalog import FATAL_XIDS, GPUS_OF_MACHINE
-from exporter.records import (
+from exporter.model.catalog import FATAL_XIDS, GPUS_OF_MACHINE
+from exporter.model.records import (
     ACCELERATOR_MEMORY_TOTAL,
     ACCELERATOR_MEMORY_USED,
     DUTY_CYCLE,

@@ -20,27 +20,31 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from exporter import compute, logs, memory
-from exporter.bottleneck import SIGNAL_FIELDS, Diagnosis
-from exporter.catalog import DCGM_RENAMED
+from exporter import logs
 from exporter.config import Config
-from exporter.families import DEVICE_READINGS, MetricsView, QueuedWorkload
-from exporter.health import (
+from exporter.metrics.families import DEVICE_READINGS, MetricsView, QueuedWorkload
+from exporter.metrics.health import (
     CatalogStats,
     CloudMonitoringStats,
     RemoteWriteStats,
     ReportStats,
     SourceHealth,
 )
-from exporter.placement import Placement
-from exporter.prices import PriceBook
-from exporter.records import NodeInfo, PodInfo
+from exporter.model import compute
+from exporter.model.bottleneck import SIGNAL_FIELDS, Diagnosis
+from exporter.model.catalog import DCGM_RENAMED
+from exporter.model.placement import Placement
+from exporter.model.prices import PriceBook
+from exporter.model.records import NodeInfo, PodInfo
+from exporter.model.snapshot import Snapshot, place_answers
+from exporter.model.totals import Totals
+from exporter.runtime import memory
 from exporter.runtime.bottlenecks import Bottlenecks
 from exporter.runtime.cycles import CycleRecord
 from exporter.runtime.incidents import Incidents
 from exporter.runtime.inventory import Inventory
 from exporter.runtime.owners import Owners
-from exporter.runtime.pricing import Pricing
+from exporter.runtime.price_state import PriceState
 from exporter.runtime.publishing import Publisher, copy_of, frozen_figures
 from exporter.runtime.queues import Queues
 from exporter.runtime.readiness import VIEW_KINDS, Readiness
@@ -49,9 +53,7 @@ from exporter.runtime.scrapes import Scrapes
 from exporter.sinks import Sink
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
-from exporter.snapshot import Snapshot, place_answers
 from exporter.sources import ClusterSource, ReadingSource
-from exporter.totals import Totals
 
 if TYPE_CHECKING:
     from exporter.sinks.bigquery import BigQuerySink
@@ -95,7 +97,7 @@ class Exporter:
         self.owners = Owners(config, kube, episodes)
         self.queues = Queues(config, kube)
         self.bottlenecks = Bottlenecks(config.bottleneck_window)
-        self.pricing = Pricing(config, prices, log)
+        self.pricing = PriceState(config, prices, log)
         self.recording = Recording(kube, self.owners, self.queues, self.scrapes.health,
                                    episodes, log, warehouse, bigquery, warehouse_opening)
         self.record = CycleRecord()

@@ -8,10 +8,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from exporter import compute, logs
+from exporter import logs
 from exporter.config import Config
-from exporter.health import CatalogStats
-from exporter.prices import (
+from exporter.metrics.health import CatalogStats
+from exporter.model import compute
+from exporter.model.prices import (
     Commitment,
     CommitmentUse,
     ListPrice,
@@ -19,7 +20,7 @@ from exporter.prices import (
     effective_prices,
     unused_commitment,
 )
-from exporter.records import NodeInfo
+from exporter.model.records import NodeInfo
 
 if TYPE_CHECKING:
     from exporter.sources.billing_catalog import ListPrices
@@ -35,7 +36,7 @@ class PriceFeed(Protocol):
     def latest(self) -> ListPrices | None: ...
 
 
-class Pricing:
+class PriceState:
     """List prices as the book gives them, until the feed (the price catalogue) prices a
     model: each cycle takes the feed's latest read, when it is new."""
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Literal, TypeIs
 
-from exporter import __version__, compute
-from exporter.health import (
+from exporter import __version__
+from exporter.metrics.health import (
     QUARANTINE_REASONS,
     BigQueryStats,
     CatalogStats,
@@ -37,8 +37,9 @@ from exporter.health import (
     ReportStats,
     SourceHealth,
 )
-from exporter.prices import CommitmentUse, ListPrice
-from exporter.records import (
+from exporter.model import compute
+from exporter.model.prices import CommitmentUse, ListPrice
+from exporter.model.records import (
     KUBE_ERROR_REASONS,
     PAGE_READS,
     REJECT_REASONS,
@@ -49,10 +50,10 @@ from exporter.records import (
     WorkloadInfo,
     gpu_model,
 )
-from exporter.totals import QUEUE_BUCKETS, GroupKey, Totals, WaitHistogram
+from exporter.model.totals import QUEUE_BUCKETS, GroupKey, Totals, WaitHistogram
 
 if TYPE_CHECKING:
-    from exporter.bottleneck import Diagnosis
+    from exporter.model.bottleneck import Diagnosis
 
 PREFIX = "gke_gpu_"
 Kind = Literal["gauge", "counter", "histogram"]

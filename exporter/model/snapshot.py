@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.placement import Placement
-from exporter.records import DeviceReading, NodeInfo, PodInfo, TargetScrape
+from exporter.model.placement import Placement
+from exporter.model.records import DeviceReading, NodeInfo, PodInfo, TargetScrape
 
 
 @dataclass(slots=True)

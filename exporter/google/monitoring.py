@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.google_grpc import async_client
+from exporter.google.grpc_clients import async_client
 
 if TYPE_CHECKING:
     from google.cloud.monitoring_v3 import MetricServiceAsyncClient
