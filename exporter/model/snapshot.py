@@ -14,7 +14,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.model.placement import Placement
-from exporter.model.records import DeviceReading, NodeInfo, PodInfo, TargetScrape
+from exporter.model.records import (
+    ClusterQueueInfo,
+    DeviceReading,
+    NodeInfo,
+    PodInfo,
+    TargetScrape,
+    WorkloadInfo,
+)
 
 
 @dataclass(slots=True)
@@ -85,3 +92,11 @@ class Snapshot:
     """Nodes no answer covered this cycle: no state, no cost, no downtime."""
     complete: bool
     """Whether the readings list every GPU of the nodes they cover."""
+    nodes_listed: bool = True
+    """Whether the nodes come from a list of the API (not the empty view before one)."""
+    kueue: bool = False
+    """Whether the cluster serves Kueue's API."""
+    workloads: Mapping[str, WorkloadInfo] = field(default_factory=dict)
+    """Kueue's Workloads, by UID."""
+    cluster_queues: Mapping[str, ClusterQueueInfo] = field(default_factory=dict)
+    """Kueue's ClusterQueues, by name."""

@@ -35,7 +35,7 @@ from exporter.model.bottleneck import SIGNAL_FIELDS, Diagnosis
 from exporter.model.catalog import DCGM_RENAMED
 from exporter.model.placement import Placement
 from exporter.model.prices import PriceBook
-from exporter.model.records import NodeInfo, PodInfo
+from exporter.model.records import PodInfo
 from exporter.model.snapshot import Snapshot, place_answers
 from exporter.model.totals import Totals
 from exporter.runtime import memory
@@ -222,7 +222,9 @@ class Exporter:
         nodes = dict(kube.nodes)
         self.inventory.admit(placed.readings, nodes, now)
         snap = Snapshot(now, nodes, dict(kube.pods), tuple(kube.take_deleted_pods()),
-                        placed.readings, frozenset(placed.unknown_nodes), placed.complete)
+                        placed.readings, frozenset(placed.unknown_nodes), placed.complete,
+                        kube.synced["nodes"].is_set(), bool(kube.kueue), dict(kube.workloads),
+                        dict(kube.cluster_queues))
         states = self._compute(snap)
         self.scrapes.stuck(dict(zip(targets, results, strict=True)), states, now)
         self.pricing.unpriced(states)
@@ -235,12 +237,12 @@ class Exporter:
         record.states, record.state_time = states, now
         self.incidents.xids(states)
         self.recording.ended(self.incidents.update(states, nodes, snap.unknown_nodes, now))
-        for pod in kube.pods.values():
+        for pod in snap.pods.values():
             self.incidents.preempted(pod)
         self.queues.observe(totals, self.owners.team, now)
         self.bottlenecks.update(now, states)
         self.inventory.forget_gone(totals, states, nodes)
-        self.incidents.forget_pools(nodes, kube.pods.values())
+        self.incidents.forget_pools(nodes, snap.pods.values())
         stages["compute"] = time.process_time() - cpu - stages["scrape"]
         recording = self.recording
         if recording.warehouse is None and recording.opening is not None:
@@ -256,7 +258,7 @@ class Exporter:
             gc.freeze()  # what start-up built lives on: no collection need scan it again
         record.last_time = now
         record.seconds = time.perf_counter() - began
-        self.publisher.publish(self._view(nodes, now), now)
+        self.publisher.publish(self._view(snap), now)
         memory.give_back()  # what the cycle freed, the last exposition included
 
     def _compute(self, snap: Snapshot) -> list[compute.DeviceState]:
@@ -285,19 +287,21 @@ class Exporter:
         self.totals.waited.discard(pod.uid)
         self.totals.pod_ended(pod.uid)
 
-    def _view(self, nodes: dict[str, NodeInfo], now: float) -> MetricsView:
-        """The cycle's view: copies of what it shows, so that the next cycle changes none
-        of it."""
+    def _view(self, snap: Snapshot) -> MetricsView:
+        """The cycle's view: copies of what it shows, the cluster as the snapshot took it
+        (the watches go on while the cycle awaits the warehouse), so that nothing after it
+        changes any of it."""
+        nodes, now = snap.nodes, snap.now
         config, kube, recording, publisher = self.config, self.kube, self.recording, \
             self.publisher
         warehouse, bigquery = recording.warehouse, recording.bigquery
         totals, health, kube_figures = frozen_figures(self.totals, self.scrapes.health, kube)
         return MetricsView(
             cluster=config.cluster, now=now, states=self.record.states, nodes=nodes,
-            pods=list(kube.pods.values()), totals=totals, health=health,
+            pods=list(snap.pods.values()), totals=totals, health=health,
             kube=kube_figures, diagnoses=self.bottlenecks.diagnoses,
             available_gpus=compute.available_gpus(nodes.values(), config.system_reserved_gpus)
-            if kube.synced["nodes"].is_set() else None,
+            if snap.nodes_listed else None,
             cycle_seconds=self.record.seconds, owner=self.owners.frozen(),
             rows_written=dict(warehouse.rows_written) if warehouse else {},
             bigquery=copy_of(bigquery.stats) if bigquery else None,
@@ -315,11 +319,11 @@ class Exporter:
             catalog=_copy(self.pricing.catalog),
             allocation=(config.allocation.label or config.allocation.annotation)
             if config.allocation.enabled else None,
-            kueue=bool(kube.kueue),
+            kueue=snap.kueue,
             workloads=[QueuedWorkload(w, self.queues.workload_team(w),
                                       self.queues.cluster_queue_of(w))
-                       for w in kube.workloads.values()],
-            cluster_queues=dict(kube.cluster_queues),
+                       for w in snap.workloads.values()],
+            cluster_queues=dict(snap.cluster_queues),
         )
 
 

@@ -285,6 +285,46 @@ async def test_a_scrape_during_a_cycle_gets_the_last_cycle_exactly(
     assert exporter.view is not before and after == render(exporter.view) != published
 
 
+async def test_a_cycle_shows_the_cluster_its_snapshot_took_while_it_awaits_the_warehouse(
+        running: tuple[SimulatorServer, Exporter]) -> None:
+    """Pods the watches deliver while a cycle waits for its warehouse write are not in
+    that cycle's view (its states are of the snapshot before them); the next cycle
+    shows them."""
+    import threading
+
+    sim, exporter = running
+    warehouse = exporter.warehouse
+    assert warehouse is not None
+    writing, go_on = threading.Event(), threading.Event()
+    add_usage = warehouse.add_usage
+
+    def held(rows: Any) -> None:
+        writing.set()
+        go_on.wait(30)
+        add_usage(rows)
+
+    warehouse.add_usage = held  # type: ignore[method-assign]
+    await sim.advance(sim.cluster.step)
+    await caught_up(sim, exporter)
+    cycle = asyncio.create_task(exporter.cycle(sim.cluster.now))
+    try:
+        assert await asyncio.to_thread(writing.wait, 30)
+        before = set(exporter.kube.pods)
+        sim.cluster.submit("train", profile="healthy", run_seconds=7200)
+        await sim.advance(0)
+        await caught_up(sim, exporter)  # the watches moved on while the cycle writes
+        new = set(exporter.kube.pods) - before
+        assert new and not cycle.done()
+    finally:
+        go_on.set()
+    await cycle
+    assert exporter.view is not None
+    assert new.isdisjoint(p.uid for p in exporter.view.pods)
+    warehouse.add_usage = add_usage  # type: ignore[method-assign]
+    await step_both(sim, exporter, 1)
+    assert exporter.view is not None and new <= {p.uid for p in exporter.view.pods}
+
+
 async def test_metrics_are_rendered_and_compressed_once_per_cycle(
         make_server: Callable[..., Any], make_scenario: Callable[..., Scenario],
         tmp_path: Path) -> None:
