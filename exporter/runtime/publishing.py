@@ -26,12 +26,15 @@ if TYPE_CHECKING:
 
 
 def _copied(value: Any) -> Any:
-    """A table of the running figures copied, its histograms too; any other value as is."""
+    """A table of the running figures copied, its histograms and inner tables (counts by
+    reason) too; any other value as is."""
     if isinstance(value, dict):
         out = value.copy()
-        for key, h in out.items():
-            if isinstance(h, WaitHistogram):
-                out[key] = WaitHistogram(list(h.buckets), h.count, h.total_seconds)
+        for key, v in out.items():
+            if isinstance(v, WaitHistogram):
+                out[key] = WaitHistogram(list(v.buckets), v.count, v.total_seconds)
+            elif isinstance(v, dict):
+                out[key] = v.copy()
             else:
                 break  # a table holds one kind of value
         return out
