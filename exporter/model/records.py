@@ -47,6 +47,53 @@ finished); the first two are open."""
 
 
 @dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint (``spec.taints``)."""
+
+    key: str
+    value: str
+    effect: str
+    """``NoSchedule``, ``PreferNoSchedule`` or ``NoExecute``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration (``spec.tolerations``); ``key`` None with ``Exists``: every taint."""
+
+    key: str | None
+    operator: str
+    """``Equal`` (the default) or ``Exists``."""
+    value: str
+    effect: str | None
+    """None: every effect."""
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node-selector requirement of a required node-affinity term."""
+
+    key: str
+    operator: str
+    """``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt`` or ``Lt``."""
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodConstraints:
+    """Where a pod may run: what ``requiredDuringSchedulingIgnoredDuringExecution`` and the
+    node selector ask of a node's labels, and the taints it tolerates."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: tuple[tuple[Requirement, ...], ...] = ()
+    """Required node-affinity terms, any of which a node must meet (each term: all its
+    requirements); empty: no affinity."""
+    tolerations: tuple[Toleration, ...] = ()
+
+
+NO_CONSTRAINTS = PodConstraints()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
     pool: str
@@ -61,6 +108,11 @@ class NodeInfo:
     """``max-shared-clients-per-gpu`` on time-shared nodes, else 1."""
     mig_profile: str | None
     address: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """All its labels (where a pod's node selector and affinity look)."""
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    """``spec.unschedulable``: cordoned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +146,23 @@ class PodInfo:
     on a pod removed at once (forced, or never scheduled)."""
     annotations: dict[str, str] = field(default_factory=dict)
     """The annotations the exporter reads (``allocation.annotation``), not all of them."""
+    constraints: PodConstraints = NO_CONSTRAINTS
+    scheduling_gates: tuple[str, ...] = ()
+    """``spec.schedulingGates`` names (Kueue's ``kueue.x-k8s.io/admission`` while it holds
+    the pod)."""
+    unschedulable_reason: str | None = None
+    """``PodScheduled=False``'s reason (``Unschedulable``, ``SchedulingGated``); None when
+    scheduled or never tried."""
+    unschedulable_message: str = ""
+    """That condition's message: the scheduler's own words (``0/15 nodes are available:
+    ...``)."""
+    unschedulable_unix: float | None = None
+    """That condition's last transition."""
+    waiting_reason: str | None = None
+    """A container's ``state.waiting.reason`` while none runs (``ContainerCreating``,
+    ``ImagePullBackOff``, ``PodInitializing``)."""
+    disrupted: bool = False
+    """``DisruptionTarget=True``: evicted, preempted, or its node reclaimed or lost."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +217,28 @@ class ParseResult:
         self.rejected[reason] = self.rejected.get(reason, 0) + n
 
 
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    """A Kubernetes Event about a pod (``core/v1`` Event or ``events.k8s.io/v1``), as the
+    events watch keeps it: the newest of each reason per pod."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    reason: str
+    """``FailedScheduling``, ``TriggeredScaleUp``, ``NotTriggerScaleUp``, ``FailedScaleUp``,
+    ``Preempted``, ``Pulling``..."""
+    message: str
+    component: str
+    """Who said it: ``source.component`` or ``reportingController`` (``default-scheduler``,
+    ``cluster-autoscaler``, ``kubelet``, ``kueue-admission``...)."""
+    first_unix: float
+    last_unix: float
+    """When it was last said (``lastTimestamp``, else the series' last observed time, else
+    ``eventTime``)."""
+    count: int = 1
+
+
 @dataclass(slots=True)
 class TargetScrape:
     """What one target gave this cycle."""
@@ -164,6 +255,17 @@ class TargetScrape:
 
 
 # ---------------------------------------------------------------------------- Kueue
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCheck:
+    """One of a Workload's ``status.admissionChecks``: a ProvisioningRequest check is
+    ``Pending`` until its nodes exist, ``Retry`` or ``Rejected`` when they could not be
+    provisioned."""
+
+    name: str
+    state: str
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +293,19 @@ class WorkloadInfo:
     """The object Kueue made it for (a Job, a JobSet...): its pods' top-level owner."""
     labels: dict[str, str] = field(default_factory=dict)
     """Its first pod set's template labels (a ``team``, say)."""
+    gpus_per_pod: int = 0
+    """``nvidia.com/gpu`` one pod of its largest pod set requests."""
+    quota_reserved: bool = False
+    """``QuotaReserved=True``: quota is held for it (admission checks may still run)."""
+    pending_message: str = ""
+    """Why it is not admitted, in Kueue's words: ``QuotaReserved=False``'s message
+    (``couldn't assign flavors to pod set main: insufficient unused quota for
+    nvidia.com/gpu in flavor a100, 4 more needed``), else a pending admission check's."""
+    evicted_reason: str | None = None
+    """The reason of its last ``Evicted=True`` (``Preempted``, ``PodsReadyTimeout``,
+    ``InactiveWorkload``...), while it waits again; None if never evicted."""
+    admission_checks: tuple[AdmissionCheck, ...] = ()
+    """``status.admissionChecks``."""
 
     @property
     def pending(self) -> bool:

@@ -256,5 +256,72 @@ KUEUE_WORKLOADS = Table(
     cluster_by=("cluster", "namespace", "team"),
 )
 
-TABLES = (GPU_USAGE, GPU_PODS, AVAILABILITY_EVENTS, KUEUE_QUOTAS, KUEUE_WORKLOADS)
+GPU_PENDING = Table(
+    "gpu_pending",
+    "One row per waiting GPU pod (or Kueue Workload with no pod yet), cause and warehouse "
+    "interval: how long it waited in the interval and why (``exporter.model.pending``).",
+    (
+        _c("id", STRING, "Hash of cluster, interval, what waits and cause.", True),
+        _c("time", TIMESTAMP, "Start of the interval.", True),
+        _c("interval_seconds", FLOAT, "Length of the interval."),
+        _c("cluster", STRING, "Cluster name.", True),
+        _c("namespace", STRING, "Namespace."),
+        _c("team", STRING, "Team (label, else namespace label, else namespace)."),
+        _c("workload", STRING, "Its controller (Job, StatefulSet, ...), or for a Workload the "
+           "object Kueue queued."),
+        _c("kind", STRING, "pod, or workload: a Kueue Workload not admitted (no pod yet)."),
+        _c("uid", STRING, "Pod UID, or Workload UID.", True),
+        _c("name", STRING, "Pod name, or Workload name."),
+        _c("gpus", INTEGER, "GPUs it asks for (a Workload: all its pods')."),
+        _c("gpus_per_pod", INTEGER, "GPUs one of its pods asks for."),
+        _c("gpu_model", STRING, "Accelerator it selects; empty for any."),
+        _c("node_pool", STRING, "The node pool it fits (of several, the one with the most "
+           "free GPUs); empty when none does."),
+        _c("cause", STRING, "Why it waited: quota, no_capacity, scaling_up, stockout, "
+           "fragmented, unschedulable, starting or preempted.", True),
+        _c("seconds", FLOAT, "Seconds of the interval it waited for this cause.", True),
+        _c("gpu_seconds", FLOAT, "gpus x seconds.", True),
+        _c("wait_seconds", FLOAT, "Its wait so far at the end of the interval."),
+        _c("evidence", STRING, "The words the cause was decided on: the scheduler's, the "
+           "cluster autoscaler's, Kueue's or the kubelet's message."),
+        _c("evidence_source", STRING, "Who said them (default-scheduler, cluster-autoscaler, "
+           "kueue, kubelet), or exporter: decided from the free GPUs alone."),
+        _c("cluster_queue", STRING, "Kueue ClusterQueue, when Kueue queued it."),
+    ),
+    partition_by="time",
+    cluster_by=("cluster", "namespace", "team"),
+)
+
+GPU_FREE = Table(
+    "gpu_free",
+    "One row per node pool, what could use its free GPUs, and warehouse interval: free "
+    "GPU-seconds and their cost, split by whether a waiting pod could use them "
+    "(``exporter.model.pending``).",
+    (
+        _c("id", STRING, "Hash of cluster, interval, node pool and use.", True),
+        _c("time", TIMESTAMP, "Start of the interval.", True),
+        _c("interval_seconds", FLOAT, "Length of the interval."),
+        _c("cluster", STRING, "Cluster name.", True),
+        _c("node_pool", STRING, "Node pool.", True),
+        _c("gpu_model", STRING, "Its GPU model."),
+        _c("provisioning", STRING, "spot or on-demand."),
+        _c("zone", STRING, "Its zone (of several, the first)."),
+        _c("use", STRING, "usable: a waiting pod fits on the node; stranded: fragment (a "
+           "waiting pod fits the pool but needs more GPUs than the node has free), quota "
+           "(only Workloads Kueue holds back fit), mismatch (pods wait, none fits), "
+           "no_demand (nothing waits).", True),
+        _c("gpu_seconds", FLOAT, "Free physical GPU-seconds (a MIG slice its fraction, a "
+           "time-shared GPU once).", True),
+        _c("cost_usd", FLOAT, "Their cost (the GPUs' price x (1 - discount))."),
+        _c("fragmentation_ratio", FLOAT, "The pool's mean over the interval of 1 - (most "
+           "free GPUs on one node / free GPUs); 0 with no free GPU."),
+        _c("largest_free_gpus", INTEGER, "Most free GPUs (Kubernetes' units) on one node "
+           "of the pool in the interval."),
+    ),
+    partition_by="time",
+    cluster_by=("cluster", "node_pool"),
+)
+
+TABLES = (GPU_USAGE, GPU_PODS, AVAILABILITY_EVENTS, KUEUE_QUOTAS, KUEUE_WORKLOADS,
+          GPU_PENDING, GPU_FREE)
 BY_NAME = {t.name: t for t in TABLES}
