@@ -38,6 +38,7 @@ from exporter.metrics.health import (
     SourceHealth,
 )
 from exporter.model import compute
+from exporter.model.pending import CAUSES, STRANDED, WaitFigures
 from exporter.model.prices import CommitmentUse, ListPrice
 from exporter.model.records import (
     KUBE_ERROR_REASONS,
@@ -135,6 +136,8 @@ class MetricsView:
     one."""
     warehouse_quarantined: Mapping[QuarantineReason, int] = field(default_factory=dict)
     """Files the warehouse set aside, by reason (``health.QUARANTINE_REASONS``)."""
+    waits: WaitFigures = field(default_factory=WaitFigures)
+    """What waits and why, and the free GPUs no waiting pod could use."""
 
 
 def _always(_: MetricsView) -> bool:
@@ -189,6 +192,8 @@ READING_LABELS = ("cluster", "node", "pool", "model", "gpu", "uuid")
 labels the drill-down chooses by: at 8,000 GPUs each label costs ~0.5 MB a scrape."""
 NODE_LABELS = ("cluster", "node", "pool", "model", "provisioning")
 QUEUE_LABELS = ("cluster", "namespace", "team", "model")
+WAIT_LABELS = ("cluster", "namespace", "team", "pool", "model", "cause")
+STRANDED_LABELS = ("cluster", "pool", "model", "provisioning", "use")
 KUEUE_LABELS = ("cluster", "cluster_queue", "local_queue", "namespace", "team")
 KUEUE_QUEUE_LABELS = ("cluster", "cluster_queue", "local_queue", "namespace")
 KUEUE_FLAVOR_LABELS = ("cluster", "cluster_queue", "cohort", "flavor")
@@ -414,6 +419,36 @@ def _kueue_pending(v: MetricsView) -> _Pending:
         out.oldest[cq] = max(out.oldest.get(cq, 0.0), compute.admission_wait_seconds(
             w.queued_unix, None, v.now))
     return out
+
+
+def _waiting_gpus(v: MetricsView) -> list[Sample]:
+    out: dict[Labels, float] = defaultdict(float)
+    for w in v.waits.waiting:
+        out[(v.cluster, *w.key)] += w.gpus
+    return sorted(out.items())
+
+
+def _longest_waiting(v: MetricsView) -> list[Sample]:
+    out: dict[Labels, float] = {}
+    for w in v.waits.waiting:
+        key = (v.cluster, *w.key)
+        out[key] = max(out.get(key, 0.0), w.wait_seconds)
+    return sorted(out.items())
+
+
+def _waited(v: MetricsView) -> list[Sample]:
+    return [((v.cluster, *k), x) for k, x in sorted(v.waits.gpu_seconds.items())]
+
+
+def _stranded(v: MetricsView) -> list[Sample]:
+    return [((v.cluster, pf.pool, pf.model, pf.provisioning, use), pf.gpus[use])
+            for _, pf in sorted(v.waits.pools.items()) for use in STRANDED if use in pf.gpus]
+
+
+def _stranded_cost(v: MetricsView) -> list[Sample]:
+    return [((v.cluster, pf.pool, pf.model, pf.provisioning),
+             sum(pf.cost_usd_per_hour.get(use, 0.0) for use in STRANDED))
+            for _, pf in sorted(v.waits.pools.items())]
 
 
 def _histograms[K: Labels](hists: Mapping[K, WaitHistogram], cluster: str
@@ -760,6 +795,30 @@ FAMILIES: tuple[AnyFamily, ...] = (
     F("oldest_pending_seconds", "gauge", "seconds", "Wait so far of the oldest pending GPU "
       "pod or Kueue Workload not admitted yet (from the Workload's creation).",
       QUEUE_LABELS, _pending_of(lambda p: p.oldest), cloud_monitoring=True),
+    F("pending_cause_gpus", "gauge", "gpus", "GPUs waiting now, by why (cause: "
+      f"{', '.join(CAUSES)}): pending GPU pods, starting ones included, and Kueue Workloads "
+      "not admitted yet; pool: the node pool they fit.", WAIT_LABELS, _waiting_gpus,
+      cloud_monitoring=True),
+    F("pending_cause_oldest_seconds", "gauge", "seconds", "Wait so far of the oldest of "
+      "them, by why.", WAIT_LABELS, _longest_waiting),
+    F("pending_gpu_seconds", "counter", "seconds", "GPU-seconds waited since start, by "
+      "why (GPUs asked x seconds waited).", WAIT_LABELS, _waited),
+    F("stranded_gpus", "gauge", "gpus", "Free physical GPUs of Ready nodes no waiting pod "
+      "could use, by why (use: fragment, quota, mismatch, no_demand).", STRANDED_LABELS,
+      _stranded, cloud_monitoring=True),
+    F("stranded_cost_usd_per_hour", "gauge", "usd_per_hour", "What the stranded GPUs cost "
+      "an hour (price x (1 - discount)).", ("cluster", "pool", "model", "provisioning"),
+      _stranded_cost),
+    F("pool_fragmentation_ratio", "gauge", "ratio", "1 - most free GPUs on one node of "
+      "the pool / free GPUs of the pool (0 with none free).", ("cluster", "pool", "model"),
+      lambda v: [((v.cluster, pf.pool, pf.model), pf.fragmentation)
+                 for _, pf in sorted(v.waits.pools.items())]),
+    F("scale_up_failures", "counter", "", "Scale-ups the cluster autoscaler said failed "
+      "for waiting pods (GKE's FailedScaleUp events, by their count), by the pool the pods "
+      "fit and why (out_of_resources, quota_exceeded, other).",
+      ("cluster", "pool", "reason"),
+      lambda v: [((v.cluster, pool, reason), float(n))
+                 for (pool, reason), n in sorted(v.waits.scale_up_failures.items())]),
     F("queue_wait_seconds", "histogram", "seconds", "Time from pod creation to "
       "PodScheduled=True, GPU pods scheduled since start; for a pod of a Job Kueue queued, "
       "from its Workload's creation (admission included).", QUEUE_LABELS, _queue_waits),

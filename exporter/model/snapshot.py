@@ -18,6 +18,7 @@ from exporter.model.records import (
     ClusterQueueInfo,
     DeviceReading,
     NodeInfo,
+    PodEvent,
     PodInfo,
     TargetScrape,
     WorkloadInfo,
@@ -100,3 +101,5 @@ class Snapshot:
     """Kueue's Workloads, by UID."""
     cluster_queues: Mapping[str, ClusterQueueInfo] = field(default_factory=dict)
     """Kueue's ClusterQueues, by name."""
+    events: Mapping[str, Mapping[str, PodEvent]] = field(default_factory=dict)
+    """Pod UID -> the newest event about it of each reason."""

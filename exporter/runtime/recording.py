@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from exporter import logs
 from exporter.metrics.health import SourceHealth, SourceTarget
 from exporter.model import compute
+from exporter.model.pending import FreeRow, PendingRow
 from exporter.model.records import NodeInfo, PodInfo, gpu_model
 from exporter.model.totals import Totals
 from exporter.sinks.warehouse import Warehouse
@@ -155,7 +156,8 @@ class Recording:
     async def write(self, usage: list[compute.UsageRow], nodes: dict[str, NodeInfo],
                     inventory: dict[str, dict[str, compute.DeviceIdentity]],
                     incidents: dict[tuple[str, str], tuple[float, str, str]],
-                    now: float) -> None:
+                    now: float, waited: list[PendingRow] | None = None,
+                    free: list[FreeRow] | None = None) -> None:
         """Hand the cycle to the warehouse. DuckDB's work runs in a worker thread, so a slow
         flush or checkpoint never holds up ``/metrics`` or the watches; it is given copies
         of what it reads (``inventory``, ``incidents``). A failure (a full disk, DuckDB out
@@ -178,6 +180,7 @@ class Recording:
 
         def write() -> None:
             warehouse.add_usage(usage)
+            warehouse.add_waits(waited or [], free or [])
             warehouse.resume.save(inventory, incidents)
             if present is not None:
                 warehouse.finish_vanished(present, now)

@@ -50,6 +50,7 @@ from exporter.runtime.queues import Queues
 from exporter.runtime.readiness import VIEW_KINDS, Readiness
 from exporter.runtime.recording import Recording, WarehouseOpening
 from exporter.runtime.scrapes import Scrapes
+from exporter.runtime.waits import Waits
 from exporter.sinks import Sink
 from exporter.sinks.schema import FIELDS
 from exporter.sinks.warehouse import Warehouse
@@ -97,6 +98,7 @@ class Exporter:
         self.owners = Owners(config, kube, episodes)
         self.queues = Queues(config, kube)
         self.bottlenecks = Bottlenecks(config.bottleneck_window)
+        self.waits = Waits()
         self.pricing = PriceState(config, prices, log)
         self.recording = Recording(kube, self.owners, self.queues, self.scrapes.health,
                                    episodes, log, warehouse, bigquery, warehouse_opening)
@@ -224,7 +226,7 @@ class Exporter:
         snap = Snapshot(now, nodes, dict(kube.pods), tuple(kube.take_deleted_pods()),
                         placed.readings, frozenset(placed.unknown_nodes), placed.complete,
                         kube.synced["nodes"].is_set(), bool(kube.kueue), dict(kube.workloads),
-                        dict(kube.cluster_queues))
+                        dict(kube.cluster_queues), dict(kube.pod_events))
         states = self._compute(snap)
         self.scrapes.stuck(dict(zip(targets, results, strict=True)), states, now)
         self.pricing.unpriced(states)
@@ -240,6 +242,10 @@ class Exporter:
         for pod in snap.pods.values():
             self.incidents.preempted(pod)
         self.queues.observe(totals, self.owners.team, now)
+        with_pods = {wl.uid for p in snap.pods.values() if (wl := self.queues.workload_of(p))}
+        waited, free = self.waits.observe(snap, self.owners.team, self.queues.workload_team,
+                                          self.queues.cluster_queue_of,
+                                          lambda wl: wl.uid in with_pods, states)
         self.bottlenecks.update(now, states)
         self.inventory.forget_gone(totals, states, nodes)
         self.incidents.forget_pools(nodes, snap.pods.values())
@@ -249,7 +255,7 @@ class Exporter:
             self.inventory.devices = await recording.open_late(now, self.inventory.devices)
         if recording.warehouse is not None:
             await recording.write(usage, nodes, self.inventory.copy(),
-                                  dict(self.incidents.open), now)
+                                  dict(self.incidents.open), now, waited, free)
         stages["warehouse"] = time.process_time() - cpu - sum(stages.values())
         record.stage_cpu = stages
         record.cycles += 1
@@ -284,6 +290,7 @@ class Exporter:
         self.incidents.pod_gone(pod)
         self.recording.pod_gone(pod, now)
         self.bottlenecks.pod_gone(pod.uid)
+        self.waits.pod_gone(pod.uid)
         self.totals.waited.discard(pod.uid)
         self.totals.pod_ended(pod.uid)
 
@@ -324,6 +331,7 @@ class Exporter:
                                       self.queues.cluster_queue_of(w))
                        for w in snap.workloads.values()],
             cluster_queues=dict(snap.cluster_queues),
+            waits=self.waits.figures,
         )
 
 

@@ -20,6 +20,7 @@ from exporter.model.records import (
     ClusterQueueInfo,
     LocalQueueInfo,
     NodeInfo,
+    PodEvent,
     PodInfo,
     TargetScrape,
     WorkloadInfo,
@@ -70,6 +71,10 @@ class ClusterSource(KubeHealth, Protocol):
     @property
     def cluster_queues(self) -> Mapping[str, ClusterQueueInfo]:
         """Kueue ClusterQueue name -> queue."""
+
+    @property
+    def pod_events(self) -> Mapping[str, Mapping[str, PodEvent]]:
+        """Pod UID -> reason -> the newest event of that reason about it."""
 
     @property
     def local_queues(self) -> Mapping[tuple[str, str], LocalQueueInfo]:

@@ -42,6 +42,7 @@ from exporter.model.records import (
     ClusterQueueInfo,
     LocalQueueInfo,
     NodeInfo,
+    PodEvent,
     PodInfo,
     WorkloadInfo,
 )
@@ -199,6 +200,8 @@ class KubeSource:
         self.workloads: dict[str, WorkloadInfo] = {}
         """Kueue's Workloads by uid (empty without Kueue)."""
         self.cluster_queues: dict[str, ClusterQueueInfo] = {}
+        self.pod_events: dict[str, dict[str, PodEvent]] = {}
+        """Pod UID -> reason -> the newest event of it about the pod."""
         self.local_queues: dict[tuple[str, str], LocalQueueInfo] = {}
         self.kueue: bool | None = None
         """Whether the cluster serves Kueue's API; None until asked."""

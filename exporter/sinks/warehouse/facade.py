@@ -21,11 +21,14 @@ import duckdb
 from exporter import duck
 from exporter.logs import ctx
 from exporter.model.compute import Admission, UsageRow
+from exporter.model.pending import FreeRow, PendingRow
 from exporter.model.records import ClusterQueueInfo, PodInfo, WorkloadInfo
 from exporter.sinks import outbox
 from exporter.sinks.outbox import DDL as OUTBOX_DDL
 from exporter.sinks.schema import (
     AVAILABILITY_EVENTS,
+    GPU_FREE,
+    GPU_PENDING,
     GPU_PODS,
     GPU_USAGE,
     KUEUE_QUOTAS,
@@ -49,6 +52,7 @@ from exporter.sinks.warehouse.staging import (
     staging_directory,
 )
 from exporter.sinks.warehouse.tables import CURRENT_PODS_VIEW, HOUR, UsageTables
+from exporter.sinks.warehouse.waits import WaitRows
 from exporter.sinks.warehouse.writes import Writer
 
 log = logging.getLogger("exporter.sinks.warehouse")
@@ -148,6 +152,7 @@ class Warehouse:
             for ddl in OUTBOX_DDL:
                 self.con.execute(ddl)
         self.changes = Changes(cluster, connection)
+        self.waits = WaitRows(cluster, interval)
         self.writer = Writer(path, cluster, interval, outbox, self.tables, self.staging,
                              self.rows_written, connection)
         self._retention = Retention(self.tables, self.rows_removed, connection)
@@ -214,6 +219,11 @@ class Warehouse:
 
     def _stage(self) -> None:
         self.staging.stage()
+
+    @_locked
+    def add_waits(self, pending: list[PendingRow], free: list[FreeRow]) -> None:
+        """Sum a cycle's waits and free GPUs into their intervals (``WaitRows``)."""
+        self.waits.add(pending, free)
 
     @_locked
     def add_pods(self, pods: Iterable[PodInfo], now: float,
@@ -294,6 +304,13 @@ class Warehouse:
         if changes.workloads:
             append(KUEUE_WORKLOADS, "SELECT * FROM _batch", batch=changes.workloads.values())
             changes.workloads.clear()
+        upto = math.inf if partial else now
+        pending, free = self.waits.ready(upto)
+        if pending:
+            append(GPU_PENDING, "SELECT * FROM _batch", batch=pending)
+        if free:
+            append(GPU_FREE, "SELECT * FROM _batch", batch=free)
+        self.waits.drop(upto)
 
     @_locked
     def checkpoint(self) -> None:
