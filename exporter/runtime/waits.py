@@ -17,6 +17,7 @@ from exporter.model.pending import (
     Evidence,
     FreeRow,
     PendingRow,
+    Room,
     Said,
     ScaleUp,
     Verdict,
@@ -57,6 +58,12 @@ def slot_of(pod: PodInfo) -> Slot:
     index = pod.labels.get("batch.kubernetes.io/job-completion-index") or (
         pod.name if pod.owner_kind == "StatefulSet" else "")
     return (pod.namespace, pod.owner_kind, pod.workload, index)
+
+
+def _shape(constraints: PodConstraints, gpus: int) -> tuple[object, ...]:
+    """What a pod's room depends on: pods of one template share it."""
+    return (tuple(sorted(constraints.node_selector.items())), constraints.affinity,
+            constraints.tolerations, gpus)
 
 
 def _newest(events: Mapping[str, PodEvent], reasons: Sequence[str]) -> PodEvent | None:
@@ -111,20 +118,31 @@ class Waits:
         self._remember_disruptions(snap)
         free = free_units(snap.nodes, snap.pods.values())
         waiting: list[Waiting] = []
-        demands: list[Demand] = []
+        demands: dict[tuple[object, ...], Demand] = {}
+        rooms: dict[tuple[object, ...], Room] = {}
+
+        def room_of(constraints: PodConstraints, gpus: int) -> Room:
+            shape = _shape(constraints, gpus)
+            found = rooms.get(shape)
+            if found is None:
+                found = rooms[shape] = room(constraints, gpus, snap.nodes, free, self._shapes)
+            return found
+
         for pod in snap.pods.values():
             if pod.gpus <= 0 or pod.phase != "Pending":
                 continue
             events = snap.events.get(pod.uid, {})
-            verdict = decide(self._evidence(pod, events, snap), room(
-                pod.constraints, pod.gpus, snap.nodes, free, self._shapes), now)
+            verdict = decide(self._evidence(pod, events, snap),
+                             room_of(pod.constraints, pod.gpus), now)
             self._count_failures(pod, events, verdict.pool)
             waiting.append(Waiting(
                 "pod", pod.uid, pod.namespace, pod.name, pod.workload, team(pod),
                 gpu_model(pod, snap.nodes), pod.gpus, pod.gpus,
                 compute.queue_wait_seconds(pod, now), verdict))
             if verdict.cause != "starting":
-                demands.append(Demand(pod.constraints, pod.gpus, verdict.cause == "quota"))
+                held = verdict.cause == "quota"
+                demands.setdefault((*_shape(pod.constraints, pod.gpus), held),
+                                   Demand(pod.constraints, pod.gpus, held))
         for wl in snap.workloads.values():
             if not wl.pending or wl.gpus <= 0 or has_pods(wl):
                 continue
@@ -133,14 +151,16 @@ class Waits:
                 {"cloud.google.com/gke-accelerator": wl.accelerator} if wl.accelerator else {},
                 (), ANY_TAINT)
             verdict = decide(self._workload_evidence(wl, constraints, per_pod),
-                             room(constraints, per_pod, snap.nodes, free, self._shapes), now)
+                             room_of(constraints, per_pod), now)
             waiting.append(Waiting(
                 "workload", wl.uid, wl.namespace, wl.name, wl.owner_name, workload_team(wl),
                 wl.accelerator or "", wl.gpus, per_pod,
                 compute.admission_wait_seconds(wl.created_unix, None, now), verdict,
                 cluster_queue(wl)))
-            demands.append(Demand(constraints, per_pod, held=verdict.cause == "quota"))
-        pools = pools_free(snap.nodes, free, demands, _gpu_prices(states))
+            held = verdict.cause == "quota"
+            demands.setdefault((*_shape(constraints, per_pod), held),
+                               Demand(constraints, per_pod, held))
+        pools = pools_free(snap.nodes, free, list(demands.values()), _gpu_prices(states))
         self.figures = WaitFigures(tuple(waiting), pools, dict(self._gpu_seconds),
                                    dict(self._failures))
         return rows, free_rows
