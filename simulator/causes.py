@@ -105,13 +105,18 @@ def free_uses(c: Cluster, free: dict[str, int]) -> dict[tuple[str, str], float]:
     pods = c.pending
     held = [wl for wl in c.kueue.workloads.values() if wl.pending] if c.kueue else []
     out: dict[tuple[str, str], float] = {}
+    by_pool: dict[str, list[Pod]] = {}
     for node in c.live_nodes():
         units = free[node.name]
         if not units:
             continue
         pool = node.pool
-        fitting = [p for p in pods if c.placement.eligible(pool, p.workload)
-                   and node.allocatable >= p.gpus]
+        eligible = by_pool.get(pool.name)
+        if eligible is None:
+            eligible = by_pool[pool.name] = [p for p in pods
+                                             if c.placement.eligible(pool, p.workload)]
+        allocatable = node.allocatable
+        fitting = [p for p in eligible if allocatable >= p.gpus]
         use: Use
         if any(p.gpus <= units for p in fitting):
             use = "usable"

@@ -113,10 +113,12 @@ class Node:
     @property
     def allocatable(self) -> int:
         """``nvidia.com/gpu`` the device plugin offers: units on healthy GPUs."""
-        return sum(1 for u in range(len(self.units)) if self.healthy_unit(u))
+        return self.pool.units_per_gpu * sum(1 for g in self.gpus if g.down_reason is None)
 
     def free_units(self) -> list[int]:
-        return [u for u, p in enumerate(self.units) if p is None and self.healthy_unit(u)]
+        per, gpus = self.pool.units_per_gpu, self.gpus
+        return [u for u, p in enumerate(self.units)
+                if p is None and gpus[u // per].down_reason is None]
 
     @property
     def schedulable(self) -> bool:
