@@ -24,7 +24,7 @@ def check_invariants(c: Cluster) -> None:
                 held[pod.uid] = held.get(pod.uid, 0) + 1
         assert len(node.units) == node.pool.gpus_per_node * node.pool.units_per_gpu
     for pod in c.pods.values():
-        if pod.phase == "Running" or pod.node is not None and pod.phase == "Pending":
+        if pod.phase == "Running" or (pod.node is not None and pod.phase == "Pending"):
             assert held.get(pod.uid) == pod.gpus, f"{pod.name} holds the wrong GPU count"
         else:
             assert pod.uid not in held
