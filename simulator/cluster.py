@@ -1,35 +1,36 @@
 """The simulated GKE GPU cluster: nodes, GPUs, pods, the scheduler, autoscaler and faults.
 
 ``Cluster`` is a deterministic state machine over virtual time. ``advance`` moves it in
-whole steps; within a step, things happen in a fixed order (faults, completions,
-deletions, evictions, new nodes, arrivals, scheduling, autoscaling), always at a step
-boundary. Every change is written to the ``ApiStore`` as Kubernetes objects, and every
-change to what a GPU does is written to the ``TruthLog``, so the ground truth comes from
-this state, never from what the HTTP side shows.
+whole steps; within a step, things happen in a fixed order (why things wait during the
+step that ends, then faults, containers started, completions, deletions, Job deadlines,
+evictions, new nodes, arrivals, Kueue, scheduling (``simulator.scheduler``), autoscaling
+(``simulator.autoscaler``), Events (``simulator.events``)), always at a step boundary.
+Every change is written to the ``ApiStore`` as Kubernetes objects, and every change to what
+a GPU does, and why each waiting pod waits (``simulator.causes``), to the ``TruthLog``, so
+the ground truth comes from this state, never from what the HTTP side shows.
 
-The scheduler is kube-scheduler's queue, reduced to GPUs: pending pods are tried in
-priority order, then by creation time; a pod binds to the feasible node that leaves the
-fewest free GPUs (best fit), lowest name first; a pod that fits nowhere stays Pending with
-``PodScheduled=False`` / ``Unschedulable`` and does not block the pods behind it. There is
-no preemption of running pods. A GPU unit is never handed to two pods.
+A bound pod whose workload has a ``startup`` stays ``Pending`` (scheduled, its container
+``ContainerCreating`` while the kubelet pulls its image) until it runs.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from exporter.model.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
-from simulator import objects
+from simulator import causes, events, objects, scheduler
+from simulator.autoscaler import Autoscaler, CaWords, instance_group
+from simulator.events import KUBELET, SCHEDULER, EventLog, Involved
 from simulator.kueue import KueueState, QueuedWorkload
+from simulator.placement import Placement
 from simulator.profiles import PROFILES, Activity
 from simulator.rng import key, mix, uuid_str
-from simulator.scenario import Fault, Pool, Scenario, Workload, pool_selects
+from simulator.scenario import Fault, Pool, Scenario, Workload
 from simulator.store import ApiStore
 from simulator.truth import DeviceInfo, PodRef, TruthLog
 
@@ -38,6 +39,9 @@ MIG_INSTANCE_IDS = {1: (7, 8, 9, 10, 11, 12, 13), 2: (3, 4, 5), 3: (1, 2), 7: (0
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 EndpointMode = Literal["ok", "refuse", "error", "hang"]
+RETRY_SECONDS = 300.0
+"""How often the scheduler retries a pod it could not place, nothing else changing
+(``podMaxInUnschedulablePodsDuration``)."""
 
 
 def _suffix(*values: int, length: int = 5) -> str:
@@ -109,10 +113,12 @@ class Node:
     @property
     def allocatable(self) -> int:
         """``nvidia.com/gpu`` the device plugin offers: units on healthy GPUs."""
-        return sum(1 for u in range(len(self.units)) if self.healthy_unit(u))
+        return self.pool.units_per_gpu * sum(1 for g in self.gpus if g.down_reason is None)
 
     def free_units(self) -> list[int]:
-        return [u for u, p in enumerate(self.units) if p is None and self.healthy_unit(u)]
+        per, gpus = self.pool.units_per_gpu, self.gpus
+        return [u for u, p in enumerate(self.units)
+                if p is None and gpus[u // per].down_reason is None]
 
     @property
     def schedulable(self) -> bool:
@@ -135,6 +141,8 @@ class Job:
     """Evicted by Kueue: its pods are deleted, not replaced, until it is admitted again."""
     succeeded: int = 0
     """Pods of its current run that succeeded."""
+    ended: bool = False
+    """Failed for good (its ``activeDeadlineSeconds`` passed): its pods are not replaced."""
 
 
 @dataclass(slots=True, eq=False)
@@ -169,6 +177,12 @@ class Pod:
     """When a graceful deletion removes it (its ``deletionTimestamp``)."""
     deletion_grace_seconds: int = 0
     ref: PodRef | None = None
+    replaces_disrupted: bool = False
+    """It replaces a pod of its slot whose node was reclaimed, lost or scaled down."""
+    ca: CaWords = field(default_factory=CaWords)
+    """What the cluster autoscaler last told it."""
+    failed_scheduling_at: float | None = None
+    """The scheduler's last ``FailedScheduling`` for it."""
 
     @property
     def workload(self) -> Workload:
@@ -202,7 +216,12 @@ class Cluster:
         self._node_counter = 0
         self._pod_counter = 0
         self._pool_counters = {p.name: 0 for p in scenario.pools}
-        self._provisioning: list[tuple[float, str]] = []  # (ready at, pool)
+        self.placement = Placement(scenario)
+        self.events = EventLog(self.store, self.seed,
+                               f"{SCHEDULER}-gke-{scenario.cluster}-control-plane")
+        self.autoscaler = Autoscaler(self)
+        self._starting: list[tuple[float, int, Pod]] = []  # (runs at, tiebreak, pod)
+        self._deadlines: list[tuple[float, int, Job]] = []  # (activeDeadline at, ..., Job)
         self._faults = sorted(enumerate(scenario.faults), key=lambda f: (f[1].at, f[0]))
         self._fault_cursor = 0
         self._arrivals: dict[str, tuple[random.Random, float]] = {}
@@ -214,8 +233,6 @@ class Cluster:
         self._faulty: dict[str, Node] = {}  # nodes with a fault in progress
         self.kueue = KueueState(scenario.kueue, self.start, self.seed) \
             if scenario.kueue is not None else None
-        self._kueue_objects: dict[tuple[str, str], str] = {}
-        """(kind, key) -> the last ClusterQueue or LocalQueue object put, as JSON."""
         self._bootstrap()
 
     # ----------------------------------------------------------------- public API
@@ -231,6 +248,11 @@ class Cluster:
 
     def live_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if not n.deleted]
+
+    def pending_pods(self) -> list[Pod]:
+        """Pods in phase Pending: waiting for a node, then bound and being started."""
+        return self.pending + [p for _, _, p in self._starting
+                               if p.phase == "Pending" and not p.deleted]
 
     def device_activity(self, device: Device, step: int | None = None) -> Activity | None:
         """What DCGM shows for ``device`` during ``step`` (default: now); None if missing."""
@@ -284,21 +306,27 @@ class Cluster:
     # ----------------------------------------------------------------- the step
 
     def _tick(self) -> None:
+        waits, free = causes.observe(self)  # the step that ends now
+        self.truth.waiting(self.now, waits)
+        self.truth.free(self.now, free)
         self.now += self.step
         t = self.now
         self._faults_due(t)
         self._end_faults(t)
+        self._start_due(t)
         while self._ends and self._ends[0][0] <= t + 1e-9:
             _, _, pod = heapq.heappop(self._ends)
             if pod.phase == "Running":
                 self._finish(pod, "Succeeded", "Completed", 0, None)
         self._delete_due(t)
+        self._deadlines_due(t)
         self._evict_not_ready(t)
-        self._provision_due(t)
+        self.autoscaler.due(t)
         self._arrive(t)
         self._admit()
         self._schedule()
-        self._autoscale(t)
+        self.autoscaler.run(t)
+        self.events.tick(t)
         self._flush()
 
     # ----------------------------------------------------------------- bootstrap
@@ -332,8 +360,7 @@ class Cluster:
         self._pool_counters[pool.name] += 1
         n = self._node_counter
         self._node_counter += 1
-        group = f"{mix(self.seed, key(pool.name)) & 0xFFFFFFFF:08x}"
-        name = f"gke-{self.scenario.cluster}-{pool.name}-{group}-{_suffix(self.seed, n, 4)[:4]}"
+        name = f"{instance_group(self.scenario, pool)}-{_suffix(self.seed, n, 4)[:4]}"
         node = Node(name=name, uid=uuid_str(self.seed, key(name)), pool=pool, model=model,
                     ordinal=ordinal, address=f"127.1.{n // 250}.{n % 250 + 1}",
                     created_at=self.now, ready_since=self.now)
@@ -432,8 +459,9 @@ class Cluster:
                    key=mix(self.seed, key(name), ordinal))
 
     def _create_pods(self, job: Job, remaining: float | None = None,
-                     only_index: int | None = None) -> None:
+                     only_index: int | None = None) -> list[Pod]:
         w = job.workload
+        made = []
         always_on = w.replicas is not None
         count = w.replicas if w.replicas is not None else w.pods
         for i in range(count) if only_index is None else [only_index]:
@@ -457,10 +485,12 @@ class Cluster:
             )
             self.pods[f"{pod.namespace}/{pod.name}"] = pod
             self.pending.append(pod)
+            made.append(pod)
             self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
             self.truth.pod_created(pod.uid, pod.namespace, pod.name, pod.team, pod.workload_name,
                                    job.profile, w.accelerator, self.now,
                                    job.queued.uid if job.queued is not None else None)
+        return made
 
     def _arrive(self, t: float) -> None:
         for w in self.scenario.workloads:
@@ -481,6 +511,7 @@ class Cluster:
         lq = self.kueue.local_queue(w.namespace, w.queue) if self.kueue is not None else None
         if self.kueue is None or lq is None:
             self._create_pods(job)
+            self._deadline(job)
             return
         priority = self.scenario.priority_classes[w.priority_class]
         job.queued = self.kueue.submit(job, lq, priority, self.now)
@@ -504,6 +535,7 @@ class Cluster:
         for wl in admitted:
             wl.job.succeeded = 0
             self._create_pods(wl.job)
+            self._deadline(wl.job)  # a resumed Job's startTime is its admission
             self.truth.workload_admitted(wl.uid, wl.queued_at, self.now)
 
     def _finish(self, pod: Pod, phase: str, reason: str, exit_code: int,
@@ -535,23 +567,26 @@ class Cluster:
         """What the pod's controller does when it fails (or is deleted) after ``ran``
         seconds: a new pod with the same index, or none when the job is out of retries."""
         job = pod.job
-        if job.suspended:
-            return  # Kueue evicted it: it runs again once admitted again
+        if job.suspended or job.ended:
+            return  # Kueue evicted it (it runs again once admitted again), or it failed
         if job.owner_kind == "StatefulSet":  # recreated under the same name at once
             pod.deleted = True
             k = f"{pod.namespace}/{pod.name}"
             self.pods.pop(k, None)
             self._dirty_pods.pop(k, None)
             self.store.delete("Pod", k)
+        made: list[Pod] = []
         if job.workload.replicas is not None:
-            self._create_pods(job, only_index=pod.index)
+            made = self._create_pods(job, only_index=pod.index)
         elif job.retries < job.workload.max_retries:
             job.retries += 1
             left = None if pod.remaining_seconds is None else max(
                 float(self.step), pod.remaining_seconds - ran)
-            self._create_pods(job, remaining=left, only_index=pod.index)
+            made = self._create_pods(job, remaining=left, only_index=pod.index)
         elif job.queued is not None and self.kueue is not None:
             self.kueue.finish(job.queued, self.now, "Failed")
+        for new in made:
+            new.replaces_disrupted = pod.reason in objects.DISRUPTIONS
 
     def _release(self, pod: Pod) -> None:
         node = pod.node
@@ -603,56 +638,23 @@ class Cluster:
     # ----------------------------------------------------------------- scheduling
 
     def _schedule(self) -> None:
-        if not self.pending:
+        scheduler.schedule(self)
+
+    def _unschedulable(self, pod: Pod, message: str) -> None:
+        """The scheduler could not place ``pod`` now: its condition says why, and its
+        ``FailedScheduling`` event (again on each retry, every 5 minutes)."""
+        first = pod.unschedulable_since is None
+        if first or message != pod.unschedulable_message:
+            if first:
+                pod.unschedulable_since = self.now
+            pod.unschedulable_message = message
+            self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+        elif pod.failed_scheduling_at is not None and \
+                self.now - pod.failed_scheduling_at < RETRY_SECONDS - 1e-9:
             return
-        self.pending.sort(key=lambda p: (-p.priority, p.created_at, p.name))
-        by_pool: dict[str, list[Node]] = {}
-        for node in sorted(self.nodes.values(), key=lambda n: n.name):
-            if node.schedulable:
-                by_pool.setdefault(node.pool.name, []).append(node)
-        schedulable = sum(len(v) for v in by_pool.values())
-        not_ready = sum(1 for n in self.nodes.values() if not n.deleted and not n.ready)
-        free: dict[str, list[int]] = {}
-        refused: dict[tuple[str, int], str] = {}  # nothing frees up during a pass
-        still: list[Pod] = []
-        for pod in self.pending:
-            shape = (pod.workload.name, pod.gpus)
-            message = refused.get(shape)
-            best: tuple[int, str, Node] | None = None
-            if message is None:
-                considered = insufficient = 0
-                for pool in self.scenario.pools:
-                    if not pool_selects(pool, pod.workload):
-                        continue
-                    for node in by_pool.get(pool.name, ()):
-                        considered += 1
-                        units = free.get(node.name)
-                        if units is None:
-                            units = free[node.name] = node.free_units()
-                        if len(units) < pod.gpus:
-                            insufficient += 1
-                            continue
-                        cand = (len(units) - pod.gpus, node.name, node)
-                        if best is None or cand[:2] < best[:2]:
-                            best = cand
-                if best is None:
-                    message = _unschedulable_message(insufficient, not_ready,
-                                                     schedulable - considered)
-                    refused[shape] = message
-            if best is None:
-                assert message is not None
-                if pod.unschedulable_since is None or message != pod.unschedulable_message:
-                    if pod.unschedulable_since is None:
-                        pod.unschedulable_since = self.now
-                    pod.unschedulable_message = message
-                    self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
-                still.append(pod)
-                continue
-            node = best[2]
-            units = free[node.name]
-            self._bind(pod, node, units[: pod.gpus])
-            free[node.name] = units[pod.gpus:]
-        self.pending = still
+        pod.failed_scheduling_at = self.now
+        self.events.record(_involved(pod), "FailedScheduling", message, component=SCHEDULER,
+                           now=self.now, warning=True)
 
     def _bind(self, pod: Pod, node: Node, units: list[int]) -> None:
         touched: dict[int, Device] = {}
@@ -668,8 +670,17 @@ class Cluster:
         pod.units = tuple(units)
         pod.scheduled_at = self.now
         pod.started_at = self.now
-        pod.running_at = self.now + pod.workload.startup
-        pod.phase = "Running"
+        startup = math.ceil(pod.workload.startup / self.step - 1e-9) * self.step
+        pod.running_at = self.now + startup
+        pod.phase = "Running" if startup <= 0 else "Pending"
+        self.events.record(_involved(pod), "Scheduled",
+                           events.scheduled(pod.namespace, pod.name, node.name),
+                           component=SCHEDULER, now=self.now)
+        if startup > 0:
+            heapq.heappush(self._starting, (pod.running_at, next(self._end_seq), pod))
+            self.events.record(_involved(pod, container=True), "Pulling",
+                               events.pulling(objects.image(pod.workload, self.scenario)),
+                               component=KUBELET, now=self.now, host=node.name)
         if pod.remaining_seconds is not None:
             heapq.heappush(self._ends, (pod.running_at + pod.remaining_seconds,
                                         next(self._end_seq), pod))
@@ -684,35 +695,39 @@ class Cluster:
         self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
         self._dirty_nodes[node.name] = node
 
-    # ----------------------------------------------------------------- autoscaling
-
-    def _autoscale(self, t: float) -> None:
-        for pool in self.scenario.pools:
-            scaling = pool.autoscaling
-            if scaling is None:
+    def _start_due(self, t: float) -> None:
+        """Bound pods whose containers start by ``t``: their image is pulled, they run."""
+        while self._starting and self._starting[0][0] <= t + 1e-9:
+            _, _, pod = heapq.heappop(self._starting)
+            if pod.phase != "Pending" or pod.deleted or pod.node is None:
                 continue
-            alive = [n for n in self.nodes.values() if n.pool is pool and not n.deleted]
-            coming = sum(1 for _, p in self._provisioning if p == pool.name)
-            per_node = pool.gpus_per_node * pool.units_per_gpu
-            wanted = sum(p.gpus for p in self.pending if pool_selects(pool, p.workload)
-                         and p.gpus <= per_node)
-            if wanted:
-                need = math.ceil(wanted / per_node) - coming
-                room = scaling.max_nodes - len(alive) - coming
-                for _ in range(max(0, min(need, room))):
-                    self._provisioning.append((t + scaling.provisioning_delay, pool.name))
-            elif len(alive) > scaling.min_nodes:
-                idle = sorted((n for n in alive if n.empty_since is not None
-                               and t - n.empty_since >= scaling.scale_down_delay),
-                              key=lambda n: n.name)
-                for node in idle[: len(alive) - scaling.min_nodes]:
-                    self._delete_node(node, "ScaleDown")
+            pod.phase = "Running"
+            self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+            took = t - (pod.scheduled_at or t)
+            image = objects.image(pod.workload, self.scenario)
+            self.events.record(_involved(pod, container=True), "Pulled",
+                               events.pulled(image, took, objects.image_bytes(pod.workload)),
+                               component=KUBELET, now=t, host=pod.node.name)
 
-    def _provision_due(self, t: float) -> None:
-        due = [p for p in self._provisioning if p[0] <= t + 1e-9]
-        self._provisioning = [p for p in self._provisioning if p[0] > t + 1e-9]
-        for _, pool_name in due:
-            self._add_node(self._pools[pool_name])
+    def _deadline(self, job: Job) -> None:
+        if job.workload.active_deadline is not None:
+            heapq.heappush(self._deadlines, (self.now + job.workload.active_deadline,
+                                             next(self._end_seq), job))
+
+    def _deadlines_due(self, t: float) -> None:
+        """Jobs past their ``activeDeadlineSeconds`` fail: the Job controller deletes
+        their pods, waiting or running, and makes no more."""
+        while self._deadlines and self._deadlines[0][0] <= t + 1e-9:
+            _, _, job = heapq.heappop(self._deadlines)
+            live = [p for p in self.pods.values() if p.job is job
+                    and p.phase not in ("Succeeded", "Failed")]
+            if not live:
+                continue
+            job.ended = True
+            for pod in sorted(live, key=lambda p: p.name):
+                self._remove(pod)
+            if job.queued is not None and self.kueue is not None:
+                self.kueue.finish(job.queued, t, "Failed")
 
     # ----------------------------------------------------------------- faults
 
@@ -734,7 +749,7 @@ class Cluster:
                                     sorted({p.uid for p in node.units if p is not None}))
             self._delete_node(node, "Terminated")
             if pool.autoscaling is None:
-                self._provisioning.append((self.now + pool.recreate_delay, pool.name))
+                self.autoscaler.recreate(pool, self.now + pool.recreate_delay)
             return
         node = self._node_in_pool(pool.name, fault.node_index)
         if node is None:
@@ -826,32 +841,10 @@ class Cluster:
             if pod.deleted:
                 self.store.delete("Pod", k)
             else:
-                self.store.put("Pod", objects.pod(pod, self.scenario))
+                self.store.put("Pod", objects.pod(pod, self.scenario, self.placement))
         self._dirty_pods.clear()
         if self.kueue is not None:
-            self._flush_kueue(self.kueue)
-
-    def _flush_kueue(self, kueue: KueueState) -> None:
-        """The Workloads that changed, and the queues whose status did. A finished Workload
-        goes with its Job, ``completed_pod_ttl`` after it ended (the Job's TTL)."""
-        for uid in sorted(kueue.dirty, key=lambda u: kueue.dirty[u].name):
-            self.store.put("Workload", kueue.workload_object(kueue.dirty[uid]))
-        kueue.dirty.clear()
-        ttl = self.scenario.completed_pod_ttl
-        for uid, wl in list(kueue.workloads.items()):
-            if wl.finished_at is not None and wl.finished_at + ttl <= self.now:
-                self.store.delete("Workload", f"{wl.namespace}/{wl.name}")
-                del kueue.workloads[uid]
-        queues: list[tuple[str, str, dict[str, Any]]] = [
-            ("ClusterQueue", q.name, kueue.cluster_queue_object(q))
-            for q in kueue.cluster_queues.values()]
-        queues += [("LocalQueue", f"{q.namespace}/{q.name}", kueue.local_queue_object(q))
-                   for q in kueue.local_queues.values()]
-        for kind, name, obj in queues:
-            text = json.dumps(obj, sort_keys=True)
-            if self._kueue_objects.get((kind, name)) != text:
-                self._kueue_objects[kind, name] = text
-                self.store.put(kind, obj)
+            self.kueue.flush(self.store, self.now, self.scenario.completed_pod_ttl)
 
     def gpus_by_state(self) -> dict[str, float]:
         """Physical GPUs in each state now, as the truth's segments count them (a MIG
@@ -877,16 +870,7 @@ _BUS_IDS = ("04", "05", "0A", "0B", "84", "85", "8A", "8B", "C4", "C5", "CA", "C
             "44", "45", "4A", "4B")
 
 
-def _unschedulable_message(insufficient: int, not_ready: int, mismatched: int) -> str:
-    """kube-scheduler's FailedScheduling summary for a GPU pod that fits nowhere."""
-    parts = []
-    if insufficient:
-        parts.append(f"{insufficient} Insufficient nvidia.com/gpu")
-    if not_ready:
-        parts.append(f"{not_ready} node(s) had untolerated taint "
-                     "{node.kubernetes.io/unreachable: }")
-    if mismatched:
-        parts.append(f"{mismatched} node(s) didn't match Pod's node affinity/selector")
-    total = insufficient + not_ready + mismatched
-    return (f"0/{total} nodes are available: {', '.join(parts)}. "
-            "preemption: not eligible due to preemptionPolicy=Never.")
+def _involved(pod: Pod, container: bool = False) -> Involved:
+    """The pod (or its container) as an event's ``involvedObject``."""
+    path = f"spec.containers{{{objects.container_name(pod.workload)}}}" if container else None
+    return Involved("Pod", pod.namespace, pod.name, pod.uid, path)

@@ -1,7 +1,8 @@
 """A read-only Kubernetes API server subset over the simulator's ``ApiStore``.
 
-Serves what kubectl and kubernetes_asyncio need to list and watch nodes, pods and
-namespaces: discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``), list with
+Serves what kubectl and kubernetes_asyncio need to list and watch nodes, pods,
+namespaces and events (with the events' own field selectors: ``involvedObject.kind=Pod``):
+discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``), list with
 ``resourceVersion``, ``labelSelector``, ``fieldSelector``, ``limit``/``continue``; watch
 (``watch=1``) as a stream of JSON events with ``allowWatchBookmarks`` and
 ``timeoutSeconds``, answering a too-old version with an ERROR event carrying a 410
@@ -27,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from exporter.model.selectors import SelectorError, field_selector, label_selector
-from simulator import tables
+from simulator import events, tables
 from simulator.store import ApiStore, Event, Expired
 
 Obj = dict[str, Any]
@@ -37,6 +38,7 @@ RESOURCES = {
     "nodes": ("Node", False, ["no"]),
     "pods": ("Pod", True, ["po"]),
     "namespaces": ("Namespace", False, ["ns"]),
+    "events": ("Event", True, ["ev"]),
 }
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 KUEUE_RESOURCES = {
@@ -288,7 +290,8 @@ class KubeApi:
         q = request.query
         try:
             match_labels = label_selector(q.get("labelSelector"))
-            match_fields = field_selector(q.get("fieldSelector"))
+            match_fields = (events.field_selector if kind == "Event" else field_selector)(
+                q.get("fieldSelector"))
         except SelectorError as exc:
             return _error(400, "BadRequest", str(exc))
 

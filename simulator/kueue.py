@@ -22,6 +22,7 @@ requeue (``QueuedWaitTime``), to admission.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from typing import Any
 
 from simulator.rng import key, uuid_str
 from simulator.scenario import ClusterQueue, Kueue, LocalQueue
+from simulator.store import ApiStore
 
 Obj = dict[str, Any]
 GROUP_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -78,6 +80,11 @@ class QueuedWorkload:
     finished_reason: str | None = None
     inadmissible: bool = False
     """A failed admission attempt since the queue last changed (Kueue's ``inadmissible``)."""
+    pending_message: str = ""
+    """``QuotaReserved=False``'s message: why its last admission attempt failed, in
+    Kueue's words, or why it lost its quota."""
+    evicted_message: str = ""
+    """Its last eviction's message (``Evicted``, ``Preempted`` and ``Requeued``)."""
     admissions: list[tuple[float, float]] = field(default_factory=list)
     """Each admission: (where its wait started, when it was admitted)."""
 
@@ -107,6 +114,8 @@ class KueueState:
         self.admission_waits: dict[tuple[str, str], list[float]] = defaultdict(list)
         """(ClusterQueue, priority class) -> every admission's wait, as Kueue observes it."""
         self.evictions: dict[tuple[str, str], int] = defaultdict(int)
+        self._written: dict[tuple[str, str], str] = {}
+        """(kind, key) -> the last ClusterQueue or LocalQueue object put, as JSON."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -175,9 +184,10 @@ class KueueState:
                     victims = self._victims(cq, wl)
                     if not victims:
                         wl.inadmissible = True
+                        self._not_admitted(cq, wl)
                         continue
                 for v in victims:
-                    self._evict(v, now)
+                    self._evict(v, now, wl)
                     evicted.append(v)
                 self.usage[cq.name, wl.accelerator] += wl.gpus
                 wl.admitted_at = now
@@ -206,9 +216,41 @@ class KueueState:
                 return chosen
         return []
 
-    def _evict(self, wl: QueuedWorkload, now: float) -> None:
-        """Preempted: quota released, the Workload requeued (its wait starts again at its
-        first requeue, as Kueue's ``Requeued`` condition keeps that transition time)."""
+    def _available(self, cq: ClusterQueue, accelerator: str) -> int:
+        """GPUs of ``accelerator`` ``cq`` could still reserve: its own quota and what it
+        may borrow, within what its cohort has unused."""
+        nominal, limit = self._nominal(cq, accelerator)
+        used = self.usage[cq.name, accelerator]
+        if cq.cohort is None:
+            return max(0, nominal - used)
+        members = [q for q in self.cluster_queues.values() if q.cohort == cq.cohort]
+        unused = sum(self._nominal(q, accelerator)[0] - self.usage[q.name, accelerator]
+                     for q in members)
+        own = nominal - used + (10**9 if limit is None else limit)
+        return max(0, min(own, unused))
+
+    def _not_admitted(self, cq: ClusterQueue, wl: QueuedWorkload) -> None:
+        """Kueue's flavor assigner's words for a Workload that does not fit."""
+        more = wl.gpus - self._available(cq, wl.accelerator)
+        message = (f"couldn't assign flavors to pod set main: insufficient unused quota for "
+                   f"{GPU} in flavor {wl.accelerator}, {more} more needed")
+        if message != wl.pending_message:
+            wl.pending_message = message
+            self.dirty[wl.uid] = wl
+
+    def _path(self, name: str) -> str:
+        """A ClusterQueue's place in its cohort tree, as preemption messages print it."""
+        cohort = self.cluster_queues[name].cohort
+        return f"/{cohort}/{name}" if cohort else f"/{name}"
+
+    def _evict(self, wl: QueuedWorkload, now: float, by: QueuedWorkload) -> None:
+        """Preempted by ``by``: quota released, the Workload requeued (its wait starts
+        again at its first requeue, as Kueue's ``Requeued`` condition keeps that
+        transition time)."""
+        wl.evicted_message = wl.pending_message = (
+            f"Preempted to accommodate a workload (UID: {by.uid}, JobUID: {by.job_uid}) due "
+            f"to prioritization in the ClusterQueue; preemptor path: "
+            f"{self._path(by.cluster_queue)}; preemptee path: {self._path(wl.cluster_queue)}")
         self.usage[wl.cluster_queue, wl.accelerator] -= wl.gpus
         wl.admitted_at = None
         wl.evicted_at = now
@@ -219,6 +261,44 @@ class KueueState:
         self.dirty[wl.uid] = wl
 
     # ------------------------------------------------------------------ objects
+
+    def flush(self, store: ApiStore, now: float, ttl: float) -> None:
+        """Write the Workloads that changed, and the queues whose status did. A finished
+        Workload goes with its Job, ``ttl`` after it ended (the Job's TTL)."""
+        for uid in sorted(self.dirty, key=lambda u: self.dirty[u].name):
+            store.put("Workload", self.workload_object(self.dirty[uid]))
+        self.dirty.clear()
+        for uid, wl in list(self.workloads.items()):
+            if wl.finished_at is not None and wl.finished_at + ttl <= now:
+                store.delete("Workload", f"{wl.namespace}/{wl.name}")
+                del self.workloads[uid]
+        queues: list[tuple[str, str, Obj]] = [
+            ("ClusterQueue", q.name, self.cluster_queue_object(q))
+            for q in self.cluster_queues.values()]
+        queues += [("LocalQueue", f"{q.namespace}/{q.name}", self.local_queue_object(q))
+                   for q in self.local_queues.values()]
+        for kind, name, obj in queues:
+            text = json.dumps(obj, sort_keys=True)
+            if self._written.get((kind, name)) != text:
+                self._written[kind, name] = text
+                store.put(kind, obj)
+
+    @staticmethod
+    def _eviction_conditions(wl: QueuedWorkload) -> list[Obj]:
+        """``Evicted`` and ``Preempted``: true while it waits to be re-admitted, false
+        (``QuotaReserved``, "Previously: ...") once it is."""
+        assert wl.evicted_at is not None
+        back = wl.admitted_at is not None and wl.admitted_at >= wl.evicted_at
+        if not back:
+            common: Obj = {"status": "True", "message": wl.evicted_message,
+                           "lastTransitionTime": _ts(wl.evicted_at), "observedGeneration": 1}
+            return [{"type": "Evicted", "reason": "Preempted", **common},
+                    {"type": "Preempted", "reason": "InClusterQueue", **common}]
+        assert wl.admitted_at is not None
+        common = {"status": "False", "reason": "QuotaReserved",
+                  "message": f"Previously: {wl.evicted_message}",
+                  "lastTransitionTime": _ts(wl.admitted_at), "observedGeneration": 1}
+        return [{"type": "Evicted", **common}, {"type": "Preempted", **common}]
 
     def workload_object(self, wl: QueuedWorkload) -> Obj:
         job = wl.job
@@ -238,21 +318,13 @@ class KueueState:
             since = _ts(wl.evicted_at if wl.evicted_at is not None else wl.created_at)
             conditions.append({
                 "type": "QuotaReserved", "status": "False", "reason": "Pending",
-                "message": f"couldn't assign flavors to pod set main: insufficient unused quota "
-                           f"for {GPU} in flavor {wl.accelerator}, {wl.gpus} more needed",
-                "lastTransitionTime": since, "observedGeneration": 1})
+                "message": wl.pending_message, "lastTransitionTime": since,
+                "observedGeneration": 1})
         if wl.evicted_at is not None:
-            ev = _ts(wl.evicted_at)
-            message = ("Preempted to accommodate a higher priority workload in ClusterQueue "
-                       f"{cq}")
-            conditions += [
-                {"type": "Evicted", "status": "True", "reason": "Preempted", "message": message,
-                 "lastTransitionTime": ev, "observedGeneration": 1},
-                {"type": "Preempted", "status": "True", "reason": "InClusterQueue",
-                 "message": message, "lastTransitionTime": ev, "observedGeneration": 1}]
+            conditions += self._eviction_conditions(wl)
         if wl.requeued_at is not None:
             conditions.append({"type": "Requeued", "status": "True", "reason": "Preempted",
-                               "message": "Preempted to accommodate a higher priority workload",
+                               "message": wl.evicted_message,
                                "lastTransitionTime": _ts(wl.requeued_at),
                                "observedGeneration": 1})
         if wl.finished_at is not None:

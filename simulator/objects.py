@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from simulator.placement import UNREACHABLE, Placement, node_labels, node_taints
 from simulator.rng import hex_id, key, uuid_str
-from simulator.scenario import Namespace, Scenario
+from simulator.scenario import Namespace, Scenario, Workload
 
 if TYPE_CHECKING:
     from simulator.cluster import Node, Pod
@@ -21,6 +22,8 @@ DCGM_NAMESPACE = "gke-managed-system"
 DCGM_LABELS = {"app.kubernetes.io/name": "gke-managed-dcgm-exporter",
                "k8s-app": "dcgm-exporter"}
 DCGM_PORT = 9400
+DISRUPTIONS = frozenset({"Terminated", "NodeLost", "ScaleDown"})
+"""Reasons a pod ended because its node went (``DisruptionTarget=True``)."""
 
 
 def rfc3339(t: float) -> str:
@@ -43,40 +46,12 @@ def namespace(ns: Namespace, created: float, seed: int) -> Obj:
 def node(n: Node, scenario: Scenario, now: float) -> Obj:
     pool = n.pool
     cpu, memory = _machine_size(pool.machine_type)
-    labels = {
-        "beta.kubernetes.io/arch": "amd64",
-        "beta.kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/hostname": n.name,
-        "node.kubernetes.io/instance-type": pool.machine_type,
-        "topology.kubernetes.io/region": scenario.region,
-        "topology.kubernetes.io/zone": pool.zone,
-        "cloud.google.com/gke-nodepool": pool.name,
-        "cloud.google.com/gke-accelerator": pool.accelerator,
-        "cloud.google.com/gke-accelerator-count": str(pool.gpus_per_node),
-        "cloud.google.com/gke-gpu": "true",
-        "cloud.google.com/gke-gpu-driver-version": "latest",
-        "cloud.google.com/gke-provisioning": "spot" if pool.spot else "standard",
-        "cloud.google.com/gke-os-distribution": "cos",
-        "cloud.google.com/machine-family": pool.machine_type.split("-")[0],
-    }
-    if pool.spot:
-        labels["cloud.google.com/gke-spot"] = "true"
-    if pool.sharing is not None:
-        labels["cloud.google.com/gke-gpu-sharing-strategy"] = pool.sharing.strategy
-        labels["cloud.google.com/gke-max-shared-clients-per-gpu"] = str(
-            pool.sharing.max_shared_clients_per_gpu)
-    if pool.mig_partition_size is not None:
-        labels["cloud.google.com/gke-gpu-partition-size"] = pool.mig_partition_size
-    taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-    if pool.spot:
-        taints.append({"key": "cloud.google.com/gke-spot", "value": "true",
-                       "effect": "NoSchedule"})
+    labels = {**node_labels(pool, scenario), "kubernetes.io/hostname": n.name}
+    taints = node_taints(pool)
     if not n.ready:
-        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule",
+        taints.append({"key": UNREACHABLE, "effect": "NoSchedule",
                        "timeAdded": rfc3339(n.ready_since)})
-        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+        taints.append({"key": UNREACHABLE, "effect": "NoExecute",
                        "timeAdded": rfc3339(n.ready_since)})
     gpus = str(len(n.units))
     if n.ready:
@@ -136,7 +111,20 @@ def _machine_size(machine_type: str) -> tuple[int, int]:
     return known[machine_type]
 
 
-def pod(p: Pod, scenario: Scenario) -> Obj:
+def container_name(w: Workload) -> str:
+    return "main" if w.kind != "notebook" else "jupyter"
+
+
+def image(w: Workload, scenario: Scenario) -> str:
+    return f"us-docker.pkg.dev/{scenario.project}/ml/{w.name}:latest"
+
+
+def image_bytes(w: Workload) -> int:
+    """The size of ``w``'s image: 4 to 20 GB, as ML images are."""
+    return 4_000_000_000 + key("image/" + w.name) % 16_000_000_000
+
+
+def pod(p: Pod, scenario: Scenario, placement: Placement) -> Obj:
     w = p.workload
     job = p.job
     labels: dict[str, str] = {**w.labels, "app.kubernetes.io/name": w.name,
@@ -156,31 +144,18 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
         labels["kueue.x-k8s.io/queue-name"] = w.queue
     if job.queued is not None:  # what Kueue sets on the pods of a Job it admitted
         labels["kueue.x-k8s.io/podset"] = "main"
-    selector: dict[str, str] = {"cloud.google.com/gke-accelerator": w.accelerator} \
-        if w.accelerator_selector else {}
-    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    if w.spot:
-        selector["cloud.google.com/gke-spot"] = "true"
-        tolerations.append({"key": "cloud.google.com/gke-spot", "operator": "Equal",
-                            "value": "true", "effect": "NoSchedule"})
-    if w.sharing:
-        selector["cloud.google.com/gke-gpu-sharing-strategy"] = w.sharing
-        selector["cloud.google.com/gke-max-shared-clients-per-gpu"] = str(
-            next(pl.sharing.max_shared_clients_per_gpu for pl in scenario.pools
-                 if pl.sharing is not None and pl.accelerator == w.accelerator))
-    if w.mig_partition_size:
-        selector["cloud.google.com/gke-gpu-partition-size"] = w.mig_partition_size
+    constraints = placement.constraints(w)
     gpus = str(p.gpus)
     container: Obj = {
-        "name": "main" if w.kind != "notebook" else "jupyter",
-        "image": f"us-docker.pkg.dev/{scenario.project}/ml/{w.name}:latest",
+        "name": container_name(w),
+        "image": image(w, scenario),
         "resources": {"requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": gpus},
                       "limits": {"nvidia.com/gpu": gpus}},
     }
     spec: Obj = {
         "containers": [container],
-        "nodeSelector": selector,
-        "tolerations": tolerations,
+        "nodeSelector": dict(constraints.node_selector),
+        "tolerations": [dict(t) for t in constraints.tolerations],
         "priority": p.priority,
         "priorityClassName": w.priority_class,
         "preemptionPolicy": "Never",
@@ -189,6 +164,10 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
         "serviceAccountName": "default",
         "terminationGracePeriodSeconds": 30,
     }
+    if (affinity := constraints.affinity_object()) is not None:
+        spec["affinity"] = affinity
+    if job.owner_kind == "Job" and w.active_deadline is not None:
+        spec["activeDeadlineSeconds"] = int(w.active_deadline)
     conditions: list[Obj] = []
     status: Obj = {"phase": p.phase, "qosClass": "Burstable"}
     if p.node is not None and p.scheduled_at is not None:
@@ -200,36 +179,21 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
         status["podIPs"] = [{"ip": p.ip}]
         status["startTime"] = rfc3339(p.scheduled_at)
         running = p.phase == "Running"
+        since = rfc3339(p.finished_at or (p.running_at if running else p.scheduled_at) or 0)
         conditions += [
             {"type": "Initialized", "status": "True",
              "lastTransitionTime": rfc3339(p.scheduled_at)},
             {"type": "ContainersReady", "status": "True" if running else "False",
-             "lastTransitionTime": rfc3339(p.finished_at or p.scheduled_at)},
+             "lastTransitionTime": since},
             {"type": "Ready", "status": "True" if running else "False",
-             "lastTransitionTime": rfc3339(p.finished_at or p.scheduled_at)},
+             "lastTransitionTime": since},
         ]
-        started = rfc3339(p.started_at or p.scheduled_at)
-        if running:
-            state: Obj = {"running": {"startedAt": started}}
-        else:
-            assert p.finished_at is not None
-            state = {"terminated": {"exitCode": p.exit_code, "reason": p.reason,
-                                    "startedAt": started, "finishedAt": rfc3339(p.finished_at)}}
-            if p.message:
-                state["terminated"]["message"] = p.message
-        status["containerStatuses"] = [{
-            "name": container["name"], "image": container["image"],
-            "imageID": f"{container['image'].rsplit(':', 1)[0]}@sha256:"
-                       f"{hex_id(key(w.name), length=64)}",
-            "ready": running,
-            "restartCount": 0, "started": running, "state": state,
-            "containerID": f"containerd://{p.uid.replace('-', '')}{p.uid.replace('-', '')}",
-        }]
+        status["containerStatuses"] = [_container_status(p, container)]
     elif p.unschedulable_since is not None:
         conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                            "message": p.unschedulable_message,
                            "lastTransitionTime": rfc3339(p.unschedulable_since)})
-    if p.phase == "Failed" and p.reason in ("Terminated", "NodeLost", "ScaleDown"):
+    if p.phase == "Failed" and p.reason in DISRUPTIONS:
         status["reason"] = p.reason
         status["message"] = p.message
         conditions.append({"type": "DisruptionTarget", "status": "True",
@@ -253,6 +217,31 @@ def pod(p: Pod, scenario: Scenario) -> Obj:
         meta["deletionGracePeriodSeconds"] = p.deletion_grace_seconds
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
             "status": status}
+
+
+def _container_status(p: Pod, container: Obj) -> Obj:
+    """The status of a bound pod's container: being created (its image pulled) until it
+    runs, running, or terminated."""
+    running = p.phase == "Running"
+    out: Obj = {"name": container["name"], "image": container["image"], "ready": running,
+                "restartCount": 0, "started": running}
+    if p.phase == "Pending":
+        return out | {"imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    ran = p.running_at is not None and (p.finished_at is None or p.running_at <= p.finished_at)
+    out |= {"imageID": f"{container['image'].rsplit(':', 1)[0]}@sha256:"
+                       f"{hex_id(key(p.workload.name), length=64)}",
+            "containerID": f"containerd://{p.uid.replace('-', '')}{p.uid.replace('-', '')}"}
+    started = rfc3339(p.running_at) if ran and p.running_at is not None else None
+    if running:
+        return out | {"state": {"running": {"startedAt": started}}}
+    assert p.finished_at is not None
+    term: Obj = {"exitCode": p.exit_code, "reason": p.reason,
+                 "finishedAt": rfc3339(p.finished_at)}
+    if started is not None:
+        term["startedAt"] = started
+    if p.message:
+        term["message"] = p.message
+    return out | {"state": {"terminated": term}}
 
 
 def dcgm_exporter_pod(n: Node, scenario: Scenario, port: int = DCGM_PORT) -> Obj:

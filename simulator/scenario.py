@@ -92,6 +92,23 @@ class Autoscaling(_Model):
         return self
 
 
+class Taint(_Model):
+    """A taint on every node of a pool (``spec.taints``), beside GKE's own."""
+
+    key: LabelKey
+    value: LabelValue = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class Toleration(_Model):
+    """A toleration on a workload's pods (``spec.tolerations``), beside the GPU one."""
+
+    key: LabelKey | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: LabelValue = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
 class Pool(_Model):
     name: DnsName
     accelerator: Accelerator
@@ -106,6 +123,8 @@ class Pool(_Model):
     autoscaling: Autoscaling | None = None
     recreate_delay: Duration = 300.0
     """How long a preempted spot node takes to come back (managed instance group refill)."""
+    taints: list[Taint] = Field(default_factory=list)
+    """More taints on its nodes (a pool dedicated to one team, say)."""
 
     @model_validator(mode="after")
     def _gpu_options(self) -> Self:
@@ -177,8 +196,16 @@ class Workload(_Model):
     max_retries: int = Field(default=6, ge=0)
     accelerator_selector: bool = True
     """Whether its pods name ``accelerator`` in a ``cloud.google.com/gke-accelerator``
-    nodeSelector. Without it (a cluster of one GPU model, or a node affinity instead) they
-    still run only on that accelerator's pools, and only their node tells the model."""
+    nodeSelector. Without it they select it by a required node affinity instead, and only
+    their node tells the model."""
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """More nodeSelector terms on its pods. A label no pool's nodes carry (a pool that
+    does not exist here, say) leaves them unschedulable: the manifest error it models."""
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """More tolerations on its pods (for a pool's ``taints``)."""
+    active_deadline: Duration | None = None
+    """Its Jobs' ``activeDeadlineSeconds``: a Job still running or waiting this long after
+    it started fails (``DeadlineExceeded``) and its pods are deleted."""
 
     @model_validator(mode="after")
     def _shape(self) -> Self:
@@ -240,6 +267,18 @@ class Fault(_Model):
     @property
     def node_index(self) -> int:
         return int(self.node.split("/")[1]) if self.node is not None else 0
+
+
+class Stockout(_Model):
+    """A time during which scale-ups of an autoscaled pool fail: the zone has no
+    capacity for its machines (``out_of_resources``) or the project's quota is spent
+    (``quota_exceeded``). The cluster autoscaler backs off and tries again, as it does."""
+
+    pool: DnsName
+    at: Duration
+    """Offset from the scenario start."""
+    duration: Duration = 3600.0
+    reason: Literal["out_of_resources", "quota_exceeded"] = "out_of_resources"
 
 
 class FlavorQuota(_Model):
@@ -321,6 +360,7 @@ class Scenario(_Model):
     pools: list[Pool] = Field(min_length=1)
     workloads: list[Workload] = Field(default_factory=list)
     faults: list[Fault] = Field(default_factory=list)
+    stockouts: list[Stockout] = Field(default_factory=list)
     dcgm_service: DcgmService = DcgmService()
     kueue: Kueue | None = None
     """Kueue installed, with these queues; None: no Kueue (a ``queue`` is a label only)."""
@@ -374,6 +414,13 @@ class Scenario(_Model):
             if f.kind == "spot_preemption" and not pool.spot:
                 raise ValueError(f"faults[{i}]: spot_preemption needs a spot pool; "
                                  f"{pool.name} is on-demand")
+        for i, so in enumerate(self.stockouts):
+            if so.pool not in pools:
+                raise ValueError(f"stockouts[{i}]: pool {so.pool!r} is not one of "
+                                 f"{', '.join(sorted(pools))}")
+            if pools[so.pool].autoscaling is None:
+                raise ValueError(f"stockouts[{i}]: pool {so.pool} does not autoscale: only "
+                                 "a scale-up can meet a stockout")
         for name in self.dcgm_service.pools or ():
             if name not in pools:
                 raise ValueError(f"dcgm_service: pool {name!r} is not one of "
@@ -459,7 +506,9 @@ def _pool_units_per_node(pool: Pool) -> int:
 
 
 def pool_selects(pool: Pool, w: Workload) -> bool:
-    """Whether pods of workload ``w`` may run on ``pool`` (their nodeSelector)."""
+    """Whether ``pool`` offers the GPUs workload ``w`` asks for: its accelerator, spot or
+    on-demand, sharing and MIG profile. Its ``node_selector`` and ``tolerations`` may still
+    exclude the pool (``simulator.placement`` decides where its pods may run)."""
     return (pool.accelerator == w.accelerator and pool.spot == w.spot
             and (pool.sharing.strategy if pool.sharing else None) == w.sharing
             and pool.mig_partition_size == w.mig_partition_size)

@@ -19,6 +19,9 @@ _COLUMNS: dict[str, list[tuple[str, str, int]]] = {
             ("Age", "", 0), ("IP", "", 1), ("Node", "", 1), ("Nominated Node", "", 1),
             ("Readiness Gates", "", 1)],
     "Namespace": [("Name", "name", 0), ("Status", "", 0), ("Age", "", 0)],
+    "Event": [("Last Seen", "", 0), ("Type", "", 0), ("Reason", "", 0), ("Object", "", 0),
+              ("Subobject", "", 1), ("Source", "", 1), ("Message", "", 0),
+              ("First Seen", "", 1), ("Count", "", 1), ("Name", "name", 1)],
     # Kueue's printer columns (``+kubebuilder:printcolumn`` of its v1beta2 types)
     "Workload": [("Name", "name", 0), ("Queue", "", 0), ("Reserved in", "", 0),
                  ("Admitted", "", 0), ("Finished", "", 0), ("Age", "date", 0)],
@@ -27,7 +30,7 @@ _COLUMNS: dict[str, list[tuple[str, str, int]]] = {
     "LocalQueue": [("Name", "name", 0), ("ClusterQueue", "", 0), ("Pending Workloads", "", 0),
                    ("Admitted Workloads", "", 0)],
 }
-_INTEGER = frozenset({"Restarts", "Pending Workloads", "Admitted Workloads"})
+_INTEGER = frozenset({"Restarts", "Pending Workloads", "Admitted Workloads", "Count"})
 
 
 def human_duration(seconds: float) -> str:
@@ -54,8 +57,30 @@ def human_duration(seconds: float) -> str:
 
 
 def _age(obj: Obj, now: float) -> str:
-    created = datetime.strptime(obj["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%S%z")
-    return human_duration(now - created.timestamp())
+    return _since(obj["metadata"]["creationTimestamp"], now)
+
+
+def _since(stamp: str, now: float) -> str:
+    """How long ago an RFC 3339 time (seconds, or microseconds) was, as kubectl prints it."""
+    stamp = stamp.split(".")[0].rstrip("Z") + "Z"
+    return human_duration(now - datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp())
+
+
+def _event_cells(obj: Obj, now: float) -> list[Any]:
+    """kubectl's event columns: a series' last observation, else ``lastTimestamp``."""
+    series = obj.get("series") or {}
+    created = obj["metadata"]["creationTimestamp"]
+    last = str(series.get("lastObservedTime") or obj.get("lastTimestamp")
+               or obj.get("eventTime") or created)
+    first = str(obj.get("firstTimestamp") or obj.get("eventTime") or created)
+    inv = obj.get("involvedObject", {})
+    source = obj.get("source", {}).get("component") or obj.get("reportingComponent", "")
+    if host := obj.get("source", {}).get("host"):
+        source += f", {host}"
+    return [_since(last, now), obj.get("type", ""), obj.get("reason", ""),
+            f"{inv.get('kind', '').lower()}/{inv.get('name', '')}", inv.get("fieldPath", ""),
+            source, obj.get("message", ""), _since(first, now),
+            series.get("count") or obj.get("count") or 1, obj["metadata"]["name"]]
 
 
 def column_definitions(kind: str) -> list[Obj]:
@@ -84,7 +109,8 @@ def _cells(kind: str, obj: Obj, now: float) -> list[Any]:
         total = len(obj["spec"]["containers"])
         shown = status.get("phase", "Unknown")
         for c in statuses:
-            term = c.get("state", {}).get("terminated")
+            state = c.get("state", {})
+            term = state.get("terminated") or state.get("waiting")
             if term and term.get("reason"):
                 shown = term["reason"]
         if status.get("reason"):
@@ -93,6 +119,8 @@ def _cells(kind: str, obj: Obj, now: float) -> list[Any]:
                 sum(c.get("restartCount", 0) for c in statuses), _age(obj, now),
                 status.get("podIP", "<none>"), obj["spec"].get("nodeName", "<none>"),
                 "<none>", "<none>"]
+    if kind == "Event":
+        return _event_cells(obj, now)
     if kind == "Workload":
         cond = {c["type"]: c["status"] for c in status.get("conditions", [])}
         return [meta["name"], obj["spec"].get("queueName", ""),

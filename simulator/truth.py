@@ -14,11 +14,17 @@ reproduce over a window ``[start, end)``:
   per pod, the GPU-time-weighted mean over the devices it held.
 - Queue wait per pod: creation to ``PodScheduled=True`` (still pending: until ``end``).
 - Downtime incidents per GPU with their reason, clipped to the window.
+- Why things waited: every step, each pending pod and each Kueue Workload not admitted,
+  with its cause (``simulator.causes``), kept as runs of steps per thing and cause
+  (``pending_segments``); and the free physical GPUs of each pool by use, as GPU-seconds
+  and runs (``free_gpu_seconds``, ``free_segments``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -127,6 +133,46 @@ class Interruption:
     pod_uids: tuple[str, ...]
 
 
+@dataclass(slots=True)
+class PendingSegment:
+    """A run of steps during which one pod (or Workload) waited for one cause."""
+
+    uid: str
+    kind: str
+    """``pod``, or ``workload``: a Kueue Workload not admitted (no pod yet)."""
+    namespace: str
+    cause: str
+    start: float
+    end: float
+    gpus: int
+    """``nvidia.com/gpu`` it asked for (a Workload: all its pods')."""
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.gpus * (self.end - self.start)
+
+
+@dataclass(slots=True)
+class FreeSegment:
+    """A run of steps during which a pool had the same free physical GPUs of one use."""
+
+    pool: str
+    use: str
+    start: float
+    end: float
+    gpus: float
+
+
+def _clipped(segments: list[Any], start: float | None, end: float | None) -> list[Any]:
+    out = []
+    for seg in segments:
+        lo = seg.start if start is None else max(start, seg.start)
+        hi = seg.end if end is None else min(end, seg.end)
+        if hi > lo:
+            out.append(dataclasses.replace(seg, start=lo, end=hi))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class GpuSeconds:
     """GPU-seconds of one device in one state, attributed to one pod (or none)."""
@@ -159,6 +205,10 @@ class GroundTruth:
     """Workload name -> its workload profile (the label a bottleneck diagnosis should find)."""
     workloads: dict[str, WorkloadRecord] = field(default_factory=dict)
     """Kueue Workloads created before the window's end, by uid."""
+    pending: list[PendingSegment] = field(default_factory=list)
+    """Why things waited in the window, clipped to it."""
+    free_gpu_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(pool, use) -> free physical GPU-seconds in the window."""
 
     def seconds_by(self, *fields: str, state: str | None = None) -> dict[tuple[Any, ...], float]:
         """Sum GPU-seconds grouped by the named ``GpuSeconds`` fields."""
@@ -201,6 +251,9 @@ class GroundTruth:
             "incidents": [asdict(i) for i in self.incidents],
             "interruptions": [asdict(i) for i in self.interruptions],
             "profiles": self.profiles,
+            "pending": [asdict(p) for p in self.pending],
+            "free_gpu_seconds": [{"pool": pool, "use": use, "gpu_seconds": v}
+                                 for (pool, use), v in sorted(self.free_gpu_seconds.items())],
         }
 
 
@@ -217,6 +270,10 @@ class TruthLog:
         self.incidents: list[Incident] = []
         self.interruptions: list[Interruption] = []
         self._open: dict[tuple[str, str], Incident] = {}
+        self._pending: list[PendingSegment] = []
+        self._pending_last: dict[str, PendingSegment] = {}
+        self._free: list[FreeSegment] = []
+        self._free_last: dict[tuple[str, str], FreeSegment] = {}
 
     # ------------------------------------------------------------------ recording
 
@@ -287,6 +344,58 @@ class TruthLog:
 
     def interruption(self, node: str, pool: str, t: float, pod_uids: list[str]) -> None:
         self.interruptions.append(Interruption(node, pool, t, tuple(pod_uids)))
+
+    def waiting(self, t: float, rows: Iterable[Any]) -> None:
+        """What waited during the step from ``t`` (``simulator.causes.Waiting`` rows)."""
+        end = t + self._step
+        for w in rows:
+            last = self._pending_last.get(w.uid)
+            if last is not None and last.cause == w.cause and last.end == t \
+                    and last.gpus == w.gpus:
+                last.end = end
+                continue
+            seg = PendingSegment(w.uid, w.kind, w.namespace, w.cause, t, end, w.gpus)
+            self._pending.append(seg)
+            self._pending_last[w.uid] = seg
+
+    def free(self, t: float, gpus: dict[tuple[str, str], float]) -> None:
+        """The free physical GPUs by (pool, use) during the step from ``t``."""
+        end = t + self._step
+        for (pool, use), n in gpus.items():
+            last = self._free_last.get((pool, use))
+            if last is not None and last.end == t and abs(last.gpus - n) < 1e-9:
+                last.end = end
+                continue
+            seg = FreeSegment(pool, use, t, end, n)
+            self._free.append(seg)
+            self._free_last[pool, use] = seg
+
+    def pending_segments(self, start: float | None = None,
+                         end: float | None = None) -> list[PendingSegment]:
+        """Why things waited, as runs (uid, kind, namespace, cause, start, end, gpus),
+        clipped to ``[start, end)``."""
+        return _clipped(self._pending, start, end)
+
+    def pending_gpu_seconds(self, start: float | None = None,
+                            end: float | None = None) -> dict[str, float]:
+        """Cause -> GPU-seconds waited (GPUs asked x seconds) in ``[start, end)``."""
+        out: dict[str, float] = defaultdict(float)
+        for seg in self.pending_segments(start, end):
+            out[seg.cause] += seg.gpu_seconds
+        return dict(out)
+
+    def free_segments(self, start: float | None = None,
+                      end: float | None = None) -> list[FreeSegment]:
+        """Free physical GPUs of each pool and use, as runs, clipped to ``[start, end)``."""
+        return _clipped(self._free, start, end)
+
+    def free_gpu_seconds(self, start: float | None = None,
+                         end: float | None = None) -> dict[tuple[str, str], float]:
+        """(pool, use) -> free physical GPU-seconds in ``[start, end)``."""
+        out: dict[tuple[str, str], float] = defaultdict(float)
+        for seg in self.free_segments(start, end):
+            out[seg.pool, seg.use] += seg.gpus * (seg.end - seg.start)
+        return dict(out)
 
     # ------------------------------------------------------------------ values
 
@@ -366,6 +475,8 @@ class TruthLog:
             interruptions=[i for i in self.interruptions if start <= i.at < end],
             profiles={rec.workload: rec.profile for rec in pods.values()},
             workloads={uid: w for uid, w in self.workloads.items() if w.created_at < end},
+            pending=self.pending_segments(start, end),
+            free_gpu_seconds=self.free_gpu_seconds(start, end),
         )
 
 

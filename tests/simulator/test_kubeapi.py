@@ -261,3 +261,49 @@ async def test_an_unknown_fault_status_is_refused(sim: SimulatorServer) -> None:
             f"{sim.api_url}/sim/api-faults",
             json={"action": "down", "seconds": 30, "status": 418}) as r:
         assert r.status == 400
+
+
+async def test_events_are_listed_and_watched_by_the_pods_field_selector(
+        sim: SimulatorServer, v1: client.CoreV1Api) -> None:
+    """A pod that cannot be placed gets the scheduler's FailedScheduling, delivered to a
+    watch from the list's version; retried five minutes on, the event becomes a series."""
+    listed = await v1.list_event_for_all_namespaces(field_selector="involvedObject.kind=Pod")
+    sim.cluster.submit("train", run_seconds=3600)
+    waiting = sim.cluster.submit("train")[0]
+    seen = []
+    w = watch.Watch()
+    async with w:
+        async for e in w.stream(v1.list_namespaced_event, "team-a",
+                                field_selector="involvedObject.kind=Pod",
+                                resource_version=listed.metadata.resource_version,
+                                timeout_seconds=1):
+            seen.append((e["type"], e["object"].reason, e["object"].involved_object.name))
+    assert ("ADDED", "FailedScheduling", waiting.name) in seen
+    assert ("ADDED", "Scheduled", waiting.name) not in seen
+    await sim.advance(300)
+    events = await v1.list_namespaced_event(
+        "team-a", field_selector=f"involvedObject.uid={waiting.uid},reason=FailedScheduling")
+    (failed,) = events.items
+    assert failed.type == "Warning" and failed.reporting_component == "default-scheduler"
+    assert failed.series.count == 2 and failed.event_time is not None
+    assert failed.message.startswith("0/4 nodes are available: 1 Insufficient nvidia.com/gpu")
+    with pytest.raises(ApiException) as err:
+        await v1.list_event_for_all_namespaces(field_selector="spec.nodeName=x")
+    assert err.value.status == 400
+
+
+async def test_the_exporters_client_reads_the_events(sim: SimulatorServer,
+                                                     tmp_path: Path) -> None:
+    from exporter.sources.kube_client import load_kubeconfig
+
+    sim.cluster.submit("train", run_seconds=3600)
+    sim.cluster.submit("train")
+    api = await load_kubeconfig(sim.write_outputs(tmp_path).kubeconfig)
+    try:
+        resp = await api.get("/api/v1/events", {"fieldSelector": "involvedObject.kind=Pod"})
+        body = await resp.json()
+        resp.release()
+    finally:
+        await api.close()
+    assert body["kind"] == "EventList" and body["metadata"]["resourceVersion"]
+    assert {e["reason"] for e in body["items"]} == {"Scheduled", "FailedScheduling"}

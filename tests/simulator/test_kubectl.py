@@ -81,3 +81,26 @@ async def test_get_pods_watch(sim: SimulatorServer, tmp_path: Path) -> None:
     finally:
         proc.kill()
         await proc.wait()
+
+
+async def test_get_events_and_a_pod_being_created(make_server: Callable[..., Any],
+                                                  make_scenario: Callable[..., Scenario],
+                                                  tmp_path: Path) -> None:
+    scenario = make_scenario()
+    workloads = [w.model_copy(update={"startup": 600.0}) if w.name == "half" else w
+                 for w in scenario.workloads]
+    server: SimulatorServer = await make_server(scenario.model_copy(
+        update={"workloads": workloads}))
+    pod = server.cluster.submit("half")[0]
+    server.cluster.submit("train")
+    await server.advance(120)
+    kubeconfig = server.write_outputs(tmp_path).kubeconfig
+    out = await kubectl(kubeconfig, "get", "pods", "-n", "team-b")
+    assert next(r for r in out.splitlines() if r.startswith(pod.name)).split()[2] == \
+        "ContainerCreating"
+    out = await kubectl(kubeconfig, "get", "events", "-A")
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAMESPACE", "LAST", "SEEN", "TYPE", "REASON", "OBJECT",
+                              "MESSAGE"]
+    reasons = {r.split()[3] for r in rows}
+    assert {"Scheduled", "Pulling", "FailedScheduling"} <= reasons

@@ -222,3 +222,38 @@ async def test_kubernetes_asyncio_lists_and_watches_workloads(make_server: Calla
         assert seen == [("ADDED", "batch")]
     out = await kubectl(kubeconfig, "get", "workloads,clusterqueues", "-A")
     assert "workload.kueue.x-k8s.io/" in out and "clusterqueue.kueue.x-k8s.io/research" in out
+
+
+def test_the_workloads_conditions_say_what_kueue_says() -> None:
+    """Not admitted: how much more quota it needs; preempted: by whom, then requeued;
+    admitted again: its eviction becomes a thing of the past."""
+    c = Cluster(kueue_scenario())
+    c.submit("half", run_seconds=7200)                  # batch borrows 4 of research's 8
+    c.submit("half", run_seconds=600)                   # batch may borrow no more
+    waiting = next(w for w in workloads(c).values()
+                   if condition(w, "QuotaReserved")["status"] == "False")  # type: ignore[index]
+    assert condition(waiting, "QuotaReserved")["message"] == (  # type: ignore[index]
+        "couldn't assign flavors to pod set main: insufficient unused quota for "
+        "nvidia.com/gpu in flavor nvidia-h100-80gb, 4 more needed")
+    c = Cluster(kueue_scenario())
+    low = c.submit("train", run_seconds=7200)[0].job.queued
+    c.advance(600)
+    high = c.submit("urgent", run_seconds=600)[0].job.queued
+    assert low is not None and high is not None
+    obj = workloads(c)[low.name]
+    said = (f"Preempted to accommodate a workload (UID: {high.uid}, JobUID: {high.job_uid}) "
+            "due to prioritization in the ClusterQueue; preemptor path: /gpus/research; "
+            "preemptee path: /gpus/research")
+    for kind, reason in (("Evicted", "Preempted"), ("Preempted", "InClusterQueue"),
+                         ("Requeued", "Preempted")):
+        cond = condition(obj, kind)
+        assert cond is not None and (cond["status"], cond["reason"], cond["message"]) == (
+            "True", reason, said), kind
+    reserved = condition(obj, "QuotaReserved")
+    assert reserved is not None and reserved["status"] == "False"
+    c.advance(1200)
+    obj = workloads(c)[low.name]
+    evicted = condition(obj, "Evicted")
+    assert evicted is not None and (evicted["status"], evicted["reason"], evicted["message"]) \
+        == ("False", "QuotaReserved", f"Previously: {said}")
+    assert condition(obj, "Admitted")["status"] == "True"  # type: ignore[index]

@@ -84,6 +84,15 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "pools[0].dcgm_hostname: 'ip' is not allowed; allowed values: 'node' or 'pod'"),
     ("service over an unknown pool", {"dcgm_service": {"pools": ["h100", "a100"]}},
      "dcgm_service: pool 'a100' is not one of h100, l4, mig, t4-spot"),
+    ("stockout of an unknown pool", {"stockouts": [{"pool": "a100", "at": "1h"}]},
+     "stockouts[0]: pool 'a100' is not one of h100, l4, mig, t4-spot"),
+    ("stockout of a pool that does not autoscale", {"stockouts": [{"pool": "h100", "at": 0}]},
+     "stockouts[0]: pool h100 does not autoscale"),
+    ("stockout reason", {"stockouts": [{"pool": "h100", "at": 0, "reason": "sold_out"}]},
+     "stockouts[0].reason: 'sold_out' is not allowed; allowed values: 'out_of_resources' or "
+     "'quota_exceeded'"),
+    ("taint effect", {"pools": [_pool(taints=[{"key": "a", "effect": "Never"}])]},
+     "pools[0].taints[0].effect: 'Never' is not allowed"),
 ]
 
 

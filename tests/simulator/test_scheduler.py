@@ -8,7 +8,7 @@ import pytest
 
 from simulator.cluster import Cluster, Pod
 from simulator.objects import rfc3339
-from simulator.scenario import Scenario, load_scenario, pool_selects
+from simulator.scenario import Scenario, load_scenario
 from simulator.store import Event
 
 
@@ -18,18 +18,20 @@ def check_invariants(c: Cluster) -> None:
         for unit, pod in enumerate(node.units):
             if pod is not None:
                 assert pod.node is node and unit in pod.units, "unit held by a stranger"
-                assert pod.phase == "Running"
+                assert pod.phase == "Running" or (
+                    pod.phase == "Pending" and pod.running_at is not None
+                    and pod.running_at > c.now), "a pod holds GPUs it neither uses nor starts on"
                 held[pod.uid] = held.get(pod.uid, 0) + 1
         assert len(node.units) == node.pool.gpus_per_node * node.pool.units_per_gpu
     for pod in c.pods.values():
-        if pod.phase == "Running":
+        if pod.phase == "Running" or (pod.node is not None and pod.phase == "Pending"):
             assert held.get(pod.uid) == pod.gpus, f"{pod.name} holds the wrong GPU count"
         else:
             assert pod.uid not in held
     for pod in c.pending:
-        assert pod.phase == "Pending"
+        assert pod.phase == "Pending" and pod.node is None
         for node in c.live_nodes():
-            fits = node.schedulable and pool_selects(node.pool, pod.workload) and \
+            fits = node.schedulable and c.placement.eligible(node.pool, pod.workload) and \
                 len(node.free_units()) >= pod.gpus
             assert not fits, f"{pod.name} waits although {node.name} fits it"
 
