@@ -10,11 +10,11 @@ from its ``Requeued`` condition's transition (an eviction), to its ``Admitted`` 
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
 from exporter.errors import SourceDataError
+from exporter.model.quantities import quantity_value
 from exporter.model.records import ClusterQueueInfo, FlavorQuota, LocalQueueInfo, WorkloadInfo
 
 Obj = dict[str, Any]
@@ -24,9 +24,6 @@ GROUP_VERSIONS = (GROUP_VERSION, "kueue.x-k8s.io/v1beta1")
 """The versions asked for, in order: v1beta2 (Kueue 0.15 and later), v1beta1 (before)."""
 GPU = "nvidia.com/gpu"
 ACCELERATOR = "cloud.google.com/gke-accelerator"
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?)(m|k|Ki|M|Mi|G|Gi)?$")
-_SCALE = {None: 1.0, "m": 1e-3, "k": 1e3, "Ki": 1024.0, "M": 1e6, "Mi": 1024.0 ** 2,
-          "G": 1e9, "Gi": 1024.0 ** 3}
 
 
 def _ts(value: object) -> float | None:
@@ -36,13 +33,12 @@ def _ts(value: object) -> float | None:
 
 
 def quantity(value: object, what: str) -> float:
-    """A Kubernetes quantity (``8``, ``"8"``, ``"500m"``, ``"2Ki"``) as a number."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    m = _QUANTITY.match(value) if isinstance(value, str) else None
-    if m is None:
-        raise SourceDataError("kubernetes", what, f"not a quantity: {value!r}")
-    return float(m.group(1)) * _SCALE[m.group(2)]
+    """A Kubernetes quantity (``8``, ``"8"``, ``"500m"``, ``"2Ki"``) as a number;
+    ``SourceDataError`` naming ``what`` if it is none."""
+    try:
+        return quantity_value(value)
+    except ValueError as exc:
+        raise SourceDataError("kubernetes", what, str(exc)) from exc
 
 
 def _conditions(status: Obj) -> dict[str, Obj]:
