@@ -70,7 +70,8 @@ class Toleration:
 
 @dataclass(frozen=True, slots=True)
 class Requirement:
-    """One node-selector requirement of a required node-affinity term."""
+    """One node-selector requirement of a required node-affinity term: on a node label, or
+    (a ``matchFields`` requirement) on key ``metadata.name``, the node's name."""
 
     key: str
     operator: str
@@ -86,7 +87,8 @@ class PodConstraints:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity: tuple[tuple[Requirement, ...], ...] = ()
     """Required node-affinity terms, any of which a node must meet (each term: all its
-    requirements); empty: no affinity."""
+    requirements; a term with none meets no node, as Kubernetes reads it); empty: no
+    affinity."""
     tolerations: tuple[Toleration, ...] = ()
 
 

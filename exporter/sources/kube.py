@@ -16,7 +16,8 @@ remembered until the next snapshot takes them, so queue wait and cost keep their
 and scheduling times, and ``deleted_pod`` gives their last state (ended, whatever phase
 they were deleted in).
 
-``node_info`` and ``pod_info`` are pure: Kubernetes JSON in, frozen records out.
+``node_info`` and ``pod_info`` are pure: Kubernetes JSON in, frozen records out. The pods
+of a template share one ``PodConstraints`` (``ConstraintsTable``).
 """
 
 from __future__ import annotations
@@ -39,11 +40,16 @@ from exporter.logs import Episodes, ctx
 from exporter.metrics.health import WatchStats
 from exporter.model.records import (
     DELETED,
+    NO_CONSTRAINTS,
     ClusterQueueInfo,
     LocalQueueInfo,
     NodeInfo,
+    PodConstraints,
     PodEvent,
     PodInfo,
+    Requirement,
+    Taint,
+    Toleration,
     WorkloadInfo,
 )
 from exporter.sources import kueue
@@ -61,6 +67,8 @@ KUEUE_KINDS = ("workloads", "clusterqueues", "localqueues")
 """Watched when Kueue's API is served (its CRDs installed)."""
 KUEUE_PROBE_INTERVAL = 600.0
 """How often a cluster without Kueue is asked again whether it has it now."""
+CONSTRAINTS_KEPT = 4096
+"""Distinct pod constraints shared at most (``ConstraintsTable``)."""
 
 
 def _ts(value: str | None) -> float | None:
@@ -90,6 +98,12 @@ def node_info(obj: Obj) -> NodeInfo:
         clients_per_gpu=int(clients) if clients and clients.isdigit() else 1,
         mig_profile=labels.get("cloud.google.com/gke-gpu-partition-size"),
         address=addresses.get("InternalIP", ""),
+        labels=dict(labels),
+        taints=tuple(Taint(str(t.get("key") or ""), str(t.get("value") or ""),
+                           str(t.get("effect") or ""))
+                     for t in (obj.get("spec") or {}).get("taints") or []
+                     if isinstance(t, dict)),
+        unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
     )
 
 
@@ -105,9 +119,91 @@ def _workload(meta: Obj, labels: dict[str, str]) -> tuple[str, str]:
     return name, kind
 
 
-def pod_info(obj: Obj, annotations: Collection[str] = ()) -> PodInfo:
+ConstraintsKey = tuple[tuple[tuple[str, str], ...], tuple[tuple[Requirement, ...], ...],
+                       tuple[Toleration, ...]]
+"""A pod's constraints as a hashable value: its node selector's items, sorted, its
+required node-affinity terms and its tolerations."""
+
+
+def constraints_key(spec: Obj) -> ConstraintsKey:
+    """Where a pod's spec lets it run: ``nodeSelector``, the terms of
+    ``requiredDuringSchedulingIgnoredDuringExecution`` (a ``matchFields`` requirement on
+    key ``metadata.name``, the node's name) and ``tolerations``."""
+    selector = spec.get("nodeSelector") or {}
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = tuple(
+        tuple(_requirement(e) for e in t.get("matchExpressions") or [])
+        + tuple(_requirement(e, "metadata.name") for e in t.get("matchFields") or [])
+        for t in required.get("nodeSelectorTerms") or [] if isinstance(t, dict))
+    tolerations = tuple(
+        Toleration(key=str(t["key"]) if t.get("key") else None,
+                   operator=str(t.get("operator") or "Equal"), value=str(t.get("value") or ""),
+                   effect=str(t["effect"]) if t.get("effect") else None)
+        for t in spec.get("tolerations") or [] if isinstance(t, dict))
+    return (tuple(sorted((str(k), str(v)) for k, v in selector.items())), terms, tolerations)
+
+
+def _requirement(e: Obj, key: str | None = None) -> Requirement:
+    return Requirement(key or str(e.get("key") or ""), str(e.get("operator") or ""),
+                       tuple(str(v) for v in e.get("values") or ()))
+
+
+def pod_constraints(spec: Obj) -> PodConstraints:
+    """A pod's constraints (``constraints_key``) as a record of its own."""
+    return _constraints(constraints_key(spec))
+
+
+def _constraints(key: ConstraintsKey) -> PodConstraints:
+    selector, affinity, tolerations = key
+    if not (selector or affinity or tolerations):
+        return NO_CONSTRAINTS
+    return PodConstraints(dict(selector), affinity, tolerations)
+
+
+class ConstraintsTable:
+    """One ``PodConstraints`` per distinct set of constraints: the pods of a template (a
+    Job's, a Deployment's) share one record instead of each holding its own copy of the
+    same selector, terms and tolerations. It remembers at most ``size`` sets, dropping
+    the oldest first (the pods that hold one keep it)."""
+
+    def __init__(self, size: int = CONSTRAINTS_KEPT) -> None:
+        self._size = size
+        self._known: dict[ConstraintsKey, PodConstraints] = {}
+
+    def __call__(self, spec: Obj) -> PodConstraints:
+        key = constraints_key(spec)
+        if not any(key):
+            return NO_CONSTRAINTS
+        got = self._known.get(key)
+        if got is None:
+            if len(self._known) >= self._size:
+                del self._known[next(iter(self._known))]
+            got = self._known[key] = _constraints(key)
+        return got
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+def _waiting_reason(status: Obj) -> str | None:
+    """Why its containers wait, while none of them runs: an init container's waiting
+    reason first (they run first), else a container's."""
+    containers = status.get("containerStatuses") or []
+    if any((cs.get("state") or {}).get("running") for cs in containers):
+        return None
+    for cs in (*(status.get("initContainerStatuses") or []), *containers):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return str(waiting["reason"])
+    return None
+
+
+def pod_info(obj: Obj, annotations: Collection[str] = (),
+             constraints: Callable[[Obj], PodConstraints] = pod_constraints) -> PodInfo:
     """The pod as the exporter keeps it; of its annotations, only those named (the others,
-    ``kubectl.kubernetes.io/last-applied-configuration`` among them, can be large)."""
+    ``kubectl.kubernetes.io/last-applied-configuration`` among them, can be large); its
+    constraints as ``constraints`` gives them (a ``ConstraintsTable`` shares them)."""
     meta, spec, status = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
     labels = meta.get("labels") or {}
     notes = (meta.get("annotations") or {}) if annotations else {}
@@ -122,6 +218,7 @@ def pod_info(obj: Obj, annotations: Collection[str] = ()) -> PodInfo:
                 ports[p["name"]] = int(p["containerPort"])
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     sched = conditions.get("PodScheduled", {})
+    unscheduled = sched if sched.get("status") == "False" else {}
     finished = None
     reason = status.get("reason")
     for cs in status.get("containerStatuses") or []:
@@ -145,6 +242,15 @@ def pod_info(obj: Obj, annotations: Collection[str] = ()) -> PodInfo:
         reason=reason, container_ports=ports, ip=status.get("podIP"),
         deleted_unix=_ts(meta.get("deletionTimestamp")),
         annotations={k: str(notes[k]) for k in annotations if k in notes},
+        constraints=constraints(spec),
+        scheduling_gates=tuple(str(g.get("name") or "") for g in spec.get("schedulingGates")
+                               or [] if isinstance(g, dict)),
+        unschedulable_reason=str(unscheduled.get("reason") or "") or None
+        if unscheduled else None,
+        unschedulable_message=str(unscheduled.get("message") or ""),
+        unschedulable_unix=_ts(unscheduled.get("lastTransitionTime")),
+        waiting_reason=_waiting_reason(status),
+        disrupted=(conditions.get("DisruptionTarget") or {}).get("status") == "True",
     )
 
 
@@ -177,6 +283,8 @@ class KubeSource:
         self._api = api
         self._annotations = tuple(annotations)
         """The pod annotations kept (``allocation.annotation``)."""
+        self._constraints = ConstraintsTable()
+        """The pods' constraints, shared between the pods of a template."""
         self._clock = clock
         self._watch_timeout = watch_timeout
         self._watchdog = watchdog
@@ -333,7 +441,7 @@ class KubeSource:
             self.nodes[name] = node_info(obj)
 
     def _apply_pod(self, etype: str, obj: Obj) -> None:
-        info = pod_info(obj, self._annotations)
+        info = pod_info(obj, self._annotations, self._constraints)
         if etype == "DELETED":
             self.pods.pop(info.uid, None)
             self.deleted_pods[info.uid] = info
@@ -394,7 +502,7 @@ class KubeSource:
         elif kind == "pods":
             fresh = {}
             for obj in items:
-                info = pod_info(obj, self._annotations)
+                info = pod_info(obj, self._annotations, self._constraints)
                 fresh[info.uid] = info
             for uid, old in self.pods.items():
                 if uid not in fresh:

@@ -10,12 +10,18 @@ from its ``Requeued`` condition's transition (an eviction), to its ``Admitted`` 
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
 from exporter.errors import SourceDataError
-from exporter.model.records import ClusterQueueInfo, FlavorQuota, LocalQueueInfo, WorkloadInfo
+from exporter.model.quantities import quantity_value
+from exporter.model.records import (
+    AdmissionCheck,
+    ClusterQueueInfo,
+    FlavorQuota,
+    LocalQueueInfo,
+    WorkloadInfo,
+)
 
 Obj = dict[str, Any]
 GROUP = "kueue.x-k8s.io"
@@ -24,9 +30,6 @@ GROUP_VERSIONS = (GROUP_VERSION, "kueue.x-k8s.io/v1beta1")
 """The versions asked for, in order: v1beta2 (Kueue 0.15 and later), v1beta1 (before)."""
 GPU = "nvidia.com/gpu"
 ACCELERATOR = "cloud.google.com/gke-accelerator"
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?)(m|k|Ki|M|Mi|G|Gi)?$")
-_SCALE = {None: 1.0, "m": 1e-3, "k": 1e3, "Ki": 1024.0, "M": 1e6, "Mi": 1024.0 ** 2,
-          "G": 1e9, "Gi": 1024.0 ** 3}
 
 
 def _ts(value: object) -> float | None:
@@ -36,13 +39,12 @@ def _ts(value: object) -> float | None:
 
 
 def quantity(value: object, what: str) -> float:
-    """A Kubernetes quantity (``8``, ``"8"``, ``"500m"``, ``"2Ki"``) as a number."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    m = _QUANTITY.match(value) if isinstance(value, str) else None
-    if m is None:
-        raise SourceDataError("kubernetes", what, f"not a quantity: {value!r}")
-    return float(m.group(1)) * _SCALE[m.group(2)]
+    """A Kubernetes quantity (``8``, ``"8"``, ``"500m"``, ``"2Ki"``) as a number;
+    ``SourceDataError`` naming ``what`` if it is none."""
+    try:
+        return quantity_value(value)
+    except ValueError as exc:
+        raise SourceDataError("kubernetes", what, str(exc)) from exc
 
 
 def _conditions(status: Obj) -> dict[str, Obj]:
@@ -61,7 +63,7 @@ def workload_info(obj: Obj) -> WorkloadInfo:
     created = _ts(meta.get("creationTimestamp")) or 0.0
     requeued = conditions.get("Requeued")
     queued = (_ts(requeued.get("lastTransitionTime")) if requeued else None) or created
-    gpus = 0.0
+    gpus = most_per_pod = 0.0
     accelerator = None
     labels: dict[str, str] = {}
     for i, ps in enumerate(spec.get("podSets") or []):
@@ -72,23 +74,55 @@ def workload_info(obj: Obj) -> WorkloadInfo:
             want = (res.get("limits") or {}).get(GPU) or (res.get("requests") or {}).get(GPU)
             per_pod += quantity(want, f"workload {name}") if want is not None else 0.0
         gpus += per_pod * int(ps.get("count", 1))
+        most_per_pod = max(most_per_pod, per_pod)
         accelerator = accelerator or (pod_spec.get("nodeSelector") or {}).get(ACCELERATOR)
         if i == 0:
             labels = dict(((ps.get("template") or {}).get("metadata") or {}).get("labels") or {})
     owners = meta.get("ownerReferences") or []
     owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
     ref = spec.get("priorityClassRef") or {}
+    admitted = _true_since(conditions, "Admitted")
+    finished = _true_since(conditions, "Finished")
+    checks = admission_checks(status)
+    waiting = admitted is None and finished is None
+    evicted = conditions.get("Evicted") or {}
     return WorkloadInfo(
         uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta["name"],
         local_queue=str(spec.get("queueName") or ""),
         cluster_queue=(status.get("admission") or {}).get("clusterQueue") or None,
-        created_unix=created, queued_unix=queued,
-        admitted_unix=_true_since(conditions, "Admitted"),
-        finished_unix=_true_since(conditions, "Finished"),
+        created_unix=created, queued_unix=queued, admitted_unix=admitted,
+        finished_unix=finished,
         gpus=round(gpus), accelerator=accelerator, priority=int(spec.get("priority") or 0),
         priority_class=str(ref.get("name") or spec.get("priorityClassName") or ""),
         owner_kind=str(owner.get("kind") or ""), owner_name=str(owner.get("name") or ""),
-        labels=labels)
+        labels=labels, gpus_per_pod=round(most_per_pod),
+        quota_reserved=(conditions.get("QuotaReserved") or {}).get("status") == "True",
+        pending_message=pending_message(conditions, checks) if waiting else "",
+        evicted_reason=str(evicted.get("reason") or "") or None
+        if waiting and evicted.get("status") == "True" else None,
+        admission_checks=checks)
+
+
+def admission_checks(status: Obj) -> tuple[AdmissionCheck, ...]:
+    """A Workload's ``status.admissionChecks`` (a ProvisioningRequest's among them)."""
+    return tuple(AdmissionCheck(str(c.get("name") or ""), str(c.get("state") or ""),
+                                str(c.get("message") or ""))
+                 for c in status.get("admissionChecks") or [] if isinstance(c, dict))
+
+
+def pending_message(conditions: dict[str, Obj], checks: tuple[AdmissionCheck, ...]) -> str:
+    """Why a Workload waits, in Kueue's words: ``QuotaReserved=False``'s message (no
+    flavor with quota for it), else the message of an admission check not yet ``Ready``
+    (quota is held, its nodes are not there), else ``Admitted=False``'s; "" when none
+    says."""
+    reserved = conditions.get("QuotaReserved") or {}
+    if reserved.get("status") == "False" and reserved.get("message"):
+        return str(reserved["message"])
+    for check in checks:
+        if check.state != "Ready" and check.message:
+            return check.message
+    admitted = conditions.get("Admitted") or {}
+    return str(admitted.get("message") or "") if admitted.get("status") == "False" else ""
 
 
 def cluster_queue_info(obj: Obj) -> ClusterQueueInfo:
