@@ -131,7 +131,7 @@ def test_probes_and_graceful_shutdown(objects: Objects) -> None:
 
 def test_rbac_is_read_only(objects: Objects) -> None:
     rules = objects["ClusterRole"]["rules"]
-    readable = {"": {"pods", "nodes", "namespaces"},
+    readable = {"": {"pods", "nodes", "namespaces", "events"},
                 "kueue.x-k8s.io": {"workloads", "clusterqueues", "localqueues"}}
     for rule in rules:
         (group,) = rule["apiGroups"]

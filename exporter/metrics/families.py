@@ -926,7 +926,8 @@ FAMILIES: tuple[AnyFamily, ...] = (
       "watchdog (silent watch).", ("cluster", "resource", "cause"), _relists),
     F("exporter_kubernetes_rejected_objects", "counter", "", "Kubernetes objects skipped "
       "because they could not be read (a Kueue Workload with a malformed quantity, say), "
-      "by resource; each logged once per episode.", ("cluster", "resource"),
+      "or events about more pods than are kept, by resource; each logged once per "
+      "episode.", ("cluster", "resource"),
       lambda v: [((v.cluster, kind), n) for kind, n in sorted(v.kube.rejected_objects.items())]),
     F("exporter_kubernetes_discovery_up", "gauge", "", "1 if the API group's discovery "
       "was answered the last time it was asked (served or not), 0 while it fails (a 403: "

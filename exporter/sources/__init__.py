@@ -1,11 +1,12 @@
 """The sources: each reads one outside system and hands on records (``exporter.model.records``),
 never its wire format.
 
-The cluster's nodes, pods and namespaces (and Kueue's Workloads and queues, where Kueue
-runs: ``kueue``) come from a ``ClusterSource`` (``kube.KubeSource``: list and watch). The
-GPU readings come from one ``ReadingSource``: ``dcgm.DcgmSource`` scrapes each node's
-dcgm-exporter, ``prometheus_api.PrometheusApiSource`` asks a Prometheus that scrapes them,
-and ``cloud_monitoring.CloudMonitoringSource`` reads what GKE keeps in Cloud Monitoring.
+The cluster's nodes, pods and namespaces, the events about its pods (and Kueue's
+Workloads and queues, where Kueue runs: ``kueue``) come from a ``ClusterSource``
+(``kube.KubeSource``: list and watch). The GPU readings come from one ``ReadingSource``:
+``dcgm.DcgmSource`` scrapes each node's dcgm-exporter, ``prometheus_api.PrometheusApiSource``
+asks a Prometheus that scrapes them, and ``cloud_monitoring.CloudMonitoringSource`` reads
+what GKE keeps in Cloud Monitoring.
 """
 
 from __future__ import annotations
@@ -74,7 +75,12 @@ class ClusterSource(KubeHealth, Protocol):
 
     @property
     def pod_events(self) -> Mapping[str, Mapping[str, PodEvent]]:
-        """Pod UID -> reason -> the newest event of that reason about it."""
+        """Pod UID -> reason -> the newest event of that reason about the pod (the
+        scheduler's ``FailedScheduling``, the cluster autoscaler's ``TriggeredScaleUp``,
+        ``NotTriggerScaleUp`` and ``FailedScaleUp``, the kubelet's image pulls...), for
+        the pods that ask for GPUs and wait (``Pending``); empty where events cannot be
+        read. A pod's mapping is
+        replaced, never changed: a shallow copy is a snapshot."""
 
     @property
     def local_queues(self) -> Mapping[tuple[str, str], LocalQueueInfo]:

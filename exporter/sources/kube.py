@@ -1,4 +1,5 @@
-"""Kubernetes state: nodes, GPU pods and namespaces, kept current by list + watch.
+"""Kubernetes state: nodes, GPU pods, namespaces and the events about pods, kept current by
+list + watch.
 
 Each kind runs one loop: list (raw JSON), then watch from the list's resourceVersion with
 bookmarks and a server-side timeout, resuming from the last version seen. It relists on
@@ -16,8 +17,20 @@ remembered until the next snapshot takes them, so queue wait and cost keep their
 and scheduling times, and ``deleted_pod`` gives their last state (ended, whatever phase
 they were deleted in).
 
-``node_info`` and ``pod_info`` are pure: Kubernetes JSON in, frozen records out. The pods
-of a template share one ``PodConstraints`` (``ConstraintsTable``).
+Events are watched like the other kinds (``involvedObject.kind=Pod``, listed page by page)
+but never waited for (``OPTIONAL_KINDS``): a cluster whose RBAC does not grant them is
+watched all the same, the kind counted down and denied, and an API that does not serve
+them (404) is asked again every ``NOT_SERVED_RETRY``. Of them only what the causes of a
+wait need is kept (``pod_events``): per pod that asks for GPUs and is ``Pending``, the
+newest event of each reason in ``EVENT_REASONS``, its message cut at
+``EVENT_MESSAGE_CHARS``; an update of an event replaces it, a list adds to what is kept
+(the API server drops events after an hour; the pod may still wait for the same reason).
+A pod's events go when the pod runs, ends or is deleted, those of a pod never listed
+``EVENT_UNKNOWN_POD_TTL`` after the last came, and beyond ``MAX_EVENT_PODS`` pods they are
+dropped, counted in ``rejected_objects``.
+
+``node_info``, ``pod_info`` and ``pod_event`` are pure: Kubernetes JSON in, frozen records
+out. The pods of a template share one ``PodConstraints`` (``ConstraintsTable``).
 """
 
 from __future__ import annotations
@@ -60,15 +73,47 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
 PATHS = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces",
+         "events": "/api/v1/events",
          **{k: f"/apis/{kueue.GROUP_VERSION}/{k}"
             for k in ("workloads", "clusterqueues", "localqueues")}}
 """Each kind's collection, at the cluster scope."""
+SELECTORS = {"events": {"fieldSelector": "involvedObject.kind=Pod"}}
+"""What a kind's lists and watches ask for (events: those about pods)."""
+PAGED = {"events": 500}
+"""Kinds listed page by page (``limit`` and ``continue``), each page applied as it comes:
+a cluster keeps an hour of events, a hundred thousand in a large one."""
+OPTIONAL_KINDS = ("events",)
+"""Watched and counted like the others, never waited for: without them (a ClusterRole
+that does not grant them) the view goes on, and only the causes of waits lack the
+scheduler's and the autoscaler's words."""
+EVENT_REASONS = frozenset({
+    "FailedScheduling", "TriggeredScaleUp", "NotTriggerScaleUp", "FailedScaleUp",
+    "ScaleUpTimedOut", "Preempted", "Pulling", "Pulled", "Failed", "BackOff"})
+"""The reasons of the pod events kept (the scheduler's, the cluster autoscaler's, the
+kubelet's image pulls); ``Failed`` and ``BackOff`` only about an image."""
+_REASONS = {r: r for r in EVENT_REASONS}
+_IMAGE_REASONS = frozenset({"Failed", "BackOff"})
+EVENT_MESSAGE_CHARS = 1024
+"""An event's message is kept this long (the length the API server allows a note, and
+the scheduler cuts its messages at)."""
+MAX_EVENT_PODS = 10_000
+"""The waiting pods whose events are kept at most (four events take some 1.8 KB a pod,
+1 KB where the pods of a job are told the same); the events of more are dropped, counted
+as rejected."""
+EVENT_UNKNOWN_POD_TTL = 900.0
+"""How long the events of a pod the pods watch has not delivered are kept after the last
+of them came (its pod may be listed next, or may be gone)."""
+EVENT_SWEEP_SECONDS = 60.0
+NOT_SERVED_RETRY = 600.0
+"""How often an optional kind the API answers 404 (does not serve) is asked for again."""
+CONSTRAINTS_KEPT = 4096
+"""Distinct pod constraints shared at most (``ConstraintsTable``)."""
+WORDS_KEPT = 4096
+"""Distinct event messages shared at most (``SharedWords``)."""
 KUEUE_KINDS = ("workloads", "clusterqueues", "localqueues")
 """Watched when Kueue's API is served (its CRDs installed)."""
 KUEUE_PROBE_INTERVAL = 600.0
 """How often a cluster without Kueue is asked again whether it has it now."""
-CONSTRAINTS_KEPT = 4096
-"""Distinct pod constraints shared at most (``ConstraintsTable``)."""
 
 
 def _ts(value: str | None) -> float | None:
@@ -186,6 +231,24 @@ class ConstraintsTable:
         return len(self._known)
 
 
+class SharedWords:
+    """One string per distinct event message: the pods of a job are told the same by the
+    scheduler and the autoscaler, and keep one copy of it between them. It remembers at
+    most ``size`` messages, dropping the oldest first (the events that hold one keep it)."""
+
+    def __init__(self, size: int = WORDS_KEPT) -> None:
+        self._size = size
+        self._known: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        got = self._known.get(text)
+        if got is None:
+            if len(self._known) >= self._size:
+                del self._known[next(iter(self._known))]
+            got = self._known[text] = text
+        return got
+
+
 def _waiting_reason(status: Obj) -> str | None:
     """Why its containers wait, while none of them runs: an init container's waiting
     reason first (they run first), else a container's."""
@@ -254,6 +317,53 @@ def pod_info(obj: Obj, annotations: Collection[str] = (),
     )
 
 
+def pod_event(obj: Obj) -> PodEvent | None:
+    """An Event about a pod, as the events watch keeps it; None for one about another kind
+    or of a reason not in ``EVENT_REASONS``. Reads ``core/v1``'s fields (``involvedObject``,
+    ``source.component``, ``firstTimestamp``, ``lastTimestamp``, ``count``) and those an
+    event recorded through ``events.k8s.io/v1`` has instead (``eventTime``, ``series``,
+    ``reportingComponent``; ``regarding``, ``note``, ``reportingController`` and the
+    ``deprecated`` fields in that API's own shape). ``SourceDataError`` (or ``KeyError``,
+    ``TypeError``, ``ValueError``) for one that cannot be read."""
+    about = obj.get("involvedObject") or obj.get("regarding") or {}
+    if about.get("kind") != "Pod":
+        return None
+    reason = str(obj.get("reason") or "")
+    if reason not in EVENT_REASONS:
+        return None
+    message = str(obj.get("message") or obj.get("note") or "")
+    if reason in _IMAGE_REASONS and "image" not in message.lower():
+        return None
+    uid = about.get("uid")
+    if not uid:
+        raise SourceDataError("kubernetes", "events", "an event about a pod names no pod uid")
+    series = obj.get("series") or {}
+    source = obj.get("source") or obj.get("deprecatedSource") or {}
+    said = _ts(obj.get("eventTime"))
+    last = _ts(obj.get("lastTimestamp") or obj.get("deprecatedLastTimestamp")) or \
+        _ts(series.get("lastObservedTime")) or said
+    first = _ts(obj.get("firstTimestamp") or obj.get("deprecatedFirstTimestamp")) or said \
+        or last or _ts((obj.get("metadata") or {}).get("creationTimestamp"))
+    last = last or first
+    if first is None or last is None:
+        raise SourceDataError("kubernetes", "events", "an event with no time")
+    count = obj.get("count") or obj.get("deprecatedCount") or series.get("count") or 1
+    return PodEvent(
+        namespace=str(about.get("namespace") or (obj.get("metadata") or {}).get("namespace")
+                      or ""),
+        pod=str(about.get("name") or ""), pod_uid=str(uid), reason=reason,
+        message=message[:EVENT_MESSAGE_CHARS],
+        component=str(source.get("component") or obj.get("reportingComponent")
+                      or obj.get("reportingController") or ""),
+        first_unix=first, last_unix=max(first, last), count=int(count))
+
+
+def _waits_for_gpus(pod: PodInfo) -> bool:
+    """Whether the events about a pod can tell why it waits: it asks for GPUs and is
+    ``Pending`` (the causes of a wait read no other pod's)."""
+    return pod.gpus > 0 and pod.phase == "Pending"
+
+
 _ENDED = frozenset({"Succeeded", "Failed", DELETED})
 
 
@@ -271,7 +381,8 @@ def deleted_pod(pod: PodInfo, noticed: float) -> PodInfo:
 
 
 class KubeSource:
-    """Nodes, pods and namespaces of one cluster, current within a watch's latency."""
+    """Nodes, pods and namespaces of one cluster, and the events about its GPU pods,
+    current within a watch's latency."""
 
     name = "kubernetes"
 
@@ -279,12 +390,23 @@ class KubeSource:
                  watchdog: float = 120.0, request_timeout: float = 30.0,
                  backoff: Callable[[], Backoff] = Backoff,
                  clock: Callable[[], float] = time.time,
-                 annotations: Collection[str] = ()) -> None:
+                 annotations: Collection[str] = (),
+                 max_event_pods: int = MAX_EVENT_PODS) -> None:
         self._api = api
         self._annotations = tuple(annotations)
         """The pod annotations kept (``allocation.annotation``)."""
         self._constraints = ConstraintsTable()
         """The pods' constraints, shared between the pods of a template."""
+        self._words = SharedWords()
+        """The events' messages, shared between the pods told the same."""
+        self.pod_events: dict[str, dict[str, PodEvent]] = {}
+        """Pod uid -> reason -> the newest event of that reason about the pod, for the pods
+        that ask for GPUs and wait (``Pending``), or are not known yet. A pod's table is
+        replaced, never changed in place: a shallow copy of this one is a snapshot."""
+        self._max_event_pods = max_event_pods
+        self._event_heard: dict[str, float] = {}
+        """Pod uid -> when (``clock``) an event last came about a pod not known then."""
+        self._next_event_sweep = 0.0
         self._clock = clock
         self._watch_timeout = watch_timeout
         self._watchdog = watchdog
@@ -295,7 +417,8 @@ class KubeSource:
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.deleted_pods: dict[str, PodInfo] = {}
         self.stats: dict[str, WatchStats] = {k: WatchStats() for k in ("nodes", "pods",
-                                                                       "namespaces")}
+                                                                       "namespaces",
+                                                                       *OPTIONAL_KINDS)}
         self.synced: dict[str, asyncio.Event] = {k: asyncio.Event() for k in self.stats}
         self.up: dict[str, bool] = dict.fromkeys(self.stats, False)
         self.resource_versions: dict[str, int] = dict.fromkeys(self.stats, 0)
@@ -308,8 +431,6 @@ class KubeSource:
         self.workloads: dict[str, WorkloadInfo] = {}
         """Kueue's Workloads by uid (empty without Kueue)."""
         self.cluster_queues: dict[str, ClusterQueueInfo] = {}
-        self.pod_events: dict[str, dict[str, PodEvent]] = {}
-        """Pod UID -> reason -> the newest event of it about the pod."""
         self.local_queues: dict[tuple[str, str], LocalQueueInfo] = {}
         self.kueue: bool | None = None
         """Whether the cluster serves Kueue's API; None until asked."""
@@ -335,6 +456,7 @@ class KubeSource:
             asyncio.create_task(self._run("nodes", self._apply_node)),
             asyncio.create_task(self._run("pods", self._apply_pod)),
             asyncio.create_task(self._run("namespaces", self._apply_namespace)),
+            asyncio.create_task(self._run("events", self._apply_event)),
             asyncio.create_task(self._find_kueue()),
         ]
 
@@ -415,10 +537,11 @@ class KubeSource:
 
     async def wait_synced(self) -> None:
         """Return once every kind has been listed at least once (Kueue's too, when the
-        cluster has it)."""
+        cluster has it), but for ``OPTIONAL_KINDS``."""
         await self._kueue_asked.wait()
-        for ev in list(self.synced.values()):
-            await ev.wait()
+        for kind, ev in list(self.synced.items()):
+            if kind not in OPTIONAL_KINDS:
+                await ev.wait()
 
     def age(self, kind: str) -> float | None:
         """Seconds since ``kind`` last heard from the API; None before its first list."""
@@ -445,8 +568,69 @@ class KubeSource:
         if etype == "DELETED":
             self.pods.pop(info.uid, None)
             self.deleted_pods[info.uid] = info
+            self._forget_events(info.uid)
         else:
             self.pods[info.uid] = info
+            if not _waits_for_gpus(info):
+                self._forget_events(info.uid)
+
+    def _apply_event(self, etype: str, obj: Obj) -> None:
+        """Keep a pod's event if it is the newest of its reason about the pod. An event's
+        own deletion (the API server keeps them an hour) leaves it: the pod may still wait
+        for the same reason, said no more."""
+        if etype == "DELETED":
+            return
+        try:
+            event = pod_event(obj)
+        except (SourceDataError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            self._reject("events", obj, exc)
+            return
+        if event is not None:
+            self._keep_event(event)
+
+    def _keep_event(self, event: PodEvent) -> None:
+        now = self._clock()
+        self._sweep_events(now)
+        uid = event.pod_uid
+        pod = self.pods.get(uid)
+        if pod is not None and not _waits_for_gpus(pod):
+            return
+        held = self.pod_events.get(uid)
+        if held is None:
+            if len(self.pod_events) >= self._max_event_pods:
+                self.rejected_objects["events"] = self.rejected_objects.get("events", 0) + 1
+                self._episodes.failed(("events", "full"), now, "pod events dropped",
+                                      resource="events", max_pods=self._max_event_pods)
+                return
+            self._episodes.recovered(("events", "full"), now, "pod events kept again",
+                                     resource="events")
+            held = {}
+        old = held.get(event.reason)
+        if old is not None and old.last_unix > event.last_unix:
+            return  # an older one of the same reason, come late
+        same = next(iter(held.values()), event)  # one copy of the pod's names per pod
+        event = replace(event, message=self._words(event.message),
+                        component=self._words(event.component), reason=_REASONS[event.reason],
+                        pod_uid=same.pod_uid, namespace=same.namespace, pod=same.pod)
+        self.pod_events[uid] = {**held, event.reason: event}
+        if pod is None:
+            self._event_heard[uid] = now
+
+    def _sweep_events(self, now: float) -> None:
+        """Forget the events of pods not known ``EVENT_UNKNOWN_POD_TTL`` after the last of
+        them came (once a minute at most, and only while the pods are listed)."""
+        if now < self._next_event_sweep or not self.synced["pods"].is_set():
+            return
+        self._next_event_sweep = now + EVENT_SWEEP_SECONDS
+        for uid, heard in list(self._event_heard.items()):
+            if uid in self.pods:
+                del self._event_heard[uid]
+            elif now - heard > EVENT_UNKNOWN_POD_TTL:
+                self._forget_events(uid)
+
+    def _forget_events(self, uid: str) -> None:
+        self.pod_events.pop(uid, None)
+        self._event_heard.pop(uid, None)
 
     def _apply_namespace(self, etype: str, obj: Obj) -> None:
         name = obj["metadata"]["name"]
@@ -467,12 +651,16 @@ class KubeSource:
             lq = kueue.local_queue_info(obj)
             return (lq.namespace, lq.name), lq
         except (SourceDataError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            self.rejected_objects[kind] = self.rejected_objects.get(kind, 0) + 1
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            name = meta.get("name") if isinstance(meta, dict) else None
-            self._episodes.failed((kind, "object"), self._clock(), "kubernetes object skipped",
-                                  resource=kind, name=str(name), error=str(exc)[:300])
+            self._reject(kind, obj, exc)
             return None
+
+    def _reject(self, kind: str, obj: Any, exc: Exception) -> None:
+        """Count an object of ``kind`` that cannot be read; log the first of an episode."""
+        self.rejected_objects[kind] = self.rejected_objects.get(kind, 0) + 1
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        self._episodes.failed((kind, "object"), self._clock(), "kubernetes object skipped",
+                              resource=kind, name=str(name), error=str(exc)[:300])
 
     def _kueue_table(self, kind: str) -> dict[Any, Any]:
         tables: dict[str, dict[Any, Any]] = {
@@ -507,7 +695,14 @@ class KubeSource:
             for uid, old in self.pods.items():
                 if uid not in fresh:
                     self.deleted_pods[uid] = old
+                    self._forget_events(uid)
             self.pods = fresh
+            for uid in [u for u in self.pod_events
+                        if u in fresh and not _waits_for_gpus(fresh[u])]:
+                self._forget_events(uid)
+        elif kind == "events":  # a list adds to what the watch kept (events expire)
+            for obj in items:
+                self._apply_event("ADDED", obj)
         elif kind == "nodes":
             self.nodes = {n.name: n for n in map(node_info, items)}
         else:
@@ -533,6 +728,13 @@ class KubeSource:
                 continue
             except Exception as exc:  # one failing watch never stops the others
                 err = _translate(kind, verb, exc, self._request_timeout)
+                if err.status == 404 and kind in OPTIONAL_KINDS and verb == "list":
+                    self.up[kind] = False  # not served: no error, asked again in a while
+                    self._episodes.failed((kind, "served"), self._clock(),
+                                          "kubernetes kind not served", resource=kind,
+                                          error=err.reason, retry_in_seconds=NOT_SERVED_RETRY)
+                    await asyncio.sleep(NOT_SERVED_RETRY)
+                    continue
                 stats.errors += 1
                 stats.reasons[err.label] = stats.reasons.get(err.label, 0) + 1
                 stats.last_error = err.reason
@@ -550,15 +752,26 @@ class KubeSource:
                 await asyncio.sleep(delay)
 
     async def _list(self, kind: str) -> str:
-        resp = await self._api.get(self._paths[kind], total_seconds=self._request_timeout)
-        if resp.status != 200:
-            raise await _http_error(kind, "list", resp)
-        try:
-            raw = await resp.read()
-        finally:
-            resp.release()
-        items, rv = list_body(kind, raw)
-        self._replace(kind, items)
+        params = dict(SELECTORS.get(kind, {}))
+        while True:  # one page, or (``PAGED``) until the last
+            if kind in PAGED:
+                params["limit"] = str(PAGED[kind])
+            resp = await self._api.get(self._paths[kind], params or None,
+                                       total_seconds=self._request_timeout)
+            if resp.status == 410 and "continue" in params:
+                resp.release()
+                raise _Relist("list continuation expired (410)")
+            if resp.status != 200:
+                raise await _http_error(kind, "list", resp)
+            try:
+                raw = await resp.read()
+            finally:
+                resp.release()
+            items, rv, more = list_page(kind, raw)
+            self._replace(kind, items)
+            if not (more and kind in PAGED):
+                break
+            params["continue"] = more
         self.stats[kind].lists += 1
         self.up[kind] = True
         self.denied.pop(kind, None)
@@ -566,13 +779,16 @@ class KubeSource:
         self.synced[kind].set()
         self._episodes.recovered((kind, "api"), self._clock(), "kubernetes recovered",
                                  resource=kind)
+        self._episodes.recovered((kind, "served"), self._clock(), "kubernetes kind served",
+                                 resource=kind)
         self.resource_versions[kind] = int(rv)
         return rv
 
     async def _watch(self, kind: str, apply: Callable[[str, Obj], None], rv: str) -> None:
         stats = self.stats[kind]
         while True:
-            params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true",
+            params = {**SELECTORS.get(kind, {}), "watch": "1", "resourceVersion": rv,
+                      "allowWatchBookmarks": "true",
                       "timeoutSeconds": str(int(self._watch_timeout))}
             try:  # the watchdog covers the request too: a stalled server hangs it
                 async with asyncio.timeout(self._watchdog):
@@ -649,6 +865,13 @@ def watch_event(kind: str, line: bytes) -> tuple[str, Obj]:
 
 def list_body(kind: str, raw: bytes) -> tuple[list[Obj], str]:
     """The items and resourceVersion of a list answer; ``SourceDataError`` if it is none."""
+    items, rv, _ = list_page(kind, raw)
+    return items, rv
+
+
+def list_page(kind: str, raw: bytes) -> tuple[list[Obj], str, str]:
+    """The items, resourceVersion and ``continue`` token ("" on the last page) of a list
+    answer; ``SourceDataError`` if it is none."""
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -661,7 +884,8 @@ def list_body(kind: str, raw: bytes) -> tuple[list[Obj], str]:
     if body.get("kind") == "Status" or not rv or not isinstance(items, list | None):
         raise SourceDataError("kubernetes", kind, "list answer has no items and "
                               f"resourceVersion: {raw[:200]!r}")
-    return items or [], str(rv)
+    more = meta.get("continue") if isinstance(meta, dict) else None
+    return items or [], str(rv), str(more or "")
 
 
 def rbac_hint(kind: str, verb: str) -> str:

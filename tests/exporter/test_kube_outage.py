@@ -12,6 +12,7 @@ import pytest
 
 from exporter.demo import caught_up, demo_config, step_both
 from exporter.runtime.app import open_exporter
+from exporter.runtime.readiness import VIEW_KINDS
 from exporter.runtime.service import Exporter
 from simulator.scenario import Scenario
 from tests.exporter.test_exporter import families
@@ -38,8 +39,8 @@ def states(exporter: Exporter) -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 async def failed_again(exporter: Exporter) -> None:
-    """Wait until every kind has failed once more, a list among its failures."""
-    stats = exporter.kube.stats
+    """Wait until every kind of the view has failed once more, a list among its failures."""
+    stats = {k: exporter.kube.stats[k] for k in VIEW_KINDS}
     seen = {k: st.errors for k, st in stats.items()}
     async with asyncio.timeout(20):
         while any(st.errors < 2 or st.errors == seen[k]  # noqa: ASYNC110 - the watches'
@@ -72,14 +73,17 @@ async def run(make_server: Callable[..., Any], scenario: Scenario, out: Path,
             await exporter.cycle(sim.cluster.now)
             during.append(states(exporter))
             up.append({v for lbl, v in families(exporter.metrics.text)[
-                "gke_gpu_exporter_source_up"] if lbl["source"] == "kubernetes"})
+                "gke_gpu_exporter_source_up"] if lbl["source"] == "kubernetes"
+                and lbl["target"] in VIEW_KINDS})
         sim.api.set_down(0)
         async with asyncio.timeout(60):
-            while not all(exporter.kube.up.values()):  # noqa: ASYNC110 - the watches' state
+            while not all(exporter.kube.up[k]  # noqa: ASYNC110 - the watches' state
+                          for k in VIEW_KINDS):
                 await asyncio.sleep(0.01)
             await step_both(sim, exporter, AFTER)
         errors = {lbl["target"]: v for lbl, v in families(exporter.metrics.text)[
-            "gke_gpu_exporter_errors_total"] if lbl.get("reason") == f"http_{status}"}
+            "gke_gpu_exporter_errors_total"] if lbl.get("reason") == f"http_{status}"
+            and lbl["target"] in VIEW_KINDS}
         t = exporter.totals
         return Run(dict(t.cost_usd), dict(t.gpu_seconds),
                    sum(h.count for h in t.queue_hist.values()), during, up, errors)

@@ -1,5 +1,5 @@
-"""What a pod, a node and a Kueue Workload say about why a pod waits, read from objects in
-the API's own shapes (``tests/fixtures/scheduling/``)."""
+"""What a pod, a node, a Kueue Workload and an Event say about why a pod waits, read from
+objects in the API's own shapes (``tests/fixtures/scheduling/``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,21 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.errors import SourceDataError
 from exporter.model.records import NO_CONSTRAINTS, Requirement, Taint, Toleration
-from exporter.sources.kube import ConstraintsTable, node_info, pod_constraints, pod_info
+from exporter.sources.kube import (
+    EVENT_MESSAGE_CHARS,
+    ConstraintsTable,
+    node_info,
+    pod_constraints,
+    pod_event,
+    pod_info,
+)
 from exporter.sources.kueue import workload_info
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "scheduling"
 OBJECTS = yaml.safe_load((FIXTURES / "objects_real.yaml").read_text())
+EVENTS = yaml.safe_load((FIXTURES / "events_real.yaml").read_text())["items"]
 
 
 def unix(stamp: str | None) -> float | None:
@@ -141,3 +150,64 @@ def test_a_node_without_spec_has_no_taints() -> None:
     assert (node.taints, node.unschedulable) == ((), False)
     assert node_info(OBJECTS["nodes"]["gpu"]).taints == (
         Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+
+
+@pytest.mark.parametrize("item", EVENTS, ids=[e["object"]["reason"] for e in EVENTS])
+def test_an_event_about_a_pod_is_kept_with_its_time_count_and_author(
+        item: dict[str, Any]) -> None:
+    obj = item["object"]
+    got = pod_event(obj)
+    if "expect" not in item:
+        assert got is None
+        return
+    want = item["expect"]
+    assert got is not None
+    about = obj["involvedObject"]
+    assert (got.pod_uid, got.namespace, got.pod, got.reason, got.message) == (
+        about["uid"], about["namespace"], about["name"], obj["reason"], obj["message"])
+    assert (got.component, got.count, got.first_unix, got.last_unix) == (
+        want["component"], want["count"], unix(want["first"]), unix(want["last"]))
+
+
+def test_an_event_in_the_events_api_shape_reads_the_same() -> None:
+    """``events.k8s.io/v1``'s own names: regarding, note, reportingController, the
+    deprecated source and times."""
+    core = EVENTS[1]["object"]
+    native = {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": core["metadata"],
+              "regarding": core["involvedObject"], "note": core["message"],
+              "reason": core["reason"], "reportingController": "cluster-autoscaler",
+              "deprecatedSource": {"component": "cluster-autoscaler"},
+              "deprecatedFirstTimestamp": core["firstTimestamp"],
+              "deprecatedLastTimestamp": core["lastTimestamp"], "deprecatedCount": 2,
+              "eventTime": None, "type": "Normal"}
+    assert pod_event(native) == pod_event(core)
+
+
+@pytest.mark.parametrize(("change", "kept"), [
+    ({"involvedObject": {"kind": "Node", "name": "n", "uid": "n-1"}}, False),
+    ({"reason": "Failed", "message": "Error: ErrImagePull"}, True),
+    ({"reason": "Failed", "message": "Error: context deadline exceeded"}, False),
+    ({"reason": "BackOff", "message": "Back-off pulling image \"x\""}, True),
+    ({"reason": "Preempted", "message": "Preempted by pod 1a2b on node gke-x"}, True),
+])
+def test_only_the_reasons_a_cause_reads_are_kept(change: dict[str, Any], kept: bool) -> None:
+    obj = copy.deepcopy(EVENTS[1]["object"]) | change
+    assert (pod_event(obj) is not None) is kept
+
+
+def test_a_long_message_is_cut() -> None:
+    obj = copy.deepcopy(EVENTS[0]["object"]) | {"message": "0/9 nodes are available: " +
+                                                "x" * 5000}
+    got = pod_event(obj)
+    assert got is not None and len(got.message) == EVENT_MESSAGE_CHARS
+
+
+@pytest.mark.parametrize("change", [
+    {"involvedObject": {"kind": "Pod", "name": "p"}},                  # no uid
+    {"eventTime": None, "series": None, "metadata": {}},               # no time at all
+    {"eventTime": "yesterday"},
+])
+def test_an_event_that_cannot_be_read_is_refused(change: dict[str, Any]) -> None:
+    obj = copy.deepcopy(EVENTS[0]["object"]) | change
+    with pytest.raises((SourceDataError, ValueError)):
+        pod_event(obj)

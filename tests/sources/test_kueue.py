@@ -111,7 +111,7 @@ def test_bad_quantities(text: object) -> None:
 async def test_without_kueue_nothing_is_watched(sim: SimulatorServer, tmp_path: Path) -> None:
     async with open_source(sim, tmp_path) as src:
         assert src.kueue is False
-        assert set(src.stats) == {"nodes", "pods", "namespaces"}
+        assert set(src.stats) == {"nodes", "pods", "namespaces", "events"}
         assert src.workloads == {}
 
 
