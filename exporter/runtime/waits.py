@@ -132,7 +132,7 @@ class Waits:
             if pod.gpus <= 0 or pod.phase != "Pending":
                 continue
             events = snap.events.get(pod.uid, {})
-            verdict = decide(self._evidence(pod, events, snap),
+            verdict = decide(self._evidence(pod, events),
                              room_of(pod.constraints, pod.gpus), now)
             self._count_failures(pod, events, verdict.pool)
             waiting.append(Waiting(
@@ -186,8 +186,7 @@ class Waits:
                      if now - t > SLOT_MEMORY_SECONDS]:
             del self._disrupted[slot]
 
-    def _evidence(self, pod: PodInfo, events: Mapping[str, PodEvent],
-                  snap: Snapshot) -> Evidence:
+    def _evidence(self, pod: PodInfo, events: Mapping[str, PodEvent]) -> Evidence:
         scheduled = pod.scheduled_unix is not None
         taken = self._disrupted.get(slot_of(pod))
         preempted = taken[1] if taken is not None and not scheduled and \
