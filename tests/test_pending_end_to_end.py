@@ -22,9 +22,10 @@ from simulator.truth import FreeSegment, PendingSegment
 AGREEMENT = 0.98
 """The share of waited GPU-seconds whose cause must be the truth's."""
 STEP = 180.0
-"""The replays' step: the demo's week at three minutes a step (the demo runs 30 s steps),
-shorter than every delay that makes a cause (a scale-up's five minutes, an image pull's
-eight)."""
+"""The demo week's step: three minutes (the demo runs 30 s steps), shorter than the delays
+that make a cause (a scale-up's five minutes, an image pull's eight)."""
+KUEUE_STEP = 300.0
+"""The Kueue week's: five minutes, as long as a scale-up takes."""
 
 Mass = dict[tuple[str, float], dict[str, float]]
 """(uid, interval start) -> cause -> GPU-seconds."""
@@ -140,8 +141,8 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.fixture(scope="module")
 def kueue(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    scenario = load_scenario("kueue").model_copy(update={"step": STEP})
-    return asyncio.run(replay("the Kueue scenario", scenario, 3 * 86400.0,
+    scenario = load_scenario("kueue").model_copy(update={"step": KUEUE_STEP})
+    return asyncio.run(replay("the Kueue week", scenario, 7 * 86400.0,
                               tmp_path_factory.mktemp("kueue")))
 
 
