@@ -53,7 +53,7 @@ from exporter import duck
 from exporter.runtime.app import open_exporter
 from exporter.sinks.batch_files import write_parquet
 from exporter.sinks.schema import GPU_USAGE
-from exporter.sources import curl_transport, dcgm
+from exporter.sources import curl_transport, dcgm_plan
 
 GROUPINGS = (20, 60, 30, 5)
 """How many node pools, namespaces, teams and GPU models the per-group sums go over."""
@@ -151,7 +151,7 @@ class Floor:
         assert list(map(len, again)) == list(map(len, pages))  # the same pages, both ways
         del again
         took["find: regular-expression split"], parts = cpu(
-            lambda: list(map(dcgm.split_page, pages)))
+            lambda: list(map(dcgm_plan.split_page, pages)))
         took["find: bytes.split (values left on their lines)"], _ = cpu(
             lambda: list(map(bytes.split, pages, repeat(b"} "))))
         took["check: hash of the page less its values"], _ = cpu(

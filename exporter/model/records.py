@@ -2,8 +2,9 @@
 are written in.
 
 Sources parse what they read into these records (``sources.kube``: ``NodeInfo`` and
-``PodInfo``; ``sources.dcgm``, ``sources.prometheus_api`` and ``sources.cloud_monitoring``:
-``DeviceReading``); ``compute`` and the sinks read them and never the sources' wire formats.
+``PodInfo``; ``sources.dcgm`` (through ``sources.dcgm_parser``), ``sources.prometheus_api``
+and ``sources.cloud_monitoring``: ``DeviceReading``); ``compute`` and the sinks read them and
+never the sources' wire formats.
 """
 
 from __future__ import annotations

@@ -36,12 +36,12 @@ from exporter.google.monitoring import metric_client
 from exporter.logs import ctx
 from exporter.metrics.health import CloudMonitoringStats, RemoteWriteStats
 from exporter.model.prices import load_price_book
-from exporter.runtime import memory
 from exporter.runtime.lifecycle import stop_signal
+from exporter.runtime.memory import MemoryTuning, glibc
 from exporter.runtime.preflight import listen_error
 from exporter.runtime.recording import WAREHOUSE_RETRY_SECONDS, WarehouseOpening
 from exporter.runtime.scheduled_report import Schedule, ScheduledReport
-from exporter.runtime.service import DCGM_FIELDS_READ, GC_THRESHOLDS, Exporter
+from exporter.runtime.service import DCGM_FIELDS_READ, Exporter
 from exporter.sinks import Push
 from exporter.sinks.cloud_monitoring import CloudMonitoringWriter
 from exporter.sinks.prometheus import MetricsEndpoint
@@ -247,7 +247,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
     else: the Kubernetes watches, one reading source, the warehouse and BigQuery,
     ``/metrics`` and the push sinks; started on entry, stopped and flushed (within
     ``shutdown``) on exit."""
-    memory.tune()
+    memory = MemoryTuning(glibc())
+    memory.tune_allocator()
     prices = load_price_book(cfg.prices.book, cfg.prices.region)
     api = await _kube_client(cfg)
     # connections outlive the interval, so each cycle reuses them instead of reconnecting
@@ -293,7 +294,8 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
     pushes = _pushes(cfg, session)
     exporter = Exporter(cfg, prices, kube, dcgm, MetricsEndpoint(), pushes.sinks, warehouse,
                         bigquery, remote_write=pushes.remote_write,
-                        cloud_monitoring=pushes.cloud_monitoring, warehouse_opening=opening)
+                        cloud_monitoring=pushes.cloud_monitoring, warehouse_opening=opening,
+                        memory=memory)
     if opening is not None and bq_cfg.enabled:
         def send(opened: Warehouse) -> None:  # the outbox's rows go once it opens
             from exporter.sinks.bigquery import BigQuerySink
@@ -312,8 +314,7 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
         refresh = CatalogRefresh(catalog, cfg.prices.region, pc.refresh, pc.timeout)
         exporter.pricing.feed = refresh  # each cycle takes its latest prices
         sending.append(asyncio.create_task(refresh.run()))
-    thresholds = gc.get_threshold()
-    gc.set_threshold(*GC_THRESHOLDS)
+    memory.tune_collector()
     kube.start()
     if bigquery is not None:
         bigquery.start()
@@ -337,8 +338,7 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
                 bigquery.stop(0)
         exporter.close()
         dcgm.close()
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        memory.close()
         if warehouse is not None and flushed:
             warehouse.close()
         await session.close()

@@ -14,7 +14,6 @@ same code runs on the wall clock or on the simulator's virtual clock.
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -38,11 +37,11 @@ from exporter.model.prices import PriceBook
 from exporter.model.records import PodInfo
 from exporter.model.snapshot import Snapshot, place_answers
 from exporter.model.totals import Totals
-from exporter.runtime import memory
 from exporter.runtime.bottlenecks import Bottlenecks
 from exporter.runtime.cycles import CycleRecord
 from exporter.runtime.incidents import Incidents
 from exporter.runtime.inventory import Inventory
+from exporter.runtime.memory import MemoryTuning, glibc
 from exporter.runtime.owners import Owners
 from exporter.runtime.price_state import PriceState
 from exporter.runtime.publishing import Publisher, copy_of, frozen_figures
@@ -68,13 +67,6 @@ DCGM_FIELDS_READ = _USED | {old for old, new in DCGM_RENAMED.items() if new in _
 """Every DCGM field the exporter uses, under each name DCGM has given it; the source skips
 the other families unparsed."""
 
-GC_THRESHOLDS = (100_000, 50, 50)
-"""The garbage collector's thresholds while the exporter runs (Python's are 2,000, 10,
-10). A cycle at 8,000 GPUs allocates about a million objects, nearly all freed by their
-reference counts: at Python's thresholds the collector ran about 50 times a cycle and cost
-0.05-0.2 s CPU of each; at these, under 0.01 s on average."""
-
-
 class Exporter:
     """The loop of one cycle over the parts that hold the exporter's state between cycles
     (``exporter.runtime``); ``cycle`` is the only thing that changes them."""
@@ -84,8 +76,11 @@ class Exporter:
                  warehouse: Warehouse | None = None, bigquery: BigQuerySink | None = None, *,
                  remote_write: RemoteWriteStats | None = None,
                  cloud_monitoring: CloudMonitoringStats | None = None,
-                 warehouse_opening: WarehouseOpening | None = None) -> None:
+                 warehouse_opening: WarehouseOpening | None = None,
+                 memory: MemoryTuning | None = None) -> None:
         self.config = config
+        self.memory = memory if memory is not None else MemoryTuning(glibc())
+        """The process's memory: what each cycle frees goes back to the system."""
         self.kube = kube
         self.totals = Totals()
         episodes = logs.Episodes(log)
@@ -261,11 +256,11 @@ class Exporter:
         record.cycles += 1
         record.viewed_cycles += viewed
         if viewed and record.viewed_cycles == 1:
-            gc.freeze()  # what start-up built lives on: no collection need scan it again
+            self.memory.freeze()  # what start-up built lives on, set aside from collections
         record.last_time = now
         record.seconds = time.perf_counter() - began
         self.publisher.publish(self._view(snap), now)
-        memory.give_back()  # what the cycle freed, the last exposition included
+        self.memory.give_back()  # what the cycle freed, the last exposition included
 
     def _compute(self, snap: Snapshot) -> list[compute.DeviceState]:
         """The devices' states of a snapshot; the inventory goes on from it."""

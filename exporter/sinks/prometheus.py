@@ -8,7 +8,9 @@ the values that changed. The per-device families (``families.DEVICE_FAMILIES``: 
 samples per GPU, nine tenths of a fleet's exposition) are written column by column in one
 pass over the devices that keeps each device's lines together (``_device_lines``): 0.06 s
 CPU a render at 8,000 GPUs, where reading their samples family by family took 0.16 s.
-Their text is their samples, series for series (``tests/exporter/test_exporter.py``).
+Their text is their samples, series for series (``tests/exporter/test_exporter.py``). What
+is kept is a writer's (``ExpositionWriter``), one per endpoint: two endpoints share none of
+it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import functools
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,10 +93,6 @@ class _Kept:
         self.lines: list[bytes] = []
 
 
-_KEPT = {family: _Kept(family) for family in FAMILIES}
-_LOCK = threading.Lock()
-
-
 def _lines(family: AnyFamily, view: MetricsView, kept: _Kept) -> list[bytes]:
     series = kept.series
     names = family.labels
@@ -134,19 +132,22 @@ def _lines(family: AnyFamily, view: MetricsView, kept: _Kept) -> list[bytes]:
     return lines
 
 
-@functools.lru_cache(maxsize=65536)
-def _device_labels(cluster: str, node: str, pool: str, zone: str, model: str,
+def _device_label_text(cluster: str, node: str, pool: str, zone: str, model: str,
                    provisioning: str, gpu: str, uuid: str, mig_profile: str,
                    instance: str) -> str:
     return label_text(DEVICE_LABELS, (cluster, node, pool, zone, model, provisioning, gpu,
                                       uuid, mig_profile, instance))
 
 
-def _labels_of(cluster: str, d: DeviceState) -> str:
+_LabelCache = Callable[[str, str, str, str, str, str, str, str, str, str], str]
+"""``_device_label_text``, remembered (``ExpositionWriter``)."""
+
+
+def _labels_of(cluster: str, d: DeviceState, label_cache: _LabelCache) -> str:
     """The device's label text; the same GPU gets the same text every cycle (cached)."""
     instance = d.device_id.rsplit("/", 1)[1] if "/" in d.device_id else ""
-    return _device_labels(cluster, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
-                          d.gpu_index, d.gpu_uuid, d.mig_profile or "", instance)
+    return label_cache(cluster, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
+                       d.gpu_index, d.gpu_uuid, d.mig_profile or "", instance)
 
 
 class _Device:
@@ -174,11 +175,10 @@ class _Device:
         self.alloc: list[bytes] = []
 
 
-_DEVICES: dict[tuple[str, ...], _Device] = {}
-
-
-def _device_lines(v: MetricsView) -> Mapping[AnyFamily, list[bytes]]:
-    """The per-device families' lines, in one pass over the devices."""
+def _device_lines(v: MetricsView, devices: dict[tuple[str, ...], _Device],
+                  label_cache: _LabelCache) -> Mapping[AnyFamily, list[bytes]]:
+    """The per-device families' lines, in one pass over the devices (``devices``: each
+    one's lines from the last cycle; ``label_cache``: their label texts)."""
     c = v.cluster
     g = DEVICE_FAMILIES
     out: dict[AnyFamily, list[bytes]] = {f: [] for f in g}
@@ -191,13 +191,12 @@ def _device_lines(v: MetricsView) -> Mapping[AnyFamily, list[bytes]]:
     read = [(r.dcgm_field, r.family.exposed.encode(), r.scale, out[r.family].append)
             for r in g.readings]
     read_gpus: set[str] = set()
-    devices = _DEVICES
     for d in v.states:
         key = (c, d.node, d.pool, d.zone, d.accelerator, d.provisioning, d.gpu_index,
                d.gpu_uuid, d.mig_profile or "", d.device_id)
         e = devices.get(key)
         if e is None:
-            e = devices[key] = _Device(_labels_of(c, d))
+            e = devices[key] = _Device(_labels_of(c, d, label_cache))
         u = d.utilization
         if u is not None:
             if u != e.util or d.utilization_source != e.source:
@@ -257,35 +256,66 @@ def _device_lines(v: MetricsView) -> Mapping[AnyFamily, list[bytes]]:
     return out
 
 
-def render_parts(view: MetricsView) -> list[bytes]:
-    """The full exposition for one cycle, as the pieces it is made of (the lines the
-    families keep from cycle to cycle), in order: ``render`` without joining them. The
-    series gone for good are forgotten."""
-    parts: list[bytes] = []
-    with _LOCK:  # what the families keep is shared
-        devices = _device_lines(view)
-        for family in FAMILIES:
-            if not family.present(view):
-                continue
-            kept = _KEPT[family]
-            lines = devices.get(family)
-            if lines is None:
-                lines = _lines(family, view, kept)
-                if len(kept.series) > 2 * len(lines) + 1024:
-                    kept.series.clear()
-            parts.append(kept.head)
-            parts += lines
-    return parts
+DEVICE_LABEL_CACHE_SIZE = 65536
+"""Devices whose label text a writer remembers, those gone included."""
 
 
-def render(view: MetricsView) -> bytes:
-    """The full exposition for one cycle."""
-    return b"".join(render_parts(view))
+class ExpositionWriter:
+    """Writes each cycle's view as text from what it keeps from one cycle to the next:
+    each family's HELP and TYPE lines and series (``_Kept``), each device's lines
+    (``_Device``: all forgotten at once when most devices are gone for good), and each
+    device's label text (a cache of at most ``label_cache_size``: it outlives a
+    forgetting of the devices' lines, so the devices still there keep their text). Each
+    ``MetricsEndpoint`` has its own; what it keeps is shared by no other writer, and a
+    lock keeps its renders one at a time."""
+
+    __slots__ = ("_devices", "_kept", "_labels", "_lock")
+
+    def __init__(self, label_cache_size: int = DEVICE_LABEL_CACHE_SIZE) -> None:
+        self._kept = {family: _Kept(family) for family in FAMILIES}
+        self._devices: dict[tuple[str, ...], _Device] = {}
+        self._labels = functools.lru_cache(maxsize=label_cache_size)(_device_label_text)
+        self._lock = threading.Lock()
+
+    def parts(self, view: MetricsView) -> list[bytes]:
+        """The full exposition for one cycle, as the pieces it is made of (the lines the
+        families keep from cycle to cycle), in order: ``render`` without joining them. The
+        series gone for good are forgotten."""
+        parts: list[bytes] = []
+        with self._lock:
+            devices = _device_lines(view, self._devices, self._labels)
+            for family in FAMILIES:
+                if not family.present(view):
+                    continue
+                kept = self._kept[family]
+                lines = devices.get(family)
+                if lines is None:
+                    lines = _lines(family, view, kept)
+                    if len(kept.series) > 2 * len(lines) + 1024:
+                        kept.series.clear()
+                parts.append(kept.head)
+                parts += lines
+        return parts
+
+    def render(self, view: MetricsView) -> bytes:
+        """The full exposition for one cycle."""
+        return b"".join(self.parts(view))
+
+    @property
+    def devices_kept(self) -> int:
+        """How many devices' lines the writer keeps."""
+        return len(self._devices)
+
+    @property
+    def labels_cached(self) -> int:
+        """How many devices' label texts the writer remembers."""
+        return self._labels.cache_info().currsize
 
 
 @dataclass(frozen=True, slots=True)
 class Exposition:
-    """One cycle's exposition as ``render_parts`` gives it, and its size in bytes."""
+    """One cycle's exposition as ``ExpositionWriter.parts`` gives it, and its size in
+    bytes."""
 
     parts: list[bytes]
     size: int
@@ -317,6 +347,8 @@ class MetricsEndpoint:
     exposition."""
 
     def __init__(self) -> None:
+        self.writer = ExpositionWriter()
+        """What the text is written from: the endpoint's own."""
         self._view: MetricsView | None = None
         self._rendered: Exposition | None = None
         self._gzipped: tuple[Exposition, bytes] | None = None
@@ -335,7 +367,7 @@ class MetricsEndpoint:
         hold 17 MB more between cycles. Empty before the first cycle."""
         if self._rendered is None:
             cpu = time.process_time()
-            parts = render_parts(self._view) if self._view is not None else []
+            parts = self.writer.parts(self._view) if self._view is not None else []
             self._rendered = Exposition(parts, sum(map(len, parts)))
             self.render_cpu_seconds = time.process_time() - cpu
         return self._rendered

@@ -7,6 +7,11 @@ Workloads and queues, where Kueue runs: ``kueue``) come from a ``ClusterSource``
 ``dcgm.DcgmSource`` scrapes each node's dcgm-exporter, ``prometheus_api.PrometheusApiSource``
 asks a Prometheus that scrapes them, and ``cloud_monitoring.CloudMonitoringSource`` reads
 what GKE keeps in Cloud Monitoring.
+
+A dcgm-exporter's page is read in three modules, each owning one thing: ``dcgm_devices``
+makes DCGM's label sets devices (for the query APIs too, through ``collect``),
+``dcgm_parser`` parses a page's text in full, and ``dcgm_plan`` reads a page by the plan
+learnt from the last page of its shape.
 """
 
 from __future__ import annotations

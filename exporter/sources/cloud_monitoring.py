@@ -37,7 +37,7 @@ from exporter.model.records import (
     PodInfo,
     TargetScrape,
 )
-from exporter.sources.dcgm import collect
+from exporter.sources.dcgm_devices import collect
 
 if TYPE_CHECKING:
     from google.cloud.monitoring_v3 import MetricServiceAsyncClient

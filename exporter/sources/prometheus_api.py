@@ -21,7 +21,7 @@ import aiohttp
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
 from exporter.model.records import ParseResult, PodInfo, TargetScrape
-from exporter.sources.dcgm import collect
+from exporter.sources.dcgm_devices import collect
 
 _Failure = SourceUnavailable | SourceTimeout | SourceDataError
 MAX_DEVICES = 1_000_000

@@ -51,7 +51,7 @@ def hour_rows(start: float, busy: float) -> list[compute.UsageRow]:
 
 
 def compute_pod(namespace: str, name: str):  # type: ignore[no-untyped-def]
-    from exporter.sources.dcgm import PodOnDevice
+    from exporter.model.records import PodOnDevice
 
     return PodOnDevice(namespace, name, "c")
 

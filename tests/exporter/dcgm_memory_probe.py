@@ -10,8 +10,9 @@ import json
 import resource
 import sys
 
+from exporter.model.records import TargetScrape
 from exporter.runtime.service import DCGM_FIELDS_READ
-from exporter.sources.dcgm import DcgmSource, TargetScrape
+from exporter.sources.dcgm import DcgmSource
 
 
 async def main(urls: list[str]) -> dict[str, object]:

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.model import compute
 from exporter.model.compute import DeviceIdentity, Owner
-from exporter.sources.dcgm import DeviceReading, PodOnDevice
+from exporter.model.records import DeviceReading, PodOnDevice
 from exporter.sources.kube import NodeInfo, PodInfo
 
 U = "GPU-0000"

@@ -17,10 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.demo import demo_config, step_both
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
+from exporter.model.records import TargetScrape
 from exporter.runtime.app import open_exporter
 from exporter.runtime.service import Exporter
 from exporter.sources import dcgm
-from exporter.sources.dcgm import DcgmSource, TargetScrape
+from exporter.sources.dcgm import DcgmSource
 from simulator.server import SimulatorServer
 from tests.conftest import FIXTURES, Handler
 from tests.exporter.test_exporter import families

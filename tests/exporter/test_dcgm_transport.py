@@ -15,7 +15,8 @@ import trustme
 from aiohttp import web
 
 from exporter.errors import SourceDataError, SourceTimeout, SourceUnavailable
-from exporter.sources.dcgm import DcgmSource, TargetScrape
+from exporter.model.records import TargetScrape
+from exporter.sources.dcgm import DcgmSource
 from tests.conftest import FIXTURES, Handler
 
 REAL = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
@@ -102,6 +103,21 @@ async def test_it_asks_for_plain_text_directly_over_kept_connections(
         assert isinstance(res, TargetScrape)
     assert [s[:2] for s in seen] == [("text/plain", "identity")] * 3
     assert len({s[2] for s in seen}) == 1, "one connection for every round"
+
+
+async def test_each_source_keeps_its_own_parse_cache(
+        serve: Callable[[Handler], Awaitable[str]], source: DcgmSource) -> None:
+    """What one source's parses remember (the label sets' entities) is its own: another
+    source's rounds neither fill nor read it."""
+    other = DcgmSource(timeout_seconds=2.0, max_body_bytes=CAP)
+    try:
+        (res,) = await source.fetch([await serve(good)])
+        assert isinstance(res, TargetScrape)
+        assert source.parse_cache.entities_cached == 1  # the L4's one label set
+        assert other.parse_cache is not source.parse_cache
+        assert other.parse_cache.entities_cached == 0
+    finally:
+        other.close()
 
 
 async def test_a_round_ends_at_its_timeout_however_many_targets_hang(

@@ -14,9 +14,10 @@ from exporter.demo import caught_up, demo_config, step_both
 from exporter.model import compute
 from exporter.model.compute import DeviceIdentity
 from exporter.model.prices import load_price_book
+from exporter.model.records import DeviceReading
 from exporter.model.totals import Totals
 from exporter.runtime.app import open_exporter
-from exporter.sources.dcgm import DeviceReading, parse_dcgm_text
+from exporter.sources.dcgm_parser import parse_dcgm_text
 from exporter.sources.kube import NodeInfo
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer

@@ -12,8 +12,8 @@ from aiohttp import web
 
 from exporter.demo import demo_config
 from exporter.model.placement import Placement
+from exporter.model.records import DeviceReading, PodOnDevice
 from exporter.runtime.app import open_exporter
-from exporter.sources.dcgm import DeviceReading, PodOnDevice
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import FIXTURES, Handler

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from exporter.sources.dcgm import parse_dcgm_text
+from exporter.sources.dcgm_parser import parse_dcgm_text
 from simulator.cluster import Cluster
 from simulator.exposition import FIELD_FAMILIES, INSTANCE_FIELDS, render_node
 from simulator.scenario import Scenario

@@ -20,9 +20,9 @@ from exporter.demo import demo_config
 from exporter.errors import SourceDataError, SourceUnavailable
 from exporter.google.monitoring import metric_client
 from exporter.model import compute
+from exporter.model.records import PodOnDevice, TargetScrape
 from exporter.runtime.app import open_exporter
 from exporter.sources.cloud_monitoring import CloudMonitoringSource
-from exporter.sources.dcgm import PodOnDevice, TargetScrape
 from simulator.exposition import render_node
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer

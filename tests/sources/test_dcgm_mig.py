@@ -10,15 +10,10 @@ import pytest
 from google.cloud.monitoring_v3 import TimeSeries
 
 from exporter.model import compute
+from exporter.model.records import DeviceReading, ParseResult, PodOnDevice
 from exporter.sources import cloud_monitoring, prometheus_api
-from exporter.sources.dcgm import (
-    DeviceReading,
-    ParseResult,
-    PodOnDevice,
-    collect,
-    fold_mig_parents,
-    parse_dcgm_text,
-)
+from exporter.sources.dcgm_devices import collect, fold_mig_parents
+from exporter.sources.dcgm_parser import parse_dcgm_text
 from tests.simulator.dcgm_text import samples
 from tests.sources.mig_samples import A100, A100_RC, H100_0, H100_JSON, H100_TEXT, with_gpu_xid
 

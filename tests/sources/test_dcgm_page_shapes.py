@@ -27,16 +27,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.errors import SourceDataError
-from exporter.model.records import ParseResult
+from exporter.model.records import ParseResult, TargetScrape
 from exporter.runtime.service import DCGM_FIELDS_READ
-from exporter.sources.dcgm import (
-    PIECE_BYTES,
-    DcgmSource,
-    PagePlan,
-    TargetScrape,
-    parse_dcgm_text,
-    parse_page,
-)
+from exporter.sources.dcgm import DcgmSource
+from exporter.sources.dcgm_parser import PIECE_BYTES, parse_dcgm_text
+from exporter.sources.dcgm_plan import PagePlan, parse_page
 from tests.conftest import FIXTURES
 from tests.sources.mig_samples import H100_TEXT
 

@@ -6,7 +6,14 @@ import subprocess
 
 import pytest
 
-from exporter.sources.dcgm import PIECE_BYTES, PodOnDevice, StreamParser, parse_dcgm_text
+from exporter.model.records import PodOnDevice
+from exporter.sources.dcgm_parser import (
+    MAX_CACHED_LABELS,
+    PIECE_BYTES,
+    ParseCache,
+    StreamParser,
+    parse_dcgm_text,
+)
 from tests.conftest import FIXTURES
 
 REAL_L4 = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
@@ -223,3 +230,43 @@ def test_a_line_longer_than_a_piece_is_rejected_without_being_kept() -> None:
     r = parser.close()
     assert r.rejected == {"too_long": 1} and [d.fields for d in r.devices] == [
         {"DCGM_FI_DEV_GPU_UTIL": 7.0}]
+
+
+def gpus(n: int, first: int = 0) -> str:
+    """A page of ``n`` GPUs, one utilisation line each."""
+    return "".join(line("DCGM_FI_DEV_GPU_UTIL", f'gpu="{i}",UUID="GPU-{i}",Hostname="n"', "1")
+                   for i in range(first, first + n))
+
+
+def test_a_parse_cache_remembers_each_label_set_up_to_its_size() -> None:
+    cache = ParseCache(size=3)
+    first = parse_dcgm_text(gpus(5), cache=cache)
+    assert cache.entities_cached == 3, "the last three label sets, no more"
+    again = parse_dcgm_text(gpus(5), cache=cache)
+    assert [d.uuid for d in again.devices] == [d.uuid for d in first.devices]
+    assert again.devices == first.devices and again.samples == first.samples == 5
+
+
+def test_a_label_set_longer_than_ordinary_is_parsed_but_not_cached() -> None:
+    cache = ParseCache()
+    long_value = "x" * MAX_CACHED_LABELS
+    r = parse_dcgm_text(line("DCGM_FI_DEV_GPU_UTIL", f'UUID="GPU-0",extra="{long_value}"', "2"),
+                        cache=cache)
+    assert [d.fields for d in r.devices] == [{"DCGM_FI_DEV_GPU_UTIL": 2.0}]
+    assert cache.entities_cached == 0
+
+
+def test_a_parse_given_no_cache_leaves_every_other_cache_alone() -> None:
+    """A parse without a source's cache has one of its own, for its page alone."""
+    cache = ParseCache()
+    assert parse_dcgm_text(gpus(2)).samples == 2
+    assert cache.entities_cached == 0 and cache.plain_names == set()
+
+
+def test_a_shared_cache_serves_every_parser_given_it() -> None:
+    cache = ParseCache()
+    for first in (0, 2):
+        parser = StreamParser(cache=cache)
+        parser.parse(gpus(2, first))
+        parser.close()
+    assert cache.entities_cached == 4 and cache.plain_names == {"DCGM_FI_DEV_GPU_UTIL"}

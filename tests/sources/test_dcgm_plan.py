@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.model.records import ParseResult
 from exporter.runtime.service import DCGM_FIELDS_READ
-from exporter.sources.dcgm import PagePlan, ParseResult, parse_dcgm_text, parse_page, split_page
+from exporter.sources.dcgm_parser import parse_dcgm_text
+from exporter.sources.dcgm_plan import PagePlan, parse_page, split_page
 from simulator.cluster import Cluster
 from simulator.exposition import render_node
 from simulator.scenario import Scenario

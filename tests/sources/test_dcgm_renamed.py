@@ -11,7 +11,8 @@ from exporter.model.bottleneck import CLOCK_REASONS, VIOLATIONS, classify
 from exporter.model.catalog import DCGM_RENAMED
 from exporter.runtime.service import DCGM_FIELDS_READ
 from exporter.sources.cloud_monitoring import dcgm_type
-from exporter.sources.dcgm import parse_dcgm_text, parse_page
+from exporter.sources.dcgm_parser import parse_dcgm_text
+from exporter.sources.dcgm_plan import parse_page
 from exporter.sources.prometheus_api import readings
 
 OLD = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"

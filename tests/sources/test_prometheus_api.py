@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 
 from exporter.demo import demo_config
+from exporter.model.records import PodOnDevice
 from exporter.runtime.app import open_exporter
-from exporter.sources.dcgm import PodOnDevice
 from exporter.sources.prometheus_api import readings
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
