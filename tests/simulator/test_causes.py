@@ -279,15 +279,16 @@ def test_pending_segments_are_runs_per_thing_and_cause() -> None:
 # ------------------------------------------------------------------ the demos' weeks
 
 
-def week_causes(name: str) -> tuple[dict[str, float], dict[str, float]]:
-    """GPU-hours waited per cause, and free GPU-hours per use, over the scenario's week."""
+def week_causes(name: str) -> tuple[dict[str, float], dict[str, float], set[tuple[str, str]]]:
+    """GPU-hours waited per cause, free GPU-hours per use, and which kinds of things
+    (pod, workload) waited for which cause, over the scenario's week."""
     c = Cluster(load_scenario(name))
     c.advance(7 * 86400)
     pending = {k: v / 3600 for k, v in c.truth.pending_gpu_seconds().items()}
     free: dict[str, float] = {}
     for (_, use), v in c.truth.free_gpu_seconds().items():
         free[use] = free.get(use, 0.0) + v / 3600
-    return pending, free
+    return pending, free, {(s.kind, s.cause) for s in c.truth.pending_segments()}
 
 
 def _show(name: str, pending: dict[str, float], free: dict[str, float]) -> None:
@@ -302,16 +303,19 @@ def _show(name: str, pending: dict[str, float], free: dict[str, float]) -> None:
 def test_the_demo_week_shows_every_cause_but_kueues() -> None:
     """The default scenario has no Kueue: every other cause takes GPU-hours in its week,
     and stranded GPUs show as fragments and as pools nothing waiting fits."""
-    pending, free = week_causes("default")
+    pending, free, kinds = week_causes("default")
     _show("default", pending, free)
     assert set(pending) == set(CAUSES) - {"quota"}
     assert all(v > 1 for v in pending.values()), pending
     assert {"fragment", "mismatch", "no_demand"} <= set(free)
+    assert {kind for kind, _ in kinds} == {"pod"}
 
 
 def test_the_kueue_week_holds_jobs_back_for_quota_and_after_preemption() -> None:
-    pending, free = week_causes("kueue")
+    """Workloads wait for quota, and evicted ones wait again to be re-admitted."""
+    pending, free, kinds = week_causes("kueue")
     _show("kueue", pending, free)
     assert pending["quota"] > pending["preempted"] > 1
+    assert {("workload", "quota"), ("workload", "preempted")} <= kinds
     assert free["quota"] > 0, "free GPUs only quota-held Workloads could use"
 
