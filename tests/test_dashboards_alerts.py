@@ -295,6 +295,28 @@ def test_the_gpu_dashboard_is_linked_from_the_overview() -> None:
             "XIDs"} <= titles
 
 
+@pytest.mark.parametrize(("title", "reads", "by", "stacks"), [
+    ("Pending GPUs by cause", "gke_gpu_pending_cause_gpus{", "cause", True),
+    ("Oldest wait by cause", "gke_gpu_pending_cause_oldest_seconds{", "cause", False),
+    ("GPU-hours waited over the range by team and cause",
+     "increase(gke_gpu_pending_gpu_seconds_total{", "team, cause", False),
+    ("Scale-up failures by pool and reason", "increase(gke_gpu_scale_up_failures_total{",
+     "pool, reason", False),
+    ("Stranded GPUs by pool and use", "gke_gpu_stranded_gpus{", "pool, use", True),
+    ("Stranded GPUs: cost per hour", "gke_gpu_stranded_cost_usd_per_hour{", "pool", True),
+    ("Pool fragmentation", "gke_gpu_pool_fragmentation_ratio{", "pool", False)])
+def test_the_queue_dashboard_says_why_gpus_wait(title: str, reads: str, by: str,
+                                                stacks: bool) -> None:
+    """Each cause, use and failure reason a series of its own; parts of a whole (GPUs
+    waiting, GPUs stranded and their cost) stacked; GPU-hours waited from the counter over
+    the range, GPUs waiting from the gauge."""
+    (p,) = [p for p in BOARDS["queue.json"]["panels"] if p["title"] == title]
+    (t,) = p["targets"]
+    assert reads in t["expr"] and f" by ({by}) (" in t["expr"]
+    stacking = p["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {})
+    assert (stacking.get("mode") == "normal") == stacks
+
+
 def test_a_ratio_over_a_selection_is_the_ratio_of_its_sums() -> None:
     """Never the largest (or mean) of per-group ratios: L4's effective cost read $70.24 from
     one namespace's ratio where the model's was $1.28."""
