@@ -12,7 +12,8 @@ GPU workloads: only a ``ClusterRules`` (scoped to the cluster: ``project_id``,
 Every ``runbook_url`` in ``rules.yaml`` is absolute, under ``RUNBOOK_BASE``. Built for a
 site: ``--runbook-base URL`` puts them under another base (where the runbooks are
 published), ``--unallocated-usd-per-hour N`` sets the ``GpuUnallocatedCapacityCost``
-threshold (default $50/h); ``--out DIR`` writes ``rules.yaml`` and both manifests there.
+threshold (default $50/h), ``--quota-wait-hours N`` the ``GpuQuotaWaitLong`` one (default
+2 h); ``--out DIR`` writes ``rules.yaml`` and both manifests there.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -41,33 +42,64 @@ MANIFESTS = {"prometheusrule.yaml": COMPONENTS / "prometheus-rules" / "prometheu
 
 UNALLOCATED_USD_PER_HOUR = 50.0
 """``GpuUnallocatedCapacityCost``'s threshold in rules.yaml."""
+QUOTA_WAIT_HOURS = 2.0
+"""``GpuQuotaWaitLong``'s threshold in rules.yaml: how long a team's oldest job may wait
+for Kueue's quota."""
+
+
+class Threshold(NamedTuple):
+    """An alert's threshold as rules.yaml has it, and where it is written: the end of its
+    expression and a phrase of its description, each a format of the value."""
+
+    default: float
+    expr_end: str
+    said: str
+
+
+THRESHOLDS = {
+    "GpuUnallocatedCapacityCost": Threshold(UNALLOCATED_USD_PER_HOUR, "> {:g}", "${:g} "),
+    "GpuQuotaWaitLong": Threshold(QUOTA_WAIT_HOURS, "> {:g} * 3600", "{:g} h:")}
+"""The thresholds a site sets, by alert."""
+
+
+def _retune(rule: dict[str, Any], where: Threshold, new: float) -> None:
+    """Set the rule's threshold to ``new``, in its expression and its description."""
+    old = where.default
+    before, after = where.expr_end.format(old), where.expr_end.format(new)
+    assert rule["expr"].endswith(before), rule["expr"]
+    rule["expr"] = rule["expr"].removesuffix(before) + after
+    ann = rule["annotations"]
+    assert where.said.format(old) in ann["description"], ann["description"]
+    ann["description"] = ann["description"].replace(where.said.format(old),
+                                                    where.said.format(new))
 
 
 def groups(runbook_base: str = "",
-           unallocated_usd_per_hour: float = UNALLOCATED_USD_PER_HOUR) -> list[dict[str, Any]]:
+           unallocated_usd_per_hour: float = UNALLOCATED_USD_PER_HOUR,
+           quota_wait_hours: float = QUOTA_WAIT_HOURS) -> list[dict[str, Any]]:
     """The rule groups, with the runbook links under ``runbook_base`` and the unallocated
-    cost threshold, when given."""
+    cost and quota wait thresholds, when given."""
     data: dict[str, Any] = yaml.safe_load((HERE / "rules.yaml").read_text())
     out = copy.deepcopy(list(data["groups"]))
+    chosen = {"GpuUnallocatedCapacityCost": unallocated_usd_per_hour,
+              "GpuQuotaWaitLong": quota_wait_hours}
     for rule in (r for g in out for r in g["rules"]):
         ann = rule.get("annotations", {})
         if runbook_base and "runbook_url" in ann:
             url = ann["runbook_url"]
             assert url.startswith(f"{RUNBOOK_BASE}/{RUNBOOKS}#"), url
             ann["runbook_url"] = runbook_base.rstrip("/") + url.removeprefix(RUNBOOK_BASE)
-        if rule.get("alert") == "GpuUnallocatedCapacityCost" and \
-                unallocated_usd_per_hour != UNALLOCATED_USD_PER_HOUR:
-            old, new = f"{UNALLOCATED_USD_PER_HOUR:g}", f"{unallocated_usd_per_hour:g}"
-            assert rule["expr"].endswith(f"> {old}"), rule["expr"]
-            rule["expr"] = rule["expr"].removesuffix(old) + new
-            ann["description"] = ann["description"].replace(f"${old} ", f"${new} ")
+        where = THRESHOLDS.get(rule.get("alert", ""))
+        if where is not None and chosen[rule["alert"]] != where.default:
+            _retune(rule, where, chosen[rule["alert"]])
     return out
 
 
 def manifests(runbook_base: str = "",
-              unallocated_usd_per_hour: float = UNALLOCATED_USD_PER_HOUR) -> dict[str, str]:
+              unallocated_usd_per_hour: float = UNALLOCATED_USD_PER_HOUR,
+              quota_wait_hours: float = QUOTA_WAIT_HOURS) -> dict[str, str]:
     """File name -> text of the two manifests (``MANIFESTS`` says where each goes)."""
-    rules = groups(runbook_base, unallocated_usd_per_hour)
+    rules = groups(runbook_base, unallocated_usd_per_hour, quota_wait_hours)
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": NAME}
     operator = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
                 "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
@@ -102,11 +134,14 @@ def main() -> None:
     parser.add_argument("--unallocated-usd-per-hour", type=float,
                         default=UNALLOCATED_USD_PER_HOUR, metavar="USD",
                         help="GpuUnallocatedCapacityCost's threshold (default 50)")
+    parser.add_argument("--quota-wait-hours", type=float, default=QUOTA_WAIT_HOURS,
+                        metavar="HOURS",
+                        help="GpuQuotaWaitLong's threshold (default 2)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="write rules.yaml and the manifests there (default: the "
                              "manifests into their components)")
     args = parser.parse_args()
-    texts = manifests(args.runbook_base, args.unallocated_usd_per_hour)
+    texts = manifests(args.runbook_base, args.unallocated_usd_per_hour, args.quota_wait_hours)
     if args.out is None:
         for name, text in texts.items():
             MANIFESTS[name].write_text(text)
@@ -114,7 +149,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for name, text in texts.items():
         (args.out / name).write_text(text)
-    rules = groups(args.runbook_base, args.unallocated_usd_per_hour)
+    rules = groups(args.runbook_base, args.unallocated_usd_per_hour, args.quota_wait_hours)
     (args.out / "rules.yaml").write_text(HEADER + yaml.dump(
         {"groups": rules}, Dumper=_Dumper, sort_keys=False, width=100))
 

@@ -67,6 +67,13 @@ def series(title: str, description: str, unit: str, *exprs: tuple[str, str],
                  w=w, legend={"displayMode": "table", "placement": "bottom"})
 
 
+def stacked(p: dict[str, Any]) -> dict[str, Any]:
+    """A time series whose series stack up to their total (parts of one whole)."""
+    p["fieldConfig"]["defaults"]["custom"] = {"stacking": {"mode": "normal", "group": "A"},
+                                              "fillOpacity": 60, "lineWidth": 1}
+    return p
+
+
 def table(title: str, description: str, unit: str, *exprs: str, w: int = 12
           ) -> dict[str, Any]:
     """One row per series, a column per label and the value (Grafana's table format);
@@ -245,7 +252,8 @@ def teams() -> dict[str, Any]:
 
 def queue() -> dict[str, Any]:
     return dashboard("gke-gpu-queue", "GKE GPUs: queue",
-                     "Pods waiting for GPUs, and how long they wait.", [
+                     "Pods waiting for GPUs, how long and why they wait, and the free GPUs "
+                     "no waiting pod can use.", [
         series("Pending pods", "GPU pods not yet scheduled.", "none",
                (f"sum by (team, model) (gke_gpu_pending_pods{{{TEAM}}})",
                 "{{team}} {{model}}")),
@@ -270,6 +278,46 @@ def queue() -> dict[str, Any]:
                 f"[{RANGE}])) > 0" for q in (0.5, 0.9)],
               f"sum by (team, model) (increase(gke_gpu_queue_wait_seconds_count{{{TEAM}}}"
               f"[{RANGE}])) > 0", w=24),
+        # why they wait: one cause per waiting pod or Workload, the first that holds, and a
+        # use per free GPU (docs/exporter.md, "Why a pod waits")
+        stacked(series("Pending GPUs by cause", "GPUs waiting now, stacked by why: starting "
+                       "(scheduled, pulling or initialising), preempted (evicted or "
+                       "reclaimed, waiting again), quota (Kueue holds it), unschedulable (no "
+                       "pool could run it), stockout (the scale-up failed), fragmented (free "
+                       "GPUs, none of its size on one node), scaling_up, no_capacity (its "
+                       "pools are full).", "none",
+                       (f"sum by (cause) (gke_gpu_pending_cause_gpus{{{TEAM}}})",
+                        "{{cause}}"))),
+        series("Oldest wait by cause", "Wait so far of the longest-waiting pod or Workload, "
+               "by cause.", "s",
+               (f"max by (cause) (gke_gpu_pending_cause_oldest_seconds{{{TEAM}}})",
+                "{{cause}}")),
+        table("GPU-hours waited over the range by team and cause", "GPU-hours waited "
+              "(GPUs asked x hours) over the time picked, by team and cause, from the "
+              "GPU-seconds-waited counter.", "none",
+              f"sum by (team, cause) (increase(gke_gpu_pending_gpu_seconds_total{{{TEAM}}}"
+              f"[{RANGE}])) / 3600 > 0"),
+        series("Scale-up failures by pool and reason", "The cluster autoscaler's failed "
+               "scale-ups over each interval: out_of_resources (the zone has no such GPU "
+               "to give), quota_exceeded (the project's GPU quota), other.", "none",
+               (f"sum by (pool, reason) (increase(gke_gpu_scale_up_failures_total{{{SEL}}}"
+                f"[{RATE}]))", "{{pool}} {{reason}}")),
+        stacked(series("Stranded GPUs by pool and use", "Free GPUs of Ready nodes that no "
+                       "waiting pod can use, in physical GPUs: fragment (a pod fits the node "
+                       "but asks more than it has free), quota (Kueue holds the Workloads "
+                       "that would), mismatch (something waits, nothing fits the node), "
+                       "no_demand (nothing waits).", "none",
+                       (f"sum by (pool, use) (gke_gpu_stranded_gpus{{{SEL}}})",
+                        "{{pool}} {{use}}"), w=8)),
+        stacked(series("Stranded GPUs: cost per hour", "What the stranded GPUs of each pool "
+                       "cost an hour.", "currencyUSD",
+                       (f"sum by (pool) (gke_gpu_stranded_cost_usd_per_hour{{{SEL}}})",
+                        "{{pool}}"), w=8)),
+        series("Pool fragmentation", "1 - the most free GPUs on one node of the pool / the "
+               "pool's free GPUs: 0 when one node has them all (or none is free), near 1 "
+               "when they are scattered one by one.", "percentunit",
+               (f"max by (pool) (gke_gpu_pool_fragmentation_ratio{{{SEL}}})", "{{pool}}"),
+               w=8),
         # Kueue: the wait before a Job has pods (empty on a cluster without Kueue)
         series("Kueue: Workloads waiting for admission", "Jobs Kueue holds (no pod exists for "
                "them yet) and the GPUs they ask for, by ClusterQueue.", "none",

@@ -83,7 +83,7 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     tests = [t for f in UNIT_TESTS for t in yaml.safe_load((ALERTS / f).read_text())["tests"]]
     firing, quiet = set(), set()
     for t in tests:
-        for case in t["alert_rule_test"]:
+        for case in t.get("alert_rule_test", []):
             (firing if case["exp_alerts"] else quiet).add(case["alertname"])
     names = {r["alert"] for r in ALERT_RULES}
     assert firing == names and quiet == names
@@ -142,11 +142,12 @@ def test_the_fatal_xids_of_the_alerts_are_the_catalogs() -> None:
 
 
 def test_manifests_built_for_a_site(tmp_path: Path) -> None:
-    """Runbook links under the site's base and the site's unallocated-cost threshold, in
-    the rule file and both manifests, and rules that still pass promtool."""
+    """Runbook links under the site's base and the site's unallocated-cost and quota-wait
+    thresholds, in the rule file and both manifests, and rules that still pass promtool."""
     subprocess.run([sys.executable, str(ALERTS / "build.py"), "--runbook-base",
                     "https://git.example.com/gpu/blob/main/", "--unallocated-usd-per-hour",
-                    "200", "--out", str(tmp_path)], check=True, timeout=60)
+                    "200", "--quota-wait-hours", "0.5", "--out", str(tmp_path)], check=True,
+                   timeout=60)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "clusterrules.yaml", "prometheusrule.yaml", "rules.yaml"]
     plain = yaml.safe_load((tmp_path / "rules.yaml").read_text())["groups"]
@@ -158,6 +159,9 @@ def test_manifests_built_for_a_site(tmp_path: Path) -> None:
         "https://git.example.com/gpu/blob/main/docs/runbooks.md#") for r in rules.values())
     cost = rules["GpuUnallocatedCapacityCost"]
     assert cost["expr"].endswith("> 200") and "$200 an hour" in cost["annotations"]["description"]
+    quota = rules["GpuQuotaWaitLong"]
+    assert quota["expr"].endswith("> 0.5 * 3600")
+    assert "more than 0.5 h:" in quota["annotations"]["description"]
     check = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yaml")],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -293,6 +297,28 @@ def test_the_gpu_dashboard_is_linked_from_the_overview() -> None:
     titles = {p["title"] for p in gpu["panels"]}
     assert {"Utilisation", "Memory in use", "Temperature", "Power / limit", "SM clock",
             "XIDs"} <= titles
+
+
+@pytest.mark.parametrize(("title", "reads", "by", "stacks"), [
+    ("Pending GPUs by cause", "gke_gpu_pending_cause_gpus{", "cause", True),
+    ("Oldest wait by cause", "gke_gpu_pending_cause_oldest_seconds{", "cause", False),
+    ("GPU-hours waited over the range by team and cause",
+     "increase(gke_gpu_pending_gpu_seconds_total{", "team, cause", False),
+    ("Scale-up failures by pool and reason", "increase(gke_gpu_scale_up_failures_total{",
+     "pool, reason", False),
+    ("Stranded GPUs by pool and use", "gke_gpu_stranded_gpus{", "pool, use", True),
+    ("Stranded GPUs: cost per hour", "gke_gpu_stranded_cost_usd_per_hour{", "pool", True),
+    ("Pool fragmentation", "gke_gpu_pool_fragmentation_ratio{", "pool", False)])
+def test_the_queue_dashboard_says_why_gpus_wait(title: str, reads: str, by: str,
+                                                stacks: bool) -> None:
+    """Each cause, use and failure reason a series of its own; parts of a whole (GPUs
+    waiting, GPUs stranded and their cost) stacked; GPU-hours waited from the counter over
+    the range, GPUs waiting from the gauge."""
+    (p,) = [p for p in BOARDS["queue.json"]["panels"] if p["title"] == title]
+    (t,) = p["targets"]
+    assert reads in t["expr"] and f" by ({by}) (" in t["expr"]
+    stacking = p["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {})
+    assert (stacking.get("mode") == "normal") == stacks
 
 
 def test_a_ratio_over_a_selection_is_the_ratio_of_its_sums() -> None:

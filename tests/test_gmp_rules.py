@@ -209,8 +209,9 @@ def test_the_rewrite_refuses_what_the_operator_refuses() -> None:
 
 class Exposition:
     """The exporter's /metrics for one allocated, idle GPU of a workload in another
-    namespace than the exporter's, a pending pod, and a team over its budget; counters
-    grow at each scrape."""
+    namespace than the exporter's, a pending pod, GPUs of that namespace waiting on a
+    stockout and for quota, a pool whose scale-ups fail, and a team over its budget;
+    counters grow at each scrape."""
 
     def __init__(self) -> None:
         self.scrapes = 0
@@ -220,6 +221,8 @@ class Exposition:
         n = self.scrapes
         gpu = f'cluster="{CLUSTER}",node="gke-h100-1",uuid="GPU-1",mig_instance=""'
         owner = f'namespace="{WORKLOAD_NAMESPACE}",pod="train-0",team="research"'
+        waiting = (f'cluster="{CLUSTER}",namespace="{WORKLOAD_NAMESPACE}",team="research",'
+                   'pool="a100",model="nvidia-tesla-a100"')
         text = "\n".join([
             f"gke_gpu_allocation_info{{{gpu},{owner}}} 1",
             f"gke_gpu_utilization_ratio{{{gpu}}} 0.01",
@@ -232,6 +235,11 @@ class Exposition:
             f'gke_gpu_team_budget_usd{{cluster="{CLUSTER}",team="research"}} 1000',
             f'gke_gpu_oldest_pending_seconds{{cluster="{CLUSTER}",{owner.split(",pod")[0]},'
             f'team="research",model="nvidia-h100-80gb"}} 20000',
+            f'gke_gpu_pending_cause_gpus{{{waiting},cause="stockout"}} 4',
+            f'gke_gpu_pending_cause_oldest_seconds{{{waiting},cause="quota"}} 20000',
+            f'gke_gpu_pending_gpu_seconds_total{{{waiting},cause="quota"}} {240 * n}',
+            f'gke_gpu_scale_up_failures_total{{cluster="{CLUSTER}",pool="a100",'
+            f'reason="out_of_resources"}} {n}',
             f'gke_gpu_exporter_last_cycle_timestamp_seconds{{cluster="{CLUSTER}"}} {n}',
             ""])
         return web.Response(text=text, content_type="text/plain")
@@ -293,7 +301,7 @@ async def test_the_shipped_cluster_rules_see_another_namespaces_series(
     procs: list[asyncio.subprocess.Process] = []
     try:
         cluster_url, namespace_url = await asyncio.gather(
-            _run(tmp_path / "cluster", shipped, jobs, "count(ALERTS) >= 7", procs),
+            _run(tmp_path / "cluster", shipped, jobs, "count(ALERTS) >= 10", procs),
             # three scrapes: time enough for any rate the rules take
             _run(tmp_path / "namespace", namespace_rules, jobs,
                  "count_over_time(gke_gpu_sla_target_ratio[1m]) >= 3", procs))
@@ -308,6 +316,9 @@ async def test_the_shipped_cluster_rules_see_another_namespaces_series(
                       for a in await _query(s, cluster_url, "ALERTS")}
             assert alerts == {("GpuStrandedIdle", WORKLOAD_NAMESPACE),
                               ("GpuOldestPendingPod", WORKLOAD_NAMESPACE),
+                              ("GpuStockout", WORKLOAD_NAMESPACE),
+                              ("GpuQuotaWaitLong", WORKLOAD_NAMESPACE),
+                              ("GpuScaleUpFailed", None),
                               ("GpuTeamBudgetOverrunForecast", None),
                               ("GpuAvailabilityBudgetBurnFast", None),
                               ("GpuAvailabilityBudgetBurnHigh", None),

@@ -1,5 +1,6 @@
 """A real Prometheus scrapes the exporter running on the simulated cluster: every dashboard
-query and every recording rule returns data, and every rule loads."""
+query (but those of what the simulated hours do not have, which return nothing) and every
+recording rule returns data, and every rule loads."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ SETTLED_SECONDS = 5.0
 or remote write delivers late is in before either query reads that instant."""
 RATE_INTERVAL = "10s"
 """What Grafana's $__rate_interval is for a 1 s scrape interval (4 scrapes), rounded up."""
+NOT_IN_THESE_HOURS = {("queue.json", "Scale-up failures by pool and reason"):
+                      "no scale-up of the scenario fails in its first six hours"}
+"""Panels of what the simulated cluster does not do while the test watches: empty, and
+checked to be (one that shows data leaves this table)."""
 
 
 async def _exporter(kubeconfig: Path, tmp: Path, push_to: int
@@ -94,7 +99,7 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
                 await asyncio.sleep(1)
             # rates need a few scrapes; rules a few evaluations
             await asyncio.sleep(12 + SETTLED_SECONDS)
-            empty, unlike = [], []
+            empty, unlike, filled = [], [], []
             # An instant whose samples are all in: a scrape or a remote write that a busy
             # machine slowed down can still bring samples of the last seconds.
             at = time.time() - SETTLED_SECONDS
@@ -103,7 +108,10 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
                 expr = expr.replace("[1m]", f"[{RATE_INTERVAL}]")
                 one = one.replace("[1m]", f"[{RATE_INTERVAL}]")
                 every = await _query(s, url, expr, at)
-                if not every:
+                if (board, title) in NOT_IN_THESE_HOURS:
+                    if every:
+                        filled.append(f"{board}: {title}")
+                elif not every:
                     empty.append(f"{board}: {title}: {expr}")
                 if _values(await _query(s, url, one, at)) != _values(every):
                     unlike.append(f"{board}: {title}: {one}")
@@ -111,6 +119,7 @@ async def test_dashboards_and_rules_return_data_from_a_live_prometheus(tmp_path:
                 if not await _query(s, url, record):
                     empty.append(f"recording rule {record}")
             assert not empty, "\n".join(empty)
+            assert not filled, "now with data: take them out of NOT_IN_THESE_HOURS"
             assert not unlike, "\n".join(unlike)   # choosing the cluster keeps its data
             # the exporter also pushed its series by remote write (no job label: not scraped)
             pushed = await _query(s, url, 'gke_gpu_sla_target_ratio{job=""}')
