@@ -27,6 +27,14 @@ from analytics.figures.cost import (
 from analytics.figures.headline import PriceBasis, Pricing, coverage, headline, price_basis
 from analytics.figures.queue import QUEUE_STATES, kueue, longest_waits_of, queue
 from analytics.figures.rightsizing import prepare, rightsizing_table, spot_table
+from analytics.figures.waits import (
+    empty_note,
+    pool_hours,
+    stranded_by_pool,
+    stranded_note,
+    stuck_note,
+    waited,
+)
 from analytics.store import Store
 from analytics.tables import TABLES
 from analytics.week import Week
@@ -53,6 +61,9 @@ class WeeklyReport:
     """What ``cost_by_allocation`` is by (config: ``allocation``), for its heading."""
     basis: PriceBasis | None = None
     """What the costs are priced on (the line under the headline)."""
+    empty: dict[str, str] = field(default_factory=dict)
+    """What an empty table means, by table, where it says more than that nothing happened
+    (the waits of a warehouse that does not record them)."""
 
     def section_title(self, name: str) -> str:
         """A table's heading: ``SECTIONS``' title, the allocation's named."""
@@ -117,8 +128,12 @@ def build(store: Store, week: Week,
         "rightsizing": rightsize,
         "spot": spot,
     }
+    w = waited(f, ws)
+    tables |= {"waits": w.waits, "stuck_workloads": w.stuck}
     tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"])
     if team is None:  # what to do with the platform's capacity, its queues and its SLA
+        tables["stranded"] = stranded_by_pool(
+            w.free_hours, pool_hours(w.free_hours, w.pending_hours), w.fragmentation)
         tables["actions"] = actions(unallocated, tables["queue"], tables["availability"],
                                     tables["savings"], pricing.list_prices)
     if tables["kueue"].empty:  # a cluster without Kueue
@@ -130,4 +145,7 @@ def build(store: Store, week: Week,
     name = only_cluster or (", ".join(clusters) if clusters else cluster)
     return WeeklyReport(week, name, team, sla_target, headline(usage, covered),
                         {k: tables[k] for k in SECTIONS if k in tables}, pods, allocation,
-                        price_basis(usage, pricing))
+                        price_basis(usage, pricing),
+                        {"waits": empty_note(w.recorded, team),
+                         "stuck_workloads": stuck_note(w.recorded, team),
+                         "stranded": stranded_note(w.recorded)})

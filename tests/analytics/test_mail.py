@@ -71,7 +71,7 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
         assert text is not None and html is not None
         body = html.get_content()
         images = [p for p in msg.walk() if p.get_content_type() == "image/png"]
-        assert len(images) == 3
+        assert len(images) == len(CHARTS)
         for img in images:
             cid = img["Content-ID"].strip("<>")
             assert f'src="cid:{cid}"' in body
