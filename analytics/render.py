@@ -27,8 +27,10 @@ from exporter.model.bottleneck import RESTS_ON
 ROWS = 15
 """Rows of a table shown in Markdown and HTML; CSV and JSON have them all."""
 INTRO = {
-    "actions": "Reconciled with the queues and the SLA: capacity pods waited for is never "
-               "counted as a saving; the savings are upper bounds and overlap.",
+    "actions": "Capacity is a saving only where no waiting pod could use it (hour by hour "
+               "where the warehouse records why pods waited, else over the week); each "
+               "lever answers a cause pods waited for; the savings are upper bounds and "
+               "overlap.",
     "idle_offenders": f"Pods under {IDLE_CEILING:.0%} utilisation, the most idle GPU-hours "
                       "first (a busy job's idle share is not counted here).",
     "bottlenecks": "The largest workloads first; `healthy` ones are left out here.",

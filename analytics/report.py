@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analytics import queries
-from analytics.figures.actions import actions, savings
+from analytics.figures.actions import actions, savings, team_actions
 from analytics.figures.availability import PREEMPTED, availability, incidents
 from analytics.figures.bottlenecks import (
     bottleneck_summary,
@@ -130,12 +130,17 @@ def build(store: Store, week: Week,
     }
     w = waited(f, ws)
     tables |= {"waits": w.waits, "stuck_workloads": w.stuck}
-    tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"])
     if team is None:  # what to do with the platform's capacity, its queues and its SLA
-        tables["stranded"] = stranded_by_pool(
-            w.free_hours, pool_hours(w.free_hours, w.pending_hours), w.fragmentation)
+        hours = pool_hours(w.free_hours, w.pending_hours)
+        in_time = hours if w.recorded else None  # else matched over the week
+        tables["stranded"] = stranded_by_pool(w.free_hours, hours, w.fragmentation)
+        tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"],
+                                    in_time)
         tables["actions"] = actions(unallocated, tables["queue"], tables["availability"],
-                                    tables["savings"], pricing.list_prices)
+                                    tables["savings"], pricing.list_prices, w, in_time)
+    else:  # a team's levers: for the causes its pods waited for, and its savings
+        tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"])
+        tables["actions"] = team_actions(tables["savings"], pricing.list_prices, w)
     if tables["kueue"].empty:  # a cluster without Kueue
         tables.pop("kueue")
     if team is not None:  # capacity, availability and incidents are the platform's

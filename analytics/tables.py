@@ -84,15 +84,22 @@ _ROWS_NO_POD_HELD = (" Ends with `(unallocated)` and `(unavailable)`, the GPU ti
 
 TABLES: tuple[ReportTable, ...] = (
     ReportTable("actions", "What to do this week",
-                "Each action with its dollars and why, reconciled with the queues and the "
-                "SLA: the problems to fix first, then the savings, largest first.",
+                "Each action with its dollars and why: a lever for each cause pods waited "
+                "for, free capacity matched hour by hour against the demand that waited "
+                "for it, the SLA; the problems to fix first, then the savings, largest "
+                "first.",
                 (_c("action", "text", "What to do."),
-                 _c("where", "text", "The pool, or GPU model, it concerns (`all pools` for "
-                    "a lever)."),
+                 _c("where", "text", "The pool, GPU model or ClusterQueue it concerns (`all "
+                    "pools` for a lever)."),
                  _SAVING,
                  _c("weekly_cost_usd", "usd", "For `add capacity`: the GPU-hours pending "
                     "this week at the on-demand price."),
-                 _c("why", "text", "The figures that call for it."))),
+                 _c("why", "text", "The figures that call for it."),
+                 _c("answers", "text", "What it answers: the cause pods waited for "
+                    "(`quota`, `fragmented`, ... as in Why jobs waited), the uses of the "
+                    "free GPUs a scale-down removes (`mismatch`, `no_demand`), "
+                    "`availability`; blank for a lever of the week's cost, and for a "
+                    "warehouse that records no causes."))),
     ReportTable("cost_by_cluster", "Cost by cluster",
                 "Per cluster, side by side: only in a report over a warehouse that several "
                 "clusters write to (`report weekly --cluster` reports one of them).",
