@@ -12,11 +12,13 @@ from matplotlib.figure import Figure
 from analytics import format as fmt
 from analytics.report import WeeklyReport
 from analytics.workspace import Table
+from exporter.model.pending import CAUSES
 
 CHARTS = {
     "daily_cost": "Daily cost by team",
     "utilization": "Utilisation of GPU pods (GPU-hours)",
     "queue_wait": "Queue wait percentiles",
+    "waits": "GPU-hours waited by cause",
 }
 
 
@@ -93,6 +95,39 @@ def queue_wait(report: WeeklyReport) -> bytes:
     return _png(fig)
 
 
+POOLS_SHOWN = 6
+"""Pools a chart tells apart; the rest are one ``other pools``."""
+
+
+def waits(report: WeeklyReport) -> bytes:
+    """GPU-hours waited per cause (in ``CAUSES``' order), stacked by pool."""
+    w = report.frame("waits")
+    fig = Figure(figsize=(7, 3.2))
+    ax = fig.subplots()
+    by_pool = w.groupby("node_pool").gpu_hours.sum().sort_values(ascending=False)
+    shown = list(by_pool.index[:POOLS_SHOWN])
+    pool = w.node_pool.where(w.node_pool.isin(shown), "other pools")
+    table = w.assign(pool=pool).pivot_table(index="cause", columns="pool", values="gpu_hours",
+                                            aggfunc="sum", fill_value=0.0) \
+        .reindex(index=[c for c in CAUSES if c in set(w.cause)]) if len(w) else pd.DataFrame()
+    y = np.arange(len(table))
+    left = np.zeros(len(table))
+    for name in [*shown, "other pools"]:
+        if name in table.columns:
+            ax.barh(y, table[name].to_numpy(), left=left, label=fmt.text(str(name)))
+            left += table[name].to_numpy()
+    ax.set_yticks(y, list(table.index), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("GPU-hours")
+    ax.set_title(CHARTS["waits"])
+    if len(table.columns):
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "no wait recorded this week", ha="center", va="center",
+                fontsize=9, transform=ax.transAxes)
+    return _png(fig)
+
+
 def render_all(report: WeeklyReport) -> dict[str, bytes]:
     return {"daily_cost": daily_cost(report), "utilization": utilization(report),
-            "queue_wait": queue_wait(report)}
+            "queue_wait": queue_wait(report), "waits": waits(report)}

@@ -9,7 +9,8 @@ from typing import Any
 import pandas as pd
 
 PERCENT = {"change", "share", "share_of_allocated", "utilization", "utilization_of_allocated",
-           "utilization_of_capacity", "availability", "target", "error_budget_left"}
+           "utilization_of_capacity", "availability", "target", "error_budget_left",
+           "fragmentation_ratio"}
 
 
 MINUS = "\N{MINUS SIGN}"

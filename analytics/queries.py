@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pandas as pd
 import pyarrow as pa
 
+from analytics.figures import TOP
 from analytics.store import Param, Store, batches
 from analytics.week import POD_LOOKBACK, QUOTA_LOOKBACK, Week
 from analytics.workspace import Workspace
@@ -145,6 +146,105 @@ ORDER BY start_time, gpu_uuid
 """
 
 
+PENDING = """
+SELECT cluster, uid, ANY_VALUE(kind) AS kind, cause, team, COALESCE(node_pool, '') AS node_pool,
+       COALESCE(gpu_model, '') AS gpu_model, COALESCE(cluster_queue, '') AS cluster_queue,
+       SUM(gpu_seconds) AS gpu_seconds, SUM(seconds) AS seconds,
+       MAX(wait_seconds) AS wait_seconds
+FROM {gpu_pending}
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+  AND (@team IS NULL OR team = @team)
+GROUP BY 1, 2, 4, 5, 6, 7, 8
+"""
+"""Each pod (or Kueue Workload with no pod yet) that waited in the week, once per cause,
+team, pool, model and ClusterQueue it waited with: the GPU-seconds and seconds it waited
+for that cause in the week, and the longest its whole wait got (``wait_seconds``)."""
+
+PENDING_HOURS = """
+SELECT cluster, COALESCE(node_pool, '') AS node_pool, COALESCE(gpu_model, '') AS gpu_model,
+       cause, TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 3600) * 3600) AS hour_start,
+       SUM(gpu_seconds) AS gpu_seconds, COUNT(DISTINCT uid) AS waiting
+FROM {gpu_pending}
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+  AND (@team IS NULL OR team = @team)
+GROUP BY 1, 2, 3, 4, 5
+"""
+"""The GPU-seconds that waited in each hour of the week, by cluster, the pool the waiting
+pods fit (empty: none), the GPU model they ask for and the cause."""
+
+FREE_HOURS = """
+SELECT cluster, node_pool, ANY_VALUE(gpu_model) AS gpu_model,
+       ANY_VALUE(provisioning) AS provisioning,
+       TIMESTAMP_SECONDS(DIV(UNIX_SECONDS(time), 3600) * 3600) AS hour_start, use,
+       SUM(gpu_seconds) AS gpu_seconds, SUM(COALESCE(cost_usd, 0)) AS cost_usd,
+       AVG(fragmentation_ratio) AS fragmentation_ratio
+FROM {gpu_free}
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+GROUP BY 1, 2, 5, 6
+"""
+"""Each pool's free GPU-seconds and their cost in each hour of the week, by use (what a
+waiting pod could make of them, decided interval by interval), and its mean fragmentation
+ratio in the hour; every team's."""
+
+FRAGMENTATION = """
+SELECT node_pool, gpu_model, provisioning, AVG(ratio) AS fragmentation_ratio
+FROM (SELECT cluster, node_pool, time, ANY_VALUE(gpu_model) AS gpu_model,
+             ANY_VALUE(provisioning) AS provisioning, MAX(fragmentation_ratio) AS ratio,
+             SUM(gpu_seconds) AS free_seconds
+      FROM {gpu_free}
+      WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+      GROUP BY cluster, node_pool, time)
+WHERE free_seconds > 0
+GROUP BY node_pool, gpu_model, provisioning
+"""
+"""Each pool's fragmentation ratio, the mean over the intervals of the week it had free
+GPUs."""
+
+STUCK = f"""
+WITH waited AS (
+  SELECT cluster, COALESCE(namespace, '') AS namespace,
+         COALESCE(NULLIF(workload, ''), name, uid) AS what, uid, team, gpu_model, node_pool,
+         cause, evidence, evidence_source, gpus, gpu_seconds, seconds, wait_seconds, time,
+         interval_seconds
+  FROM {{gpu_pending}}
+  WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+    AND (@team IS NULL OR team = @team)),
+longest AS (
+  SELECT cluster, namespace, what, COUNT(DISTINCT uid) AS waiting, MAX(gpus) AS gpus,
+         SUM(gpu_seconds) AS gpu_seconds,
+         COALESCE(MAX(wait_seconds), SUM(seconds)) AS wait_seconds,
+         MAX(UNIX_SECONDS(time) + COALESCE(interval_seconds, seconds)) AS last_unix
+  FROM waited
+  GROUP BY cluster, namespace, what),
+latest AS (
+  SELECT cluster, namespace, what, team, gpu_model, node_pool, cause, evidence,
+         evidence_source
+  FROM waited
+  WHERE TRUE
+  QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, namespace, what
+                             ORDER BY time DESC, uid, cause) = 1)
+SELECT namespace, what AS workload, team, gpu_model, node_pool, waiting, gpus, gpu_seconds,
+       wait_seconds, cause, evidence_source, evidence, last_unix
+FROM longest JOIN latest USING (cluster, namespace, what)
+ORDER BY wait_seconds DESC, namespace, workload
+LIMIT {TOP}
+"""
+"""The workloads (a pod's controller, the Job a Workload queues; else the pod) that waited
+longest in the week: how long, how many of their pods waited and with how many GPUs, and
+the cause and evidence of their latest interval waiting."""
+
+RECORDED = """
+SELECT (SELECT COUNT(*) FROM {gpu_pending}
+        WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster))
+           AS pending_rows,
+       (SELECT COUNT(*) FROM {gpu_free}
+        WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster))
+           AS free_rows
+"""
+"""Whether the warehouse records why pods waited in the week (every team's): an exporter
+from before ``gpu_pending`` and ``gpu_free`` writes neither."""
+
+
 def fetch(store: Store, week: Week, team: str | None = None,
           cluster: str | None = None) -> dict[str, pd.DataFrame]:
     """Every summary frame the report is built from (the per-pod rows go to ``load``)."""
@@ -159,14 +259,20 @@ def fetch(store: Store, week: Week, team: str | None = None,
         "quotas": store.query(QUOTAS, platform | {"quota_since": week.start - QUOTA_LOOKBACK}),
         "awaiting_admission": store.query(AWAITING_ADMISSION,
                                           base | {"lookback": week.start - POD_LOOKBACK}),
+        "recorded": store.query(RECORDED, platform),
+        "pending_hours": store.query(PENDING_HOURS, base),
+        "free_hours": store.query(FREE_HOURS, platform),
+        "fragmentation": store.query(FRAGMENTATION, platform),
+        "stuck": store.query(STUCK, base),
     }
 
 
 def load(store: Store, week: Week, ws: Workspace, team: str | None = None,
          classify: Callable[[pa.Table], pa.Table] = lambda t: t,
          cluster: str | None = None) -> None:
-    """The week's pods (each classified on its way in, numbered in ``seq``) and their
-    latest states into the workspace's ``pods`` and ``pod_states``, a batch at a time."""
+    """The week's pods (each classified on its way in, numbered in ``seq``), their latest
+    states and what waited (``PENDING``) into the workspace's ``pods``, ``pod_states`` and
+    ``pending``, a batch at a time."""
     base: dict[str, Param] = {"start": week.start, "end": week.end, "team": team,
                               "cluster": cluster}
     seen = 0
@@ -182,3 +288,4 @@ def load(store: Store, week: Week, ws: Workspace, team: str | None = None,
                                                  "throttle_bits": THROTTLE_BITS}), numbered)
     ws.load("pod_states", batches(store, POD_STATES,
                                   base | {"lookback": week.start - POD_LOOKBACK}))
+    ws.load("pending", batches(store, PENDING, base))

@@ -27,8 +27,10 @@ from exporter.model.bottleneck import RESTS_ON
 ROWS = 15
 """Rows of a table shown in Markdown and HTML; CSV and JSON have them all."""
 INTRO = {
-    "actions": "Reconciled with the queues and the SLA: capacity pods waited for is never "
-               "counted as a saving; the savings are upper bounds and overlap.",
+    "actions": "Capacity is a saving only where no waiting pod could use it (hour by hour "
+               "where the warehouse records why pods waited, else over the week); each "
+               "lever answers a cause pods waited for; the savings are upper bounds and "
+               "overlap.",
     "idle_offenders": f"Pods under {IDLE_CEILING:.0%} utilisation, the most idle GPU-hours "
                       "first (a busy job's idle share is not counted here).",
     "bottlenecks": "The largest workloads first; `healthy` ones are left out here.",
@@ -36,7 +38,22 @@ INTRO = {
                    "suggested GPU; price ratio applied to this week's cost.",
     "spot": "Batch Jobs on on-demand GPUs: with checkpoints they could run on spot.",
     "savings": "Upper bounds; they overlap.",
+    "waits": "Each interval's cause is the first that held: starting (image pull, init), "
+             "preempted (waiting again after an eviction or a spot reclaim), quota (Kueue "
+             "holds it back), unschedulable (no pool offers what it asks), stockout (the "
+             "scale-up failed), fragmented (enough GPUs free, not on one node), scaling_up "
+             "(nodes coming), no_capacity (the pools it fits full). p90: of the time each "
+             "waited for the cause; p90 wait: of its whole wait.",
+    "stuck_workloads": "The longest waits, with the latest words their cause was decided "
+                       "on: the scheduler's, the cluster autoscaler's, Kueue's or the "
+                       "kubelet's.",
+    "stranded": "Free GPUs by what a waiting pod could make of them, interval by interval: "
+                "usable, fragment (one fits, asks more), quota (only Jobs Kueue holds back "
+                "fit), mismatch (pods wait, none fits), no demand. All but usable are "
+                "stranded; the removable cost is what scaling down would have saved.",
 }
+EMPTY = "Nothing this week."
+"""What an empty table says, unless the report says more (``WeeklyReport.empty``)."""
 
 _encode_str = json.encoder.encode_basestring_ascii
 _env = Environment(loader=PackageLoader("analytics"), autoescape=select_autoescape(["html"]),
@@ -210,7 +227,7 @@ def markdown(report: WeeklyReport) -> str:
             out += [INTRO[name], ""]
         cols, rows, more = _rows(name, table)
         if not rows:
-            out.append("Nothing this week.")
+            out.append(md(report.empty.get(name, EMPTY)))
             continue
         out.append("| " + " | ".join(md(fmt.heading(c)) for c in cols) + " |")
         out.append("|" + "|".join("---:" if n else "---" for n in _numeric(name, table)) + "|")
@@ -232,7 +249,8 @@ def html_page(report: WeeklyReport, image_src: dict[str, str]) -> str:
         sections.append({"title": report.section_title(name), "intro": INTRO.get(name, ""),
                          "columns": [fmt.heading(c) for c in cols], "rows": rows,
                          "align": ["right" if n else "left" for n in _numeric(name, table)],
-                         "more": more, "csv": f"{name}.csv"})
+                         "more": more, "csv": f"{name}.csv",
+                         "empty": report.empty.get(name, EMPTY)})
     return _env.get_template("report.html").render(
         title=report.title, week=report.week, headline=headline_items(report),
         basis=basis_line(report),

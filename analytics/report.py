@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analytics import queries
-from analytics.figures.actions import actions, savings
+from analytics.figures.actions import actions, savings, team_actions
 from analytics.figures.availability import PREEMPTED, availability, incidents
 from analytics.figures.bottlenecks import (
     bottleneck_summary,
@@ -27,6 +27,14 @@ from analytics.figures.cost import (
 from analytics.figures.headline import PriceBasis, Pricing, coverage, headline, price_basis
 from analytics.figures.queue import QUEUE_STATES, kueue, longest_waits_of, queue
 from analytics.figures.rightsizing import prepare, rightsizing_table, spot_table
+from analytics.figures.waits import (
+    empty_note,
+    pool_hours,
+    stranded_by_pool,
+    stranded_note,
+    stuck_note,
+    waited,
+)
 from analytics.store import Store
 from analytics.tables import TABLES
 from analytics.week import Week
@@ -53,6 +61,9 @@ class WeeklyReport:
     """What ``cost_by_allocation`` is by (config: ``allocation``), for its heading."""
     basis: PriceBasis | None = None
     """What the costs are priced on (the line under the headline)."""
+    empty: dict[str, str] = field(default_factory=dict)
+    """What an empty table means, by table, where it says more than that nothing happened
+    (the waits of a warehouse that does not record them)."""
 
     def section_title(self, name: str) -> str:
         """A table's heading: ``SECTIONS``' title, the allocation's named."""
@@ -117,10 +128,19 @@ def build(store: Store, week: Week,
         "rightsizing": rightsize,
         "spot": spot,
     }
-    tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"])
+    w = waited(f, ws)
+    tables |= {"waits": w.waits, "stuck_workloads": w.stuck}
     if team is None:  # what to do with the platform's capacity, its queues and its SLA
+        hours = pool_hours(w.free_hours, w.pending_hours)
+        in_time = hours if w.recorded else None  # else matched over the week
+        tables["stranded"] = stranded_by_pool(w.free_hours, hours, w.fragmentation)
+        tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"],
+                                    in_time)
         tables["actions"] = actions(unallocated, tables["queue"], tables["availability"],
-                                    tables["savings"], pricing.list_prices)
+                                    tables["savings"], pricing.list_prices, w, in_time)
+    else:  # a team's levers: for the causes its pods waited for, and its savings
+        tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"])
+        tables["actions"] = team_actions(tables["savings"], pricing.list_prices, w)
     if tables["kueue"].empty:  # a cluster without Kueue
         tables.pop("kueue")
     if team is not None:  # capacity, availability and incidents are the platform's
@@ -130,4 +150,7 @@ def build(store: Store, week: Week,
     name = only_cluster or (", ".join(clusters) if clusters else cluster)
     return WeeklyReport(week, name, team, sla_target, headline(usage, covered),
                         {k: tables[k] for k in SECTIONS if k in tables}, pods, allocation,
-                        price_basis(usage, pricing))
+                        price_basis(usage, pricing),
+                        {"waits": empty_note(w.recorded, team),
+                         "stuck_workloads": stuck_note(w.recorded, team),
+                         "stranded": stranded_note(w.recorded)})

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from exporter.model.pending import USES
+
 Unit = Literal["usd", "ratio", "hours", "seconds", "gib", "count", "text", "time", "flag",
                "json"]
 """What a column holds: US dollars, a ratio (0-1), hours, seconds, GiB, a count, text, a
@@ -82,15 +84,22 @@ _ROWS_NO_POD_HELD = (" Ends with `(unallocated)` and `(unavailable)`, the GPU ti
 
 TABLES: tuple[ReportTable, ...] = (
     ReportTable("actions", "What to do this week",
-                "Each action with its dollars and why, reconciled with the queues and the "
-                "SLA: the problems to fix first, then the savings, largest first.",
+                "Each action with its dollars and why: a lever for each cause pods waited "
+                "for, free capacity matched hour by hour against the demand that waited "
+                "for it, the SLA; the problems to fix first, then the savings, largest "
+                "first.",
                 (_c("action", "text", "What to do."),
-                 _c("where", "text", "The pool, or GPU model, it concerns (`all pools` for "
-                    "a lever)."),
+                 _c("where", "text", "The pool, GPU model or ClusterQueue it concerns (`all "
+                    "pools` for a lever)."),
                  _SAVING,
                  _c("weekly_cost_usd", "usd", "For `add capacity`: the GPU-hours pending "
                     "this week at the on-demand price."),
-                 _c("why", "text", "The figures that call for it."))),
+                 _c("why", "text", "The figures that call for it."),
+                 _c("answers", "text", "What it answers: the cause pods waited for "
+                    "(`quota`, `fragmented`, ... as in Why jobs waited), the uses of the "
+                    "free GPUs a scale-down removes (`mismatch`, `no_demand`), "
+                    "`availability`; blank for a lever of the week's cost, and for a "
+                    "warehouse that records no causes."))),
     ReportTable("cost_by_cluster", "Cost by cluster",
                 "Per cluster, side by side: only in a report over a warehouse that several "
                 "clusters write to (`report weekly --cluster` reports one of them).",
@@ -175,6 +184,74 @@ TABLES: tuple[ReportTable, ...] = (
                     "submission or last requeue) to scheduling, or to the week's end."),
                  _c("state", "text", "`scheduled`, `still pending` or `awaiting admission` "
                     "(by Kueue)."))),
+    ReportTable("waits", "Why jobs waited",
+                "Per cause, team, pool, GPU model and ClusterQueue, of the pods (and the "
+                "Jobs Kueue had not admitted, no pod yet) that waited in the week: each "
+                "interval's cause is the first that held of starting, preempted, quota, "
+                "unschedulable, stockout, fragmented, scaling_up and no_capacity. Empty "
+                "for a warehouse that records no causes.",
+                (_c("cause", "text", "Why they waited."),
+                 _TEAM,
+                 _c("node_pool", "text", "The pool they fit (of several, the one with the "
+                    "most free GPUs); `(none)` when none does."),
+                 _c("gpu_model", "text", "The GPU model they ask for; `(any)` for none."),
+                 _c("cluster_queue", "text", "Kueue ClusterQueue, when Kueue queued them "
+                    "(blank: none)."),
+                 _c("waiting", "count", "Pods, and Jobs with no pod yet, that waited for "
+                    "this cause."),
+                 _c("gpu_hours", "hours", "GPU-hours waited for this cause in the week (GPUs "
+                    "asked x time)."),
+                 _c("p90_seconds", "seconds", "90th percentile of the time each waited for "
+                    "this cause in the week."),
+                 _c("p90_wait_seconds", "seconds", "90th percentile of each one's whole wait, "
+                    "every cause, as long as it got by the week's end."))),
+    ReportTable("stuck_workloads", "Stuck workloads",
+                "The workloads that waited longest in the week, with the cause of their "
+                "latest interval waiting and the words it was decided on.",
+                (_NAMESPACE,
+                 _c("workload", "text", "The pods' top-level owner (for a Job Kueue had not "
+                    "admitted, the Job), else the pod."),
+                 _TEAM,
+                 _c("gpu_model", "text", "The GPU model it asks for; `(any)` for none."),
+                 _c("node_pool", "text", "The pool it fits, at its latest interval waiting; "
+                    "`(none)` when none does."),
+                 _c("waiting", "count", "Its pods (and its Job, before it had any) that "
+                    "waited in the week."),
+                 _c("gpus", "count", "The most GPUs one of them asks for (a Job with no pod "
+                    "yet: all its pods')."),
+                 _c("gpu_hours", "hours", "GPU-hours they waited in the week."),
+                 _c("wait_seconds", "seconds", "Its longest wait, every cause, by the "
+                    "week's end."),
+                 _c("cause", "text", "The cause of its latest interval waiting."),
+                 _c("source", "text", "Who said why: `default-scheduler`, "
+                    "`cluster-autoscaler`, `kueue`, `kubelet`; `exporter` for a cause "
+                    "decided from the free GPUs alone."),
+                 _c("message", "text", "The words the cause was decided on, as its source "
+                    "wrote them."),
+                 _c("last_waited", "time", "The end of its latest interval waiting in the "
+                    "week."))),
+    ReportTable("stranded", "Stranded GPUs by pool",
+                "Per pool, the free GPUs of its Ready nodes by what a waiting pod could "
+                "make of them, interval by interval: `usable` (a waiting pod fits the node "
+                "and asks no more than it has free), `fragment` (one fits, but asks more), "
+                "`quota` (only Jobs Kueue holds back fit), `mismatch` (pods wait, none "
+                "fits), `no_demand` (nothing waits). All but usable are stranded. Empty for "
+                "a warehouse that records no free GPUs.",
+                (_POOL, _MODEL, _PROVISIONING,
+                 _c("free_gpu_hours", "hours", "Free physical GPU-hours (a MIG slice its "
+                    "fraction, a time-shared GPU once)."),
+                 *(_c(f"{use}_gpu_hours", "hours", f"Those of use `{use}`.") for use in USES),
+                 _c("stranded_cost_usd", "usd", "The cost of the free GPU-hours but the "
+                    "usable ones."),
+                 _c("removable_cost_usd", "usd", "The cost of the `mismatch` and "
+                    "`no_demand` GPU-hours, free while no waiting pod could use them: what "
+                    "an autoscaler could have removed."),
+                 _c("hours_with_demand", "count", "Hours of the week demand waited for the "
+                    "pool in: its free GPUs usable, a fragment or quota-held, or a pod that "
+                    "fits it waiting."),
+                 _c("fragmentation_ratio", "ratio", "1 - (most free GPUs on one node / free "
+                    "GPUs of the pool), the mean over the week's intervals with free "
+                    "GPUs."))),
     ReportTable("availability", "Availability against the SLA",
                 "Per pool and GPU model, against `sla.target`.",
                 (_POOL, _MODEL,

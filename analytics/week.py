@@ -39,13 +39,15 @@ QUOTA_LOOKBACK = timedelta(days=1)
 def reads(week: Week) -> dict[str, tuple[datetime, datetime]]:
     """The rows of each warehouse table the week's report reads, as a range of the table's
     partition time (``time``, ``updated``, ``end_time``): the week and the week before it
-    for the week-over-week figures, and pods and Kueue Workloads seen up to ``POD_LOOKBACK``
-    before it."""
+    for the week-over-week figures, pods and Kueue Workloads seen up to ``POD_LOOKBACK``
+    before it, and what waited and what sat free in the week."""
     return {"gpu_usage": (week.previous.start, week.end),
             "gpu_pods": (week.start - POD_LOOKBACK, week.end),
             "availability_events": (week.start, week.end),
             "kueue_quotas": (week.start - QUOTA_LOOKBACK, week.end),
-            "kueue_workloads": (week.start - POD_LOOKBACK, week.end)}
+            "kueue_workloads": (week.start - POD_LOOKBACK, week.end),
+            "gpu_pending": (week.start, week.end),
+            "gpu_free": (week.start, week.end)}
 
 
 def parse_week(text: str) -> Week:

@@ -7,7 +7,8 @@ import email
 import email.policy
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,10 @@ import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from exporter import duck
 from exporter.model import compute
 from exporter.model.records import ClusterQueueInfo, FlavorQuota, WorkloadInfo
+from exporter.sinks.schema import GPU_FREE, GPU_PENDING, Table
 from exporter.sinks.warehouse import Warehouse
 from tests.exporter.test_compute import PRICE, node, pod, reading
 
@@ -97,6 +100,155 @@ def shared_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     file the second week only (as clusters sharing one BigQuery dataset do)."""
     path = build_warehouse(tmp_path_factory.mktemp("shared") / "w.duckdb")
     return build_warehouse(path, cluster="d", weeks=1)
+
+
+def add_rows(path: Path, table: Table, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Rows written into the file's ``table`` as the exporter would, every column the
+    schema declares (those a row leaves out NULL)."""
+    names = table.names
+    con = duck.connect(path)
+    con.executemany(f"INSERT INTO {table.name} ({', '.join(names)}) "
+                    f"VALUES ({', '.join('?' * len(names))})",
+                    [[r.get(n) for n in names] for r in rows])
+    con.close()
+
+
+W47 = W46 + 7 * 86400  # Monday 2026-11-16
+
+
+def at(day: int, hour: float) -> float:
+    """Unix seconds of a day (0: Monday) and hour of 2026-W47."""
+    return W47 + day * 86400 + hour * HOUR
+
+
+def pending(uid: str, start: float, hours: float, cause: str, *, since: float | None = None,
+            **fields: Any) -> list[dict[str, Any]]:
+    """A pod's (or a Workload's) hourly ``gpu_pending`` rows from ``start`` for ``hours``
+    (a last part hour its fraction), waiting since ``since`` (default: ``start``)."""
+    gpus = fields.pop("gpus", 1)
+    rows, t, left = [], start, hours * HOUR
+    while left > 0:
+        seconds = min(HOUR, left)
+        rows.append({"id": f"{uid}-{t:.0f}-{cause}", "time": _utc(t), "interval_seconds": HOUR,
+                     "cluster": "c", "kind": "pod", "uid": uid, "name": uid, "gpus": gpus,
+                     "gpus_per_pod": gpus, "cause": cause, "seconds": seconds,
+                     "gpu_seconds": gpus * seconds,
+                     "wait_seconds": t + seconds - (start if since is None else since),
+                     "evidence_source": "default-scheduler"} | fields)
+        t, left = t + HOUR, left - seconds
+    return rows
+
+
+def free(pool: str, model: str, provisioning: str, start: float, hours: int, use: str,
+         gpus: float, price: float, **fields: Any) -> list[dict[str, Any]]:
+    """A pool's hourly ``gpu_free`` rows of one use: ``gpus`` physical GPUs free at
+    ``price`` US dollars an hour each."""
+    return [{"id": f"{pool}-{start + h * HOUR:.0f}-{use}", "time": _utc(start + h * HOUR),
+             "interval_seconds": HOUR, "cluster": "c", "node_pool": pool, "gpu_model": model,
+             "provisioning": provisioning, "zone": "us-central1-a", "use": use,
+             "gpu_seconds": gpus * HOUR, "cost_usd": gpus * price,
+             "fragmentation_ratio": 0.0, "largest_free_gpus": int(gpus)} | fields
+            for h in range(hours)]
+
+
+def _utc(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+H100, A100, L4 = "nvidia-h100-80gb", "nvidia-tesla-a100", "nvidia-l4"
+SCHEDULER_FULL = ("0/12 nodes are available: 12 Insufficient nvidia.com/gpu. preemption: "
+                  "0/12 nodes are available: 12 No preemption victims found for incoming pod.")
+NO_POOL_FITS = ("0/15 nodes are available: 3 Insufficient nvidia.com/gpu, 12 node(s) didn't "
+                "match Pod's node affinity/selector. preemption: 0/15 nodes are available: "
+                "3 No preemption victims found for incoming pod, 12 Preemption is not helpful "
+                "for scheduling.")
+
+
+def waits_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The week 2026-W47 of the waits warehouse, its ``gpu_pending`` and ``gpu_free`` rows.
+
+    Monday and Tuesday nothing waits: the H100 pools, the A100 MIG pool and the L4 pool sit
+    free. On Wednesday team alpha's two 4-GPU pretraining pods wait six hours on fragments
+    of the on-demand H100 pool, then six more on the full pool at its maximum, while spot
+    H100s sit free that they do not tolerate. On Thursday team beta's A100 Job waits ten
+    hours for Kueue's quota while four A100s sit free; a pod pulls its image for six
+    minutes; a scale-up takes twenty. On Friday a two-GPU L4 pod waits two hours on a
+    failed scale-up, and a spot pod waits 45 minutes again after its node was reclaimed. On
+    Saturday a notebook asks for a T4 no pool offers, ten hours."""
+    p = [
+        *pending("uid-pretrain-0", at(2, 0), 6, "fragmented", team="alpha", namespace="ns-a",
+                 workload="pretrain", gpus=4, gpu_model=H100, node_pool="h100-ondemand",
+                 evidence=SCHEDULER_FULL),
+        *pending("uid-pretrain-1", at(2, 0), 6, "fragmented", team="alpha", namespace="ns-a",
+                 workload="pretrain", gpus=4, gpu_model=H100, node_pool="h100-ondemand",
+                 evidence=SCHEDULER_FULL),
+        *(row for uid in ("uid-pretrain-0", "uid-pretrain-1")
+          for row in pending(uid, at(2, 6), 6, "no_capacity", since=at(2, 0), team="alpha",
+                             namespace="ns-a", workload="pretrain", gpus=4, gpu_model=H100,
+                             node_pool="h100-ondemand", evidence_source="cluster-autoscaler",
+                             evidence="pod didn't trigger scale-up: 1 max node group size "
+                                      "reached")),
+        *pending("wl-train-a100", at(3, 0), 10, "quota", team="beta", namespace="ns-b",
+                 kind="workload", name="job-train-a100-5f2c1", workload="train-a100", gpus=4,
+                 gpus_per_pod=1, gpu_model=A100, cluster_queue="research",
+                 evidence_source="kueue",
+                 evidence="couldn't assign flavors to pod set main: insufficient unused quota "
+                          "for nvidia.com/gpu in flavor a100, 4 more needed"),
+        *pending("uid-serve-0", at(3, 3), 0.1, "starting", team="alpha", namespace="ns-a",
+                 workload="serve", gpu_model=H100, node_pool="h100-ondemand",
+                 evidence_source="kubelet",
+                 evidence='Pulling image "us-docker.pkg.dev/acme/serve:2.1"'),
+        *pending("uid-finetune-0", at(3, 12), 1 / 3, "scaling_up", team="alpha",
+                 namespace="ns-a", workload="finetune", gpu_model=H100,
+                 node_pool="h100-ondemand", evidence_source="cluster-autoscaler",
+                 evidence="pod triggered scale-up: [{https://www.googleapis.com/compute/v1/"
+                          "projects/acme/zones/us-central1-a/instanceGroups/"
+                          "gke-c-h100-ondemand-1a2b3c-grp 3->4 (max: 4)}]"),
+        *pending("uid-eval-big", at(4, 8), 2, "stockout", team="alpha", namespace="ns-a",
+                 workload="eval-big", gpus=2, gpu_model=L4, node_pool="p",
+                 evidence_source="cluster-autoscaler",
+                 evidence="Node scale up in zones us-central1-a associated with this pod "
+                          "failed: GCE out of resources. Pod is at risk of not being "
+                          "scheduled."),
+        *pending("uid-infer-spot-0", at(4, 14), 0.75, "preempted", team="beta",
+                 namespace="ns-b", workload="infer", gpu_model=H100, node_pool="h100-spot",
+                 evidence_source="kubelet",
+                 evidence="Pod was terminated in response to imminent node shutdown."),
+        *pending("uid-notebook", at(5, 0), 10, "unschedulable", team="beta",
+                 namespace=HOSTILE, workload="notebook", gpu_model="nvidia-tesla-t4",
+                 evidence=NO_POOL_FITS),
+    ]
+    waiting = {int((r["time"].timestamp() - W47) // HOUR) for r in p}
+    f = [
+        *free("h100-ondemand", H100, "on-demand", at(0, 0), 48, "no_demand", 8, 9.8),
+        *free("h100-ondemand", H100, "on-demand", at(2, 0), 6, "fragment", 4, 9.8,
+              fragmentation_ratio=0.5, largest_free_gpus=2),
+        *free("h100-spot", H100, "spot", at(0, 0), 48, "no_demand", 4, 2.25),
+        *free("h100-spot", H100, "spot", at(2, 0), 12, "mismatch", 4, 2.25),
+        *free("a100-ondemand", A100, "on-demand", at(3, 0), 8, "quota", 4, 2.93),
+        # the MIG pool's 1g.5gb slices (one GPU's worth) and the L4 pool's free GPU fit
+        # none of the pods that wait
+        *(row for h in range(7 * 24)
+          for row in free("a100-mig", A100, "on-demand", at(0, h), 1,
+                          "mismatch" if h in waiting else "no_demand", 1, 2.93,
+                          largest_free_gpus=7)),
+        *(row for h in range(7 * 24)
+          for row in free("p", L4, "on-demand", at(0, h), 1,
+                          "fragment" if h in (4 * 24 + 8, 4 * 24 + 9) else
+                          "mismatch" if h in waiting else "no_demand", 1, 0.7)),
+    ]
+    return p, f
+
+
+@pytest.fixture(scope="session")
+def waits_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small warehouse, and why its pods waited in 2026-W47 and what sat free then
+    (``waits_rows``)."""
+    path = build_warehouse(tmp_path_factory.mktemp("waits") / "w.duckdb")
+    p, f = waits_rows()
+    add_rows(path, GPU_PENDING, p)
+    add_rows(path, GPU_FREE, f)
+    return path
 
 
 REFUSED_DOMAIN = "refused.example.com"

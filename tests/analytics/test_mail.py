@@ -71,7 +71,7 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
         assert text is not None and html is not None
         body = html.get_content()
         images = [p for p in msg.walk() if p.get_content_type() == "image/png"]
-        assert len(images) == 3
+        assert len(images) == len(CHARTS)
         for img in images:
             cid = img["Content-ID"].strip("<>")
             assert f'src="cid:{cid}"' in body
@@ -93,6 +93,11 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
     # a team gets only its slice
     alpha_html = alpha.get_body(("html",)).get_content()  # type: ignore[union-attr]
     assert "train" in alpha_html and "&lt;script&gt;" not in alpha_html
+    # with its own what to do, first
+    alpha_text = alpha.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    headings = [line[3:] for line in alpha_text.splitlines() if line.startswith("## ")]
+    assert headings[0] == "What to do this week"
+    assert "| move batch Jobs to spot | all pools |" in alpha_text
     assert "&lt;script&gt;" in platform.get_body(("html",)).get_content()  # type: ignore[union-attr]
     # the password appears in no log line
     assert PASSWORD not in caplog.text

@@ -13,6 +13,7 @@ import pytest
 from markupsafe import escape
 
 from analytics import queries, render
+from analytics.charts import CHARTS
 from analytics.figures.bottlenecks import classify_arrow
 from analytics.figures.headline import Pricing, price_basis
 from analytics.figures.queue import kueue
@@ -97,8 +98,7 @@ def test_the_per_pod_tables_stay_in_the_workspace(small_warehouse: Path) -> None
 
 def test_hostile_names_are_escaped_everywhere(small_warehouse: Path) -> None:
     r = report(small_warehouse)
-    html = render.html_page(r, {"daily_cost": "a.png", "utilization": "b.png",
-                                "queue_wait": "c.png"})
+    html = render.html_page(r, {k: f"{k}.png" for k in CHARTS})
     md = render.markdown(r)
     assert HOSTILE not in html and "&lt;script&gt;" in html
     assert HOSTILE not in md and "&lt;script&gt;" in md
@@ -200,9 +200,9 @@ def test_every_format_is_written(small_warehouse: Path, tmp_path: Path) -> None:
     assert data["week"] == "2026-W47" and set(data["tables"]) == set(r.tables)
     for name in r.tables:
         assert (tmp_path / f"{name}.csv").exists()
-    for chart in ("daily_cost", "utilization", "queue_wait"):
+    for chart in ("daily_cost", "utilization", "queue_wait", "waits"):
         assert (tmp_path / f"{chart}.png").read_bytes()[:4] == b"\x89PNG"
-    assert (tmp_path / "report.html").read_text().count('<img src="') == 3
+    assert (tmp_path / "report.html").read_text().count('<img src="') == len(CHARTS) == 4
 
 
 def test_a_first_week_says_n_a_for_the_week_before(small_warehouse: Path) -> None:
