@@ -293,18 +293,21 @@ def test_xid_events_are_counted_once_each(day: Day) -> None:
     assert len(day.totals.xid_events) > 10   # every GPU has its counter, at 0
 
 
-def test_the_report_opens_with_what_to_do_and_no_lever_contradicts_a_queue(day: Day) -> None:
-    """The first section is the actions; no pool is offered for removal whose GPU model
-    pods waited long for, and each such model gets a fix instead."""
+def test_the_report_opens_with_what_to_do_and_no_lever_contradicts_its_tables(day: Day) -> None:
+    """The first section is the actions, matched in time: a pool's scale-down is the cost of
+    its free GPUs no waiting pod could use (the stranded table's removable cost), and each
+    lever answers a cause the waits table shows for its place."""
     from analytics import render
-    from analytics.figures.queue import long_queues
+    from analytics.figures.actions import LEVERS, LONG_WAIT_SECONDS
 
     sections = re.findall(r"^## (.+)$", render.markdown(day.report), re.M)
     assert sections[0] == "What to do this week"
-    waiting = long_queues(day.report.frame("queue"))
-    actions = day.report.frame("actions")
-    assert waiting, "the simulated day has a long queue"
-    for model in waiting:
-        mine = actions[actions["where"].str.contains(model, regex=False)]
-        assert "scale this pool down" not in set(mine.action), model
-        assert len(mine), model
+    actions, waits = day.report.frame("actions"), day.report.frame("waits")
+    stranded = day.report.frame("stranded").set_index("node_pool")
+    assert not waits.empty, "the simulated day records why pods waited"
+    for a in actions[actions.action == "scale this pool down"].itertuples():
+        assert a.weekly_saving_usd == pytest.approx(
+            stranded.loc[a.where.split(" ")[0], "removable_cost_usd"])
+    for a in actions[actions.answers.isin(list(LEVERS))].itertuples():
+        assert (waits[waits.cause == a.answers].p90_seconds > LONG_WAIT_SECONDS).any()
+    assert not actions.why.str.contains("do not remove|no [a-z0-9-]+ queue").any()

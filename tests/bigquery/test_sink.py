@@ -9,12 +9,14 @@ import pytest
 from google.cloud import bigquery
 
 from exporter.google.bigquery_emulator import Emulator
+from exporter.model.pending import FreeRow, PendingRow, PoolFree
 from exporter.model.records import ClusterQueueInfo, FlavorQuota
 from exporter.sinks.bigquery import BigQuerySink
 from exporter.sinks.schema import GPU_USAGE, TABLES
 from exporter.sinks.warehouse import Warehouse
 from tests.bigquery.conftest import client_for, duck_rows, rows_of, sink_config
 from tests.exporter.test_compute import pod
+from tests.exporter.test_wait_rows import waiting
 from tests.exporter.test_warehouse import rows, workload
 
 
@@ -28,6 +30,9 @@ def warehouse_with_rows(path: Path, minutes: int = 3) -> Warehouse:
                   60.0)
     wh.add_workloads([workload("a"), workload("b", admitted=150.0)], 60.0, lambda w: "team-x",
                      lambda w: "research", complete=True)
+    free = PoolFree("a100", "nvidia-tesla-a100", "on-demand", "us-central1-b",
+                    {"fragment": 3.0}, {"fragment": 9.0}, units=3, largest=2)
+    wh.add_waits([PendingRow(30.0, 60.0, waiting())], [FreeRow(30.0, 60.0, free, "fragment")])
     wh.flush(minutes * 60.0)
     return wh
 
