@@ -291,7 +291,8 @@ class Demand:
     constraints: PodConstraints
     gpus_per_pod: int
     held: bool = False
-    """Kueue holds it back (``quota``)."""
+    """Kueue holds it back: a pod gated for quota, or a Workload with no pod yet (it waits
+    for admission, whatever its cause)."""
 
 
 @dataclass(slots=True)

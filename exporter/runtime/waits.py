@@ -157,9 +157,9 @@ class Waits:
                 wl.accelerator or "", wl.gpus, per_pod,
                 compute.admission_wait_seconds(wl.created_unix, None, now), verdict,
                 cluster_queue(wl)))
-            held = verdict.cause == "quota"
-            demands.setdefault((*_shape(constraints, per_pod), held),
-                               Demand(constraints, per_pod, held))
+            # no pod of it exists yet: whatever it waits for, Kueue has not let it in
+            demands.setdefault((*_shape(constraints, per_pod), True),
+                               Demand(constraints, per_pod, held=True))
         pools = pools_free(snap.nodes, free, list(demands.values()), _gpu_prices(states))
         self.figures = WaitFigures(tuple(waiting), pools, dict(self._gpu_seconds),
                                    dict(self._failures))
