@@ -268,7 +268,7 @@ def _billing_table(table: str) -> str:
     problem = billing_table_problem(table)
     if problem is not None:
         raise ValueError(f"{problem} (the Cloud Billing detailed export, e.g. my-project."
-                         "billing.gcp_billing_export_resource_v1_XXXXXX_XXXXXX_XXXXXX)")
+                         "billing.gcp_billing_export_resource_v1_01A2B3_C4D5E6_F7A8B9)")
     return table
 
 

@@ -20,7 +20,6 @@ from exporter.model.pending import (
     Room,
     Said,
     ScaleUp,
-    Verdict,
     WaitFigures,
     Waiting,
     WaitKey,
@@ -259,8 +258,3 @@ def _gpu_prices(states: Sequence[compute.DeviceState]) -> dict[str, float]:
             price[d.node] += d.price_usd_per_hour
             share[d.node] += d.fraction
     return {n: price[n] / share[n] for n in price if share[n] > 0}
-
-
-def verdict_words(v: Verdict) -> tuple[str, str]:
-    """The evidence and who said it, as the warehouse writes them."""
-    return ("", "") if v.said is None else (v.said.words, v.said.source)

@@ -123,7 +123,7 @@ CONFIG_MISTAKES: dict[str, tuple[Mistake, str]] = {
         lambda tmp, _: {"GKE_GPU_EXPORTER_REPORT__BILLING_TABLE": "billing.export"},
         "environment: GKE_GPU_EXPORTER_REPORT__BILLING_TABLE: report.billing_table: "
         "'billing.export' is not PROJECT.DATASET.TABLE (the Cloud Billing detailed export, "
-        "e.g. my-project.billing.gcp_billing_export_resource_v1_XXXXXX_XXXXXX_XXXXXX)"),
+        "e.g. my-project.billing.gcp_billing_export_resource_v1_01A2B3_C4D5E6_F7A8B9)"),
     "a config file that is not UTF-8": (
         lambda tmp, _: {"config": str(_write_bytes(tmp / "c.yaml", b"cluster: caf\xe9\n"))},
         "{tmp}/c.yaml: config: not UTF-8: byte 0xe9 at offset 12"),
