@@ -51,7 +51,8 @@ or its namespace, else a billing annotation on the pod."""
 
 
 def demo_config(scenario: Scenario, kubeconfig: Path, out: Path,
-                bigquery_endpoint: str | None = None) -> Config:
+                bigquery_endpoint: str | None = None,
+                prices: dict[str, object] | None = None) -> Config:
     step = scenario.step
     bigquery = {"enabled": True, "project": PROJECT, "dataset": "gke_gpu", "anonymous": True,
                 "endpoint": bigquery_endpoint, "flush_interval": 1.0} \
@@ -62,7 +63,7 @@ def demo_config(scenario: Scenario, kubeconfig: Path, out: Path,
         "dcgm": {"timeout": min(1.0, step / 2), "stuck_after": max(150.0, 2 * step)},
         "kubernetes": {"kubeconfig": str(kubeconfig), "watchdog": 3600.0,
                        "max_staleness": 7200.0},
-        "prices": {"region": scenario.region},
+        "prices": (prices or {}) | {"region": scenario.region},
         "allocation": DEMO_ALLOCATION,
         "warehouse": {"path": str(out / "warehouse.duckdb"), "interval": max(60.0, step),
                       "flush_interval": REPLAY_FLUSH_INTERVAL, "bigquery": bigquery},
@@ -89,6 +90,47 @@ def progress_line(done: int, steps: int, step: float, elapsed: float) -> str:
     unit, name = (86400, "day") if steps * step >= 86400 else (3600, "hour")
     return (f"simulated {name} {done * step / unit:.1f} of {steps * step / unit:.3g} "
             f"({done / steps:.0%}), {elapsed:.0f} s")
+
+
+class Progress:
+    """Simulated time's progress: a bar on a terminal, else a line every tenth of it."""
+
+    def __init__(self, steps: int, step: float, desc: str = "simulating") -> None:
+        self.steps, self.step, self.done = steps, step, 0
+        self.began = time.monotonic()
+        self.terminal = sys.stderr.isatty()
+        self.bar = tqdm(total=steps * step / 3600, unit="h", desc=desc, leave=False,
+                        disable=not self.terminal, bar_format=BAR)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.bar.close()
+
+    @property
+    def per_update(self) -> int:
+        """Steps between updates: an hour's, at most a tenth of the run's."""
+        return max(1, min(round(3600 / self.step), self.steps // PROGRESS_LINES))
+
+    def advance(self, n: int) -> None:
+        self.bar.update(n * self.step / 3600)
+        before, self.done = self.done, self.done + n
+        if not self.terminal and self.done * PROGRESS_LINES // self.steps \
+                > before * PROGRESS_LINES // self.steps:
+            print(progress_line(self.done, self.steps, self.step,
+                                time.monotonic() - self.began), file=sys.stderr, flush=True)
+
+
+async def run_steps(sim: SimulatorServer, exporter: Exporter, steps: int,
+                    progress: Progress) -> None:
+    """``steps`` steps of the simulator, each followed by an exporter cycle."""
+    done = 0
+    while done < steps:
+        n = min(progress.per_update, steps - done)
+        await step_both(sim, exporter, n)
+        progress.advance(n)
+        done += n
 
 
 async def caught_up(sim: SimulatorServer, exporter: Exporter) -> None:
@@ -136,21 +178,8 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
             await exporter.cycle(sim.cluster.now)
             step = sim.cluster.step
             steps = round(duration / step)
-            terminal = sys.stderr.isatty()
-            per_update = max(1, min(round(3600 / step), steps // PROGRESS_LINES))
-            with tqdm(total=steps * step / 3600, unit="h", desc="simulating", leave=False,
-                      disable=not terminal, bar_format=BAR) as bar:
-                done = 0
-                while done < steps:
-                    n = min(per_update, steps - done)
-                    await step_both(sim, exporter, n)
-                    bar.update(n * step / 3600)
-                    if not terminal and (done + n) * PROGRESS_LINES // steps \
-                            > done * PROGRESS_LINES // steps:
-                        print(progress_line(done + n, steps, step,
-                                            time.monotonic() - began),
-                              file=sys.stderr, flush=True)
-                    done += n
+            with Progress(steps, step) as progress:
+                await run_steps(sim, exporter, steps, progress)
             elapsed = time.monotonic() - began
             (out / "metrics.prom").write_bytes(exporter.metrics.text)
             print(f"Simulated {duration / 86400:g} days of cluster '{scenario.cluster}' in "

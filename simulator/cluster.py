@@ -143,6 +143,9 @@ class Job:
     """Pods of its current run that succeeded."""
     ended: bool = False
     """Failed for good (its ``activeDeadlineSeconds`` passed): its pods are not replaced."""
+    submitted_at: float | None = None
+    """When a traced job carried into the scenario was submitted (before its start): its
+    first pods' creation time."""
 
 
 @dataclass(slots=True, eq=False)
@@ -231,6 +234,10 @@ class Cluster:
         self._ends: list[tuple[float, int, Pod]] = []  # (completion time, tiebreak, pod)
         self._end_seq = itertools.count()
         self._faulty: dict[str, Node] = {}  # nodes with a fault in progress
+        self._traced = sorted(scenario.jobs, key=lambda j: j.at)
+        self._traced_cursor = 0
+        self._workloads = {w.name: w for w in scenario.workloads}
+        self._rework = 0.0  # run time lost by the pods the fault being applied ends
         self.kueue = KueueState(scenario.kueue, self.start, self.seed) \
             if scenario.kueue is not None else None
         self._bootstrap()
@@ -345,6 +352,8 @@ class Cluster:
             elif w.arrivals_per_day:
                 rng = random.Random(mix(self.seed, key(w.name)))
                 self._arrivals[w.name] = (rng, self.start + self._interarrival(rng, w))
+        self._traced_due(self.now)
+        self._admit()
         self._schedule()
         self._flush()
 
@@ -464,6 +473,8 @@ class Cluster:
         made = []
         always_on = w.replicas is not None
         count = w.replicas if w.replicas is not None else w.pods
+        created = self.now if job.submitted_at is None else job.submitted_at
+        job.submitted_at = None  # the pods that replace these are created when they do
         for i in range(count) if only_index is None else [only_index]:
             n = self._pod_counter
             self._pod_counter += 1
@@ -478,7 +489,7 @@ class Cluster:
                 team=self._teams[w.namespace], job=job, index=i,
                 key=mix(self.seed, job.key, n), gpus=w.gpus_per_pod,
                 priority=self.scenario.priority_classes[w.priority_class],
-                created_at=self.now,
+                created_at=created,
                 remaining_seconds=None if always_on else (
                     job.run_seconds if remaining is None else remaining),
                 ip=f"10.{52 + n // 65536 % 64}.{n // 256 % 256}.{n % 256}",
@@ -488,7 +499,7 @@ class Cluster:
             made.append(pod)
             self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
             self.truth.pod_created(pod.uid, pod.namespace, pod.name, pod.team, pod.workload_name,
-                                   job.profile, w.accelerator, self.now,
+                                   job.profile, w.accelerator, created,
                                    job.queued.uid if job.queued is not None else None)
         return made
 
@@ -503,6 +514,23 @@ class Cluster:
                 self._start_job(job)
                 due += self._interarrival(rng, w)
             self._arrivals[w.name] = (rng, due)
+        self._traced_due(t)
+
+    def _traced_due(self, t: float) -> None:
+        """Submit the traced jobs whose time has come by ``t`` (at the start, those carried
+        into the scenario too)."""
+        while self._traced_cursor < len(self._traced) and \
+                self.start + self._traced[self._traced_cursor].at <= t + 1e-9:
+            traced = self._traced[self._traced_cursor]
+            self._traced_cursor += 1
+            job = self._new_job(self._workloads[traced.workload], "Job", self._pod_counter)
+            job.name = traced.name
+            job.uid = uuid_str(self.seed, key(traced.name), 2)
+            job.profile = traced.profile
+            job.run_seconds = float(math.ceil(traced.run / self.step - 1e-9) * self.step)
+            if traced.at < 0:
+                job.submitted_at = self.start + traced.at
+            self._start_job(job)
 
     def _start_job(self, job: Job) -> None:
         """A new Job: its pods, or, when a LocalQueue queues it, a Workload and no pod until
@@ -514,10 +542,12 @@ class Cluster:
             self._deadline(job)
             return
         priority = self.scenario.priority_classes[w.priority_class]
-        job.queued = self.kueue.submit(job, lq, priority, self.now)
+        submitted = self.now if job.submitted_at is None else job.submitted_at
+        job.submitted_at = None  # its pods are created when Kueue admits it
+        job.queued = self.kueue.submit(job, lq, priority, submitted)
         self.truth.workload_created(job.queued.uid, w.namespace, job.queued.name,
                                     self._teams[w.namespace], lq.name, lq.cluster_queue,
-                                    job.queued.gpus, self.now)
+                                    job.queued.gpus, submitted)
 
     def _admit(self) -> None:
         """Kueue's pass: the Jobs it evicts lose their pods; those it admits get theirs."""
@@ -580,8 +610,9 @@ class Cluster:
             made = self._create_pods(job, only_index=pod.index)
         elif job.retries < job.workload.max_retries:
             job.retries += 1
+            done = max(0.0, ran - self._rework)  # what it keeps of its run
             left = None if pod.remaining_seconds is None else max(
-                float(self.step), pod.remaining_seconds - ran)
+                float(self.step), pod.remaining_seconds - done)
             made = self._create_pods(job, remaining=left, only_index=pod.index)
         elif job.queued is not None and self.kueue is not None:
             self.kueue.finish(job.queued, self.now, "Failed")
@@ -747,7 +778,11 @@ class Cluster:
                 return
             self.truth.interruption(node.name, pool.name, self.now,
                                     sorted({p.uid for p in node.units if p is not None}))
-            self._delete_node(node, "Terminated")
+            self._rework = fault.restart_cost
+            try:
+                self._delete_node(node, "Terminated")
+            finally:
+                self._rework = 0.0
             if pool.autoscaling is None:
                 self.autoscaler.recreate(pool, self.now + pool.recreate_delay)
             return

@@ -224,6 +224,32 @@ class Workload(_Model):
         return self
 
 
+JobName = Annotated[str, Field(min_length=1, max_length=63, pattern=_DNS_LABEL.pattern)]
+
+
+class TracedJob(_Model):
+    """One job of a replayed trace: a Job of ``workload`` (a template with
+    ``arrivals_per_day: 0``) submitted at ``at`` under its own name, with its own run time
+    and profile, instead of one drawn at random."""
+
+    name: JobName
+    workload: DnsName
+    at: float
+    """Offset from the scenario start of its submission; negative: submitted before the
+    scenario starts (a job carried into it), its pods created then and waiting or run at
+    the start."""
+    run: Duration
+    """Run time of each of its pods."""
+    profile: Profile = "healthy"
+
+    @field_validator("run")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("run must be positive")
+        return value
+
+
 class Fault(_Model):
     at: Duration
     """Offset from the scenario start."""
@@ -235,9 +261,14 @@ class Fault(_Model):
     code: int | None = None
     duration: Duration = 3600.0
     mode: Literal["refuse", "error", "hang"] | None = None
+    restart_cost: Duration = 0.0
+    """spot_preemption: the run time each reclaimed pod loses (its work since its last
+    checkpoint), run again by the pod that replaces it; 0: it resumes where it stopped."""
 
     @model_validator(mode="after")
     def _shape(self) -> Self:
+        if self.restart_cost and self.kind != "spot_preemption":
+            raise ValueError("restart_cost is only for kind spot_preemption")
         if self.kind == "spot_preemption":
             if self.pool is None and self.node is None:
                 raise ValueError("spot_preemption needs pool (or node)")
@@ -364,6 +395,12 @@ class Scenario(_Model):
     dcgm_service: DcgmService = DcgmService()
     kueue: Kueue | None = None
     """Kueue installed, with these queues; None: no Kueue (a ``queue`` is a label only)."""
+    jobs: list[TracedJob] = Field(default_factory=list)
+    """Jobs submitted at given times (a replayed trace), beside the workloads' own."""
+    placement: Literal["compact", "spread"] = "compact"
+    """Which feasible node the scheduler binds a pod to: the one it leaves with the fewest
+    free GPUs (bin-packing, kube-scheduler's MostAllocated scoring) or the most
+    (LeastAllocated, its default scoring without GPU weights)."""
 
     @field_validator("start")
     @classmethod
@@ -403,6 +440,13 @@ class Scenario(_Model):
                 raise ValueError(f"{where}: gpus_per_pod {w.gpus_per_pod} exceeds the largest "
                                  f"matching node ({biggest} nvidia.com/gpu)")
         self._kueue_references()
+        workloads = {w.name: w for w in self.workloads}
+        for i, job in enumerate(self.jobs):
+            template = workloads.get(job.workload)
+            if template is None or template.replicas is not None:
+                raise ValueError(f"jobs[{i}] ({job.name}): workload {job.workload!r} is not a "
+                                 "workload of Jobs (arrivals_per_day)")
+        _unique("jobs", [f"{workloads[j.workload].namespace}/{j.name}" for j in self.jobs])
         for i, f in enumerate(self.faults):
             if f.pool_name not in pools:
                 raise ValueError(f"faults[{i}]: pool {f.pool_name!r} is not one of "

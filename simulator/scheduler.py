@@ -1,7 +1,8 @@
 """kube-scheduler's queue, reduced to GPUs.
 
 Pending pods are tried in priority order, then by creation time; a pod binds to the
-feasible node that leaves the fewest free GPUs (best fit), lowest name first; a pod that
+feasible node that leaves the fewest free GPUs (best fit, the scenario's ``placement:
+compact``) or the most (``spread``), lowest name first; a pod that
 fits nowhere stays Pending with ``PodScheduled=False`` / ``Unschedulable`` and does not
 block the pods behind it. There is no preemption of running pods (the pods say
 ``preemptionPolicy: Never``). A GPU unit is never handed to two pods.
@@ -54,6 +55,7 @@ def schedule(c: Cluster) -> None:
         return
     c.pending.sort(key=lambda p: (-p.priority, p.created_at, p.name))
     nodes = sorted(c.live_nodes(), key=lambda n: n.name)
+    sign = 1 if c.scenario.placement == "compact" else -1
     free: dict[str, list[int]] = {}
     refused: dict[tuple[str, int], str] = {}  # nothing frees up during a pass
     still: list[Pod] = []
@@ -68,7 +70,7 @@ def schedule(c: Cluster) -> None:
                 if why is not None:
                     reasons[why] = reasons.get(why, 0) + 1
                     continue
-                cand = (len(free[node.name]) - pod.gpus, node.name, node)
+                cand = (sign * (len(free[node.name]) - pod.gpus), node.name, node)
                 if best is None or cand[:2] < best[:2]:
                     best = cand
             if best is None:

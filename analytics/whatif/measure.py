@@ -1,0 +1,140 @@
+"""The figures a what-if compares, read the same way from the week's warehouse and from
+each replay's: what the report's queries read, summed over the week.
+
+- cost, GPU-hours, utilisation and the fleet cost per utilised GPU-hour: the report's
+  headline (``analytics.figures.headline``);
+- per team: cost, GPU-hours held, utilisation, cost per utilised GPU-hour, and the queue
+  wait of the pods submitted in the week: from submission (a Kueue Workload's creation) to
+  scheduling, or, for a pod never scheduled, to its deletion or the week's end (a lower
+  bound, so that a layout that starves a team shows its waits rather than hiding them);
+  Jobs Kueue never admitted count as one wait each;
+- GPU-hours waited by cause (``gpu_pending``), free GPU-hours no waiting pod could use
+  (stranded: ``gpu_free`` rows not ``usable``) and their cost, per pool;
+- availability per pool (1 - unavailable / all GPU-seconds) and the Spot reclaims: pods
+  that ended ``Terminated`` in the week.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analytics import queries
+from analytics.figures import HOUR, unix_seconds
+from analytics.figures.headline import headline
+from analytics.store import Param, Store
+from analytics.week import POD_LOOKBACK, Week
+
+TEAM_COLUMNS = ("team", "gpu_hours", "cost_usd", "utilization", "cost_per_utilized_hour",
+                "pods", "wait_p50_seconds", "wait_p90_seconds", "pending_gpu_hours")
+POOL_COLUMNS = ("node_pool", "gpu_hours", "cost_usd", "availability", "stranded_gpu_hours",
+                "stranded_cost_usd")
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    headline: dict[str, float | None]
+    teams: pd.DataFrame
+    """``TEAM_COLUMNS``, a row per team."""
+    causes: pd.DataFrame
+    """``cause``, ``gpu_hours``: GPU-hours pods waited for each cause."""
+    pools: pd.DataFrame
+    """``POOL_COLUMNS``, a row per node pool."""
+    reclaims: int
+    waits: pd.DataFrame
+    """Each wait counted: ``team``, ``wait_seconds``, ``gpus``."""
+
+    @property
+    def stranded_gpu_hours(self) -> float:
+        return float(self.pools.stranded_gpu_hours.sum())
+
+    @property
+    def stranded_cost_usd(self) -> float:
+        return float(self.pools.stranded_cost_usd.sum())
+
+    def wait_percentile(self, q: float) -> float | None:
+        w = self.waits.wait_seconds.to_numpy()
+        return float(np.percentile(w, q)) if len(w) else None
+
+
+def measure(store: Store, week: Week, cluster: str | None = None) -> Measured:
+    """The what-if's figures of ``week`` in ``store``."""
+    base: dict[str, Param] = {"start": week.start, "end": week.end, "cluster": cluster,
+                              "team": None, "lookback": week.start - POD_LOOKBACK}
+    usage = store.query(queries.USAGE, base | {"prev_start": week.start})
+    usage = usage[usage.this_week.astype(bool)]
+    states = store.query(queries.POD_STATES, base)
+    awaiting = store.query(queries.AWAITING_ADMISSION, base)
+    pending = store.query(queries.PENDING, base)
+    free = store.query(queries.FREE_HOURS, base)
+    waits = pod_waits(states, awaiting, week)
+    reclaimed = unix_seconds(states.finished)
+    reclaims = int(((states.reason == "Terminated") & (reclaimed >= week.start.timestamp())
+                    & (reclaimed < week.end.timestamp())).sum())
+    return Measured(
+        headline=headline(usage.assign(this_week=True)), teams=_teams(usage, waits),
+        causes=pending.groupby("cause", as_index=False).gpu_seconds.sum()
+        .assign(gpu_hours=lambda f: f.gpu_seconds / HOUR)[["cause", "gpu_hours"]]
+        if not pending.empty else pd.DataFrame(columns=["cause", "gpu_hours"]),
+        pools=_pools(usage, free), reclaims=reclaims, waits=waits)
+
+
+def pod_waits(states: pd.DataFrame, awaiting: pd.DataFrame, week: Week) -> pd.DataFrame:
+    """Each wait that began in the week (``queries.POD_STATES``, and
+    ``queries.AWAITING_ADMISSION`` for Jobs Kueue never admitted), in seconds."""
+    start, end = week.start.timestamp(), week.end.timestamp()
+    frames = []
+    for f, scheduled in ((states, True), (awaiting, False)):
+        if f.empty:
+            continue
+        queued = unix_seconds(f.queued)
+        until = (unix_seconds(f.scheduled) if scheduled else pd.Series(np.nan, index=f.index)) \
+            .fillna(unix_seconds(f.finished)).fillna(end).clip(upper=end)
+        keep = (queued >= start) & (queued < end) & f.gpus.fillna(0).gt(0)
+        frames.append(pd.DataFrame({
+            "team": f.team.fillna(f.namespace)[keep],
+            "wait_seconds": (until - queued)[keep].clip(lower=0),
+            "gpus": f.gpus[keep].astype(float)}))
+    if not frames:
+        return pd.DataFrame({"team": pd.Series(dtype=str), "wait_seconds": pd.Series(
+            dtype=float), "gpus": pd.Series(dtype=float)})
+    return pd.concat(frames, ignore_index=True)
+
+
+def _teams(usage: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
+    held = usage[usage.state == "allocated"].assign(team=lambda f: f.team.fillna("(none)"))
+    g = held.groupby("team").agg(gpu_seconds=("gpu_seconds", "sum"),
+                                  utilized=("utilized_seconds", "sum"),
+                                  measured=("measured_seconds", "sum"),
+                                  cost_usd=("cost_usd", "sum"))
+    w = waits.groupby("team").wait_seconds
+    out = pd.DataFrame({
+        "gpu_hours": g.gpu_seconds / HOUR, "cost_usd": g.cost_usd,
+        "utilization": g.utilized / g.measured.where(g.measured > 0),
+        "cost_per_utilized_hour": g.cost_usd / (g.utilized / HOUR).where(g.utilized > 0)})
+    waited = pd.DataFrame({
+        "pods": w.size(), "wait_p50_seconds": w.quantile(0.5),
+        "wait_p90_seconds": w.quantile(0.9),
+        "pending_gpu_hours": (waits.wait_seconds * waits.gpus).groupby(waits.team).sum() / HOUR})
+    teams = out.join(waited, how="outer").reset_index(names="team")
+    return teams.assign(pods=teams.pods.fillna(0).astype(int))[list(TEAM_COLUMNS)] \
+        .sort_values(["cost_usd", "team"], ascending=[False, True], ignore_index=True)
+
+
+def _pools(usage: pd.DataFrame, free: pd.DataFrame) -> pd.DataFrame:
+    u = usage.groupby("node_pool").agg(gpu_seconds=("gpu_seconds", "sum"),
+                                       cost_usd=("cost_usd", "sum"))
+    down = usage[usage.state == "unavailable"].groupby("node_pool").gpu_seconds.sum()
+    stranded = free[free.use != "usable"] if not free.empty else free
+    s = stranded.groupby("node_pool").agg(gpu_seconds=("gpu_seconds", "sum"),
+                                          cost_usd=("cost_usd", "sum")) \
+        if not stranded.empty else pd.DataFrame(columns=["gpu_seconds", "cost_usd"])
+    out = pd.DataFrame({
+        "gpu_hours": u.gpu_seconds / HOUR, "cost_usd": u.cost_usd,
+        "availability": 1 - down.reindex(u.index).fillna(0) / u.gpu_seconds.where(
+            u.gpu_seconds > 0),
+        "stranded_gpu_hours": s.gpu_seconds.reindex(u.index).fillna(0).astype(float) / HOUR,
+        "stranded_cost_usd": s.cost_usd.reindex(u.index).fillna(0).astype(float)})
+    return out.reset_index(names="node_pool")[list(POOL_COLUMNS)]

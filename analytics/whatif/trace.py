@@ -1,0 +1,632 @@
+"""A week's jobs as a replayable trace: what each job asked for, when, and how long it ran.
+
+A trace is a CSV file, one row per job (``COLUMNS``), that a person can read and edit. It
+is made from the warehouse (``of_week``: the week's GPU pods grouped into their Jobs, each
+with its request, the time it was submitted, its run time and its bottleneck class), or
+read from a plain pods CSV of another cluster or a published trace (``of_pods_csv``,
+``POD_COLUMNS``), or read back (``read``) after ``write``.
+
+A job's run time is the GPU time its pods held, scheduled to finished, over their restarts
+(a reclaimed or failed pod's replacement carries on its work), less the time each spent
+starting (pulling its image), divided by its pods; the pods Kueue evicted or a deadline
+deleted ran work that was lost and are left out. A job still running at the week's end has
+its run time to the end (a lower bound); one that never started gets the median run of
+the week's jobs of its namespace and shape (``run_basis`` says which).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from analytics import queries
+from analytics.figures.bottlenecks import classify_arrow
+from analytics.store import Param, Store, batches
+from analytics.week import POD_LOOKBACK, Week
+from analytics.workspace import Workspace
+from exporter.model.bottleneck import STALL_GR, THROTTLE_BITS
+from exporter.model.catalog import GPU_MODELS
+
+JobKind = Literal["job", "always_on"]
+RunBasis = Literal["measured", "lower_bound", "estimated"]
+PROFILES = ("healthy", "input_bound", "small_batch", "comm_bound", "memory_bound", "idle",
+            "throttled")
+"""The workload profiles a replay can run: the bottleneck classes of the report."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    job: str
+    namespace: str
+    team: str
+    kind: JobKind
+    submitted: datetime
+    pods: int
+    gpus_per_pod: int
+    gpu_model: str
+    spot: bool
+    sharing: bool
+    mig_profile: str | None
+    queue: str | None
+    priority_class: str | None
+    priority: int
+    run_seconds: float
+    run_basis: RunBasis
+    startup_seconds: float
+    profile: str
+    utilization: float | None
+    reclaims: int
+    restarts: int
+    schedulable: bool
+    node_pool: str | None
+    deadline_seconds: float | None = None
+
+
+COLUMNS: dict[str, str] = {
+    "job": "The Job's name; for kind always_on its Deployment or StatefulSet.",
+    "namespace": "Its namespace.",
+    "team": "Its team, as the exporter decided it.",
+    "kind": "job (runs, then ends) or always_on (a Deployment's or StatefulSet's pods, "
+            "running all week).",
+    "submitted": "When it was submitted (RFC 3339): its Kueue Workload's creation, else its "
+                 "first pods'.",
+    "pods": "Pods of the job that run at once (replicas, for always_on).",
+    "gpus_per_pod": "nvidia.com/gpu each pod requests.",
+    "gpu_model": "The accelerator, as GKE names it (nvidia-h100-80gb).",
+    "spot": "true: it runs on Spot VMs (it ran on them, so it tolerates them).",
+    "sharing": "true: its pods ask for a time-shared GPU.",
+    "mig_profile": "The MIG profile its pods ask for (1g.5gb); empty for whole GPUs.",
+    "queue": "The Kueue LocalQueue it was submitted to; empty for none.",
+    "priority_class": "Its PriorityClass.",
+    "priority": "Its pods' priority.",
+    "run_seconds": "Seconds each pod runs, startup excluded (see run_basis).",
+    "run_basis": "measured; lower_bound: still running at the week's end; estimated: "
+                 "never started in the week, the median of its namespace's jobs of its "
+                 "shape.",
+    "startup_seconds": "Seconds from being scheduled to running (image pull), per pod.",
+    "profile": "What its GPUs do: the report's bottleneck class (healthy, input_bound, "
+               "small_batch, comm_bound, memory_bound, idle, throttled).",
+    "utilization": "Its measured mean utilisation (0-1); empty if unknown.",
+    "reclaims": "Its pods a Spot reclaim ended in the week.",
+    "restarts": "Its pods replaced after failing (reclaims included).",
+    "schedulable": "false: no node of the cluster could take it (it selects a node pool "
+                   "or label no node has); it waits in every replay.",
+    "node_pool": "The node pool it ran on (for reading; the replay places it by "
+                 "gpu_model, spot, sharing and mig_profile).",
+    "deadline_seconds": "Seconds after its submission its pods were deleted still waiting "
+                        "(its Job's activeDeadlineSeconds, or a person giving up); the "
+                        "replay deletes them as late. Empty: never.",
+}
+"""The trace file's columns, in order, with what each holds (docs/whatif.md)."""
+
+assert list(COLUMNS) == [f.name for f in fields(Job)]
+
+
+class TraceError(ValueError):
+    """A trace or pods file that cannot be read; the message names the file and line."""
+
+
+# ----------------------------------------------------------------------------- the week
+
+POD_STATES = """
+SELECT cluster, pod_uid, namespace, pod, team, workload, owner_kind, gpu_model, gpus,
+       created, scheduled, finished, phase, reason, priority, priority_class, queue,
+       COALESCE(queued, created) AS queued
+FROM {gpu_pods}
+WHERE updated >= @lookback AND updated < @end AND (@cluster IS NULL OR cluster = @cluster)
+QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, pod_uid ORDER BY updated DESC) = 1
+"""
+"""Each GPU pod's latest state by the week's end (``analytics.queries.POD_STATES`` with
+its priority and Kueue queue)."""
+
+POOLS = """
+SELECT cluster, pod_uid, ANY_VALUE(node_pool) AS node_pool,
+       ANY_VALUE(mig_profile) AS mig_profile
+FROM {gpu_usage}
+WHERE time >= @start AND time < @end AND state = 'allocated' AND pod_uid IS NOT NULL
+  AND (@cluster IS NULL OR cluster = @cluster)
+GROUP BY cluster, pod_uid
+"""
+"""The node pool each pod ran on in the week, and its MIG profile."""
+
+SHARED_POOLS = """
+SELECT DISTINCT node_pool
+FROM (SELECT node_pool, time, device_id, COUNT(DISTINCT pod_uid) AS pods
+      FROM {gpu_usage}
+      WHERE time >= @start AND time < @end AND state = 'allocated'
+        AND (@cluster IS NULL OR cluster = @cluster)
+      GROUP BY node_pool, time, device_id)
+WHERE pods > 1
+"""
+"""The node pools one of whose GPUs two pods held in the same interval: time-shared."""
+
+POD_WAITS = """
+SELECT cluster, uid AS pod_uid,
+       SUM(IF(cause = 'starting', seconds, 0)) AS starting_seconds,
+       LOGICAL_AND(cause = 'unschedulable') AS unschedulable,
+       ANY_VALUE(NULLIF(node_pool, '')) AS fits_pool
+FROM {gpu_pending}
+WHERE time >= @start AND time < @end AND kind = 'pod'
+  AND (@cluster IS NULL OR cluster = @cluster)
+GROUP BY cluster, uid
+"""
+"""Each pod that waited in the week: how long it spent starting (scheduled, its image
+pulled), whether every interval it waited was for no node at all, and a pool it fits."""
+
+ALWAYS_ON = """
+SELECT cluster, namespace, workload, MAX(pods) AS replicas
+FROM (SELECT cluster, namespace, workload, time, COUNT(DISTINCT pod_uid) AS pods
+      FROM {gpu_usage}
+      WHERE time >= @start AND time < @end AND state = 'allocated' AND pod_uid IS NOT NULL
+        AND (@cluster IS NULL OR cluster = @cluster)
+      GROUP BY cluster, namespace, workload, time)
+GROUP BY cluster, namespace, workload
+"""
+"""The most pods of each controller that held GPUs at once: a Deployment's replicas."""
+
+POOL_PROVISIONING = """
+SELECT node_pool, ANY_VALUE(provisioning) AS provisioning
+FROM {gpu_usage}
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+GROUP BY node_pool
+"""
+
+NEVER_ADMITTED = """
+SELECT namespace, workload, owner_name, team, gpu_model, gpus, queued, local_queue,
+       priority_class
+FROM (SELECT * FROM {kueue_workloads}
+      WHERE updated >= @lookback AND updated < @end AND (@cluster IS NULL OR cluster = @cluster)
+      QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, workload_uid ORDER BY updated DESC) = 1)
+WHERE admitted IS NULL AND gpus > 0 AND (finished IS NULL OR finished > @start)
+  AND queued < @end
+"""
+"""The Kueue Workloads waiting for admission in the week and not admitted by its end."""
+
+ENDS = ("Succeeded", "Failed")
+"""Pod phases that end it; a pod ``Deleted`` before it ended ran work that was lost."""
+
+
+def of_week(store: Store, week: Week, cluster: str | None = None) -> list[Job]:
+    """The week's jobs (every pod that waited or held a GPU in it, grouped into its Job),
+    read from the warehouse."""
+    base: dict[str, Param] = {"start": week.start, "end": week.end, "cluster": cluster,
+                              "team": None}
+    ws = Workspace()
+    ws.load("pods", batches(store, queries.PODS, base | {
+        "stall_gr": STALL_GR, "throttle_bits": THROTTLE_BITS}), classify_arrow)
+    usage = ws.frame("SELECT pod_uid, bottleneck, gpu_seconds, utilization, provisioning "
+                     "FROM pods")
+    states = store.query(POD_STATES, base | {"lookback": week.start - POD_LOOKBACK})
+    pools = store.query(POOLS, base)
+    waits = store.query(POD_WAITS, base)
+    shared = set(store.query(SHARED_POOLS, base).node_pool.dropna())
+    replicas = store.query(ALWAYS_ON, base)
+    provisioning = dict(store.query(POOL_PROVISIONING, base).itertuples(index=False))
+    jobs = jobs_of_pods(_pod_frame(states, usage, pools, waits), week, shared, replicas,
+                        provisioning)
+    awaiting = store.query(NEVER_ADMITTED, base | {"lookback": week.start - POD_LOOKBACK})
+    return _estimate_runs(jobs + _never_admitted(awaiting, {(j.namespace, j.job) for j in jobs}))
+
+
+NODE_GPUS = 8
+"""GPUs per pod a Workload with no pod yet is split into (the largest node of most
+models): the warehouse records its GPUs, not its pod sets."""
+
+
+def _never_admitted(awaiting: pd.DataFrame, known: set[tuple[str, str]]) -> list[Job]:
+    """The Jobs Kueue held back all week: no pod, only their Workload's wait."""
+    out = []
+    for r in awaiting.itertuples(index=False):
+        name = str(r.owner_name if isinstance(r.owner_name, str) else r.workload)
+        if (r.namespace, name) in known or not r.gpus or pd.isna(r.queued):
+            continue
+        gpus = int(r.gpus)
+        pods = max(1, math.ceil(gpus / NODE_GPUS))
+        out.append(Job(
+            job=name, namespace=str(r.namespace),
+            team=str(r.team) if isinstance(r.team, str) else str(r.namespace), kind="job",
+            submitted=pd.Timestamp(r.queued).to_pydatetime().astimezone(UTC), pods=pods,
+            gpus_per_pod=math.ceil(gpus / pods),
+            gpu_model=str(r.gpu_model) if isinstance(r.gpu_model, str) else "",
+            spot=False, sharing=False, mig_profile=None,
+            queue=str(r.local_queue) if isinstance(r.local_queue, str) else None,
+            priority_class=str(r.priority_class) if isinstance(r.priority_class, str)
+            else None, priority=0, run_seconds=math.nan, run_basis="estimated", startup_seconds=0.0,
+            profile="healthy", utilization=None, reclaims=0, restarts=0, schedulable=True,
+            node_pool=None))
+    return out
+
+
+def _pod_frame(states: pd.DataFrame, usage: pd.DataFrame, pools: pd.DataFrame,
+               waits: pd.DataFrame) -> pd.DataFrame:
+    """One row per pod: its latest state, where it ran, what it did, how it waited."""
+    p = states.merge(pools.drop(columns="cluster"), on="pod_uid", how="left") \
+        .merge(usage, on="pod_uid", how="left") \
+        .merge(waits.drop(columns="cluster"), on="pod_uid", how="left")
+    return p.assign(starting_seconds=p.starting_seconds.fillna(0.0),
+                    unschedulable=p.unschedulable.astype("boolean").fillna(False))
+
+
+def _ts(t: pd.Series) -> np.ndarray:
+    """Times as Unix seconds (NaN for none)."""
+    times = pd.to_datetime(t, utc=True)
+    out: np.ndarray = (times - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(
+        dtype="float64", na_value=np.nan)
+    return out
+
+
+def jobs_of_pods(pods: pd.DataFrame, week: Week, shared_pools: set[str],
+                 replicas: pd.DataFrame, provisioning: Mapping[str, str]) -> list[Job]:
+    """Group the week's pods into jobs (``_pod_frame``'s columns)."""
+    start, end = week.start.timestamp(), week.end.timestamp()
+    p = pods.assign(
+        queued_s=_ts(pods.queued), created_s=_ts(pods.created),
+        scheduled_s=_ts(pods.scheduled), finished_s=_ts(pods.finished))
+    in_week = (p.queued_s < end) & (p.finished_s.isna() | (p.finished_s > start))
+    p = p[in_week & p.gpus.fillna(0).gt(0)]
+    p = p.assign(workload=p.workload.fillna(p.pod), team=p.team.fillna(p.namespace))
+    always = dict(((r.namespace, r.workload), int(r.replicas))
+                  for r in replicas.itertuples(index=False))
+    jobs: list[Job] = []
+    for (namespace, name), g in p.groupby(["namespace", "workload"], sort=True):
+        jobs.append(_job(str(namespace), str(name), g, start, end, shared_pools, always,
+                         provisioning))
+    return jobs
+
+
+def _job(namespace: str, name: str, g: pd.DataFrame, start: float, end: float,
+         shared_pools: set[str], always: Mapping[tuple[str, str], int],
+         provisioning: Mapping[str, str]) -> Job:
+    g = g.sort_values(["created_s", "pod"])
+    owner = str(g.owner_kind.dropna().iloc[0]) if g.owner_kind.notna().any() else "Job"
+    first_wave = g[g.created_s <= g.created_s.min() + 1e-6]
+    always_on = owner not in ("Job", "Workload") and g.finished_s.isna().any()
+    ran = g[g.scheduled_s.notna() & g.phase.isin([*ENDS, "Running", "Pending", "Unknown"])]
+    held_until = ran.finished_s.fillna(end).clip(upper=end)
+    held = (held_until - ran.scheduled_s.clip(lower=start)).clip(lower=0)
+    starting = ran.starting_seconds.clip(upper=held)
+    pods = int(always.get((namespace, name), len(first_wave))) if always_on \
+        else len(first_wave)
+    pools = g.node_pool.dropna()
+    pool = str(pools.iloc[-1]) if len(pools) else None
+    fits = g.fits_pool.dropna()
+    where = pool or (str(fits.iloc[0]) if len(fits) else None)
+    if g.provisioning.notna().any():
+        spot = bool((g.provisioning == "spot").any())
+    else:
+        spot = provisioning.get(where or "") == "spot"
+    if len(ran) == 0:
+        basis: RunBasis = "estimated"
+        run = math.nan
+    elif ran.finished_s.isna().any() or (ran.finished_s > end).any():
+        basis = "lower_bound"
+        run = float((held - starting).sum()) / max(pods, 1)
+    else:
+        basis = "measured"
+        run = float((held - starting).sum()) / max(pods, 1)
+    weights = g.gpu_seconds.fillna(0)
+    classes = g.assign(w=weights).groupby("bottleneck").w.sum() \
+        if g.bottleneck.notna().any() else pd.Series(dtype=float)
+    util = float((g.utilization * weights).sum() / weights.sum()) \
+        if weights.sum() > 0 and g.utilization.notna().any() else None
+    profile = profile_of(str(classes.idxmax()) if len(classes) else None, util)
+    model = g.gpu_model.dropna()
+    mig = g.mig_profile.dropna()
+    classes_named = g.priority_class.dropna()
+    queues = g.queue.dropna()
+    gave_up = g[(g.phase == "Deleted") & g.scheduled_s.isna() & g.finished_s.notna()]
+    deadline = float((gave_up.finished_s - g.queued_s.min()).max()) \
+        if len(ran) == 0 and len(gave_up) else None
+    return Job(
+        job=name, namespace=namespace, team=str(g.team.iloc[0]),
+        kind="always_on" if always_on else "job",
+        submitted=datetime.fromtimestamp(float(g.queued_s.min()), UTC),
+        pods=max(pods, 1), gpus_per_pod=int(g.gpus.max()),
+        gpu_model=str(model.iloc[0]) if len(model) else "",
+        spot=spot, sharing=where in shared_pools,
+        mig_profile=str(mig.iloc[0]) if len(mig) else None,
+        queue=str(queues.iloc[0]) if len(queues) else None,
+        priority_class=str(classes_named.iloc[0]) if len(classes_named) else None,
+        priority=int(g.priority.max()) if "priority" in g and g.priority.notna().any() else 0,
+        run_seconds=run, run_basis=basis,
+        startup_seconds=float(starting.mean()) if len(ran) else 0.0,
+        profile=profile, utilization=util,
+        reclaims=int((g.reason == "Terminated").sum()),
+        restarts=int(((g.phase == "Failed") & g.scheduled_s.notna()).sum()),
+        schedulable=not (len(ran) == 0 and bool(g.unschedulable.all())),
+        node_pool=pool, deadline_seconds=deadline)
+
+
+def _estimate_runs(jobs: list[Job]) -> list[Job]:
+    """A job that never started gets the median run of its namespace's jobs of its shape
+    (else of every job of its model, else an hour)."""
+    measured = [j for j in jobs if j.run_basis != "estimated"]
+
+    def median(keep: Iterable[Job]) -> float | None:
+        runs = [j.run_seconds for j in keep]
+        return float(np.median(runs)) if runs else None
+
+    out = []
+    for j in jobs:
+        if j.run_basis == "estimated":
+            shape = (j.namespace, j.gpu_model, j.gpus_per_pod, j.pods)
+            run = median(m for m in measured
+                         if (m.namespace, m.gpu_model, m.gpus_per_pod, m.pods) == shape) \
+                or median(m for m in measured if m.gpu_model == j.gpu_model) or 3600.0
+            j = replace(j, run_seconds=run)
+        out.append(j)
+    return out
+
+
+PROFILE_UTILIZATION = {"idle": 0.02, "small_batch": 0.55, "input_bound": 0.7,
+                       "comm_bound": 0.75, "memory_bound": 0.85, "throttled": 0.85,
+                       "healthy": 0.93}
+"""Mean utilisation (GR engine active) each profile shows over a run, as the simulator
+draws it (``tests/analytics/test_whatif_trace.py`` measures them): a job whose class
+the counters could not tell gets the profile nearest its measured utilisation."""
+
+
+def profile_of(bottleneck: str | None, utilization: float | None) -> str:
+    """The profile a job replays with: its bottleneck class, else the profile whose mean
+    utilisation is nearest its own, else healthy."""
+    if bottleneck in PROFILES:
+        return str(bottleneck)
+    if utilization is None or math.isnan(utilization):
+        return "healthy"
+    return min(PROFILE_UTILIZATION, key=lambda p: abs(PROFILE_UTILIZATION[p] - utilization))
+
+
+# ----------------------------------------------------------------------------- files
+
+def write(jobs: Iterable[Job], path: Path) -> Path:
+    """The trace as CSV, ``COLUMNS`` in order, times in RFC 3339."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        for j in jobs:
+            w.writerow([_cell(v) for v in asdict(j).values()])
+    return path
+
+
+def _cell(v: object) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, datetime):
+        return v.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(v, float):
+        return f"{v:.6g}" if abs(v) < 1e6 else f"{v:.0f}"
+    return str(v)
+
+
+_BOOL = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
+def read(path: Path) -> list[Job]:
+    """A trace file written by ``write`` (and perhaps edited); ``TraceError`` names the
+    line and column of the first bad cell."""
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(f"{path}: cannot read the trace: {exc}") from None
+    if not rows:
+        raise TraceError(f"{path}: no jobs")
+    missing = [c for c in COLUMNS if c not in rows[0]]
+    if missing:
+        raise TraceError(f"{path}: missing columns {', '.join(missing)} (a trace has "
+                         f"{', '.join(COLUMNS)})")
+    return [_job_of_row(row, f"{path}:{line}") for line, row in enumerate(rows, start=2)]
+
+
+def _job_of_row(row: Mapping[str, str], where: str) -> Job:
+    def text(c: str) -> str:
+        return (row.get(c) or "").strip()
+
+    def fail(c: str, why: str) -> TraceError:
+        return TraceError(f"{where}: {c} {text(c)!r}: {why}")
+
+    def number(c: str, *, whole: bool = False, minimum: float = 0.0) -> float:
+        try:
+            v = float(text(c))
+        except ValueError:
+            raise fail(c, "not a number") from None
+        if math.isnan(v) or v < minimum or (whole and v != int(v)):
+            raise fail(c, f"must be {'a whole number ' if whole else 'a number '}>= "
+                          f"{minimum:g}")
+        return v
+
+    def flag(c: str) -> bool:
+        v = _BOOL.get(text(c).lower())
+        if v is None:
+            raise fail(c, "must be true or false")
+        return v
+
+    kind = text("kind")
+    if kind not in ("job", "always_on"):
+        raise fail("kind", "must be job or always_on")
+    model = text("gpu_model")
+    if model not in GPU_MODELS:
+        raise fail("gpu_model", f"not one of {', '.join(sorted(GPU_MODELS))}")
+    basis = text("run_basis") or "measured"
+    if basis not in ("measured", "lower_bound", "estimated"):
+        raise fail("run_basis", "must be measured, lower_bound or estimated")
+    profile = text("profile") or "healthy"
+    if profile not in PROFILES:
+        raise fail("profile", f"not one of {', '.join(PROFILES)}")
+    util = number("utilization") if text("utilization") else None
+    return Job(
+        job=text("job") or _missing(where, "job"), namespace=text("namespace") or
+        _missing(where, "namespace"), team=text("team") or text("namespace"),
+        kind=kind,  # type: ignore[arg-type]
+        submitted=parse_time(text("submitted"), f"{where}: submitted"),
+        pods=int(number("pods", whole=True, minimum=1)),
+        gpus_per_pod=int(number("gpus_per_pod", whole=True, minimum=1)),
+        gpu_model=model, spot=flag("spot"), sharing=flag("sharing"),
+        mig_profile=text("mig_profile") or None, queue=text("queue") or None,
+        priority_class=text("priority_class") or None,
+        priority=int(number("priority", whole=True, minimum=-(2**31)))
+        if text("priority") else 0,
+        run_seconds=number("run_seconds", minimum=1.0) if kind == "job" or
+        text("run_seconds") else 0.0,
+        run_basis=basis,  # type: ignore[arg-type]
+        startup_seconds=number("startup_seconds") if text("startup_seconds") else 0.0,
+        profile=profile, utilization=util,
+        reclaims=int(number("reclaims", whole=True)) if text("reclaims") else 0,
+        restarts=int(number("restarts", whole=True)) if text("restarts") else 0,
+        schedulable=flag("schedulable") if text("schedulable") else True,
+        node_pool=text("node_pool") or None,
+        deadline_seconds=number("deadline_seconds", minimum=1.0)
+        if text("deadline_seconds") else None)
+
+
+def _missing(where: str, column: str) -> str:
+    raise TraceError(f"{where}: {column} is empty")
+
+
+def parse_time(text: str, where: str) -> datetime:
+    """RFC 3339 (a ``Z`` or an offset), or Unix seconds; naive times are UTC."""
+    if not text:
+        raise TraceError(f"{where}: empty")
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(value):
+            return datetime.fromtimestamp(value, UTC)
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise TraceError(f"{where}: {text!r} is not an RFC 3339 time or Unix seconds") \
+            from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+# ----------------------------------------------------------------------------- pods CSV
+
+POD_COLUMNS: dict[str, str] = {
+    "created": "Required. When the pod was created (RFC 3339 or Unix seconds).",
+    "scheduled": "When it was bound to a node; empty if never.",
+    "deleted": "When it ended (finished or deleted); empty if it had not (`finished` is "
+               "read too).",
+    "gpus": "Required. GPUs it requested; a fraction below 1 (0.5) asks for a time-shared "
+            "GPU.",
+    "gpu_model": "Required. The accelerator (nvidia-h100-80gb, nvidia-l4, ...).",
+    "team": "Required. Its team.",
+    "namespace": "Its namespace (default: the team).",
+    "pod": "Its name (default: pod-<line>).",
+    "job": "The job it belongs to: pods of one job, created together, run together "
+           "(default: each pod its own job).",
+    "queue": "A Kueue LocalQueue.",
+    "spot": "true if it runs on Spot VMs.",
+    "utilization": "Its mean GPU utilisation, 0-1 (or 0-100 %): picks the nearest profile.",
+    "priority": "Its priority.",
+}
+"""The columns ``of_pods_csv`` reads; unknown columns are ignored."""
+
+
+def of_pods_csv(path: Path) -> list[Job]:
+    """The jobs of a plain pods CSV (``POD_COLUMNS``); ``TraceError`` names the line of the
+    first row it cannot read."""
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(f"{path}: cannot read the pods file: {exc}") from None
+    if not rows:
+        raise TraceError(f"{path}: no pods")
+    header = {k.strip().lower() for k in rows[0] if k}
+    missing = [c for c in ("created", "gpus", "gpu_model", "team") if c not in header]
+    if missing:
+        raise TraceError(f"{path}: missing columns {', '.join(missing)} (a pods file has "
+                         f"{', '.join(POD_COLUMNS)})")
+    pods = [_pod_row({k.strip().lower(): (v or "").strip() for k, v in row.items() if k},
+                     f"{path}:{line}", line)
+            for line, row in enumerate(rows, start=2)]
+    groups: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for pod in pods:
+        groups.setdefault((str(pod["namespace"]), str(pod["job"])), []).append(pod)
+    return _estimate_runs([_csv_job(ns, name, g) for (ns, name), g in groups.items()])
+
+
+def _pod_row(row: Mapping[str, str], where: str, line: int) -> dict[str, object]:
+    created = parse_time(row.get("created", ""), f"{where}: created")
+    scheduled = parse_time(row["scheduled"], f"{where}: scheduled") \
+        if row.get("scheduled") else None
+    ended_text = row.get("deleted") or row.get("finished") or ""
+    ended = parse_time(ended_text, f"{where}: deleted") if ended_text else None
+    if scheduled is not None and scheduled < created:
+        raise TraceError(f"{where}: scheduled is before created")
+    if ended is not None and ended < (scheduled or created):
+        raise TraceError(f"{where}: deleted is before {'scheduled' if scheduled else 'created'}")
+    try:
+        gpus = float(row.get("gpus", ""))
+    except ValueError:
+        raise TraceError(f"{where}: gpus {row.get('gpus')!r} is not a number") from None
+    if not math.isfinite(gpus) or gpus <= 0 or (gpus > 1 and gpus != int(gpus)) or gpus > 16:
+        raise TraceError(f"{where}: gpus {gpus:g} must be a whole number of GPUs (1-16) or "
+                         "a fraction of one")
+    model = row.get("gpu_model", "")
+    if model not in GPU_MODELS:
+        raise TraceError(f"{where}: gpu_model {model!r} is not one of "
+                         f"{', '.join(sorted(GPU_MODELS))}")
+    team = row.get("team", "")
+    if not team:
+        raise TraceError(f"{where}: team is empty")
+    util: float | None = None
+    if row.get("utilization"):
+        try:
+            util = float(row["utilization"])
+        except ValueError:
+            raise TraceError(f"{where}: utilization {row['utilization']!r} is not a "
+                             "number") from None
+        util = util / 100 if util > 1 else util
+        if not 0 <= util <= 1:
+            raise TraceError(f"{where}: utilization must be 0-1 or 0-100")
+    spot = _BOOL.get(row.get("spot", "").lower(), None) if row.get("spot") else False
+    if spot is None:
+        raise TraceError(f"{where}: spot must be true or false")
+    pod = row.get("pod") or f"pod-{line}"
+    try:
+        priority = int(row["priority"]) if row.get("priority") else 0
+    except ValueError:
+        raise TraceError(f"{where}: priority {row['priority']!r} is not a whole "
+                         "number") from None
+    return {"created": created, "scheduled": scheduled, "ended": ended, "gpus": gpus,
+            "gpu_model": model, "team": team, "namespace": row.get("namespace") or team,
+            "pod": pod, "job": row.get("job") or pod, "queue": row.get("queue") or None,
+            "spot": spot, "utilization": util, "priority": priority}
+
+
+def _csv_job(namespace: str, name: str, pods: list[dict[str, object]]) -> Job:
+    first = min(pods, key=lambda p: p["created"])  # type: ignore[arg-type,return-value]
+    created: datetime = first["created"]  # type: ignore[assignment]
+    wave = [p for p in pods if p["created"] == created]
+    runs = [(p["ended"] - p["scheduled"]).total_seconds()  # type: ignore[operator]
+            for p in pods if p["scheduled"] is not None and p["ended"] is not None]
+    running = any(p["scheduled"] is not None and p["ended"] is None for p in pods)
+    utils = [u for p in pods if (u := p["utilization"]) is not None]
+    util = float(np.mean(utils)) if utils else None  # type: ignore[arg-type]
+    gpus = float(first["gpus"])  # type: ignore[arg-type]
+    basis: RunBasis = "estimated" if not runs else "lower_bound" if running else "measured"
+    return Job(
+        job=name, namespace=namespace, team=str(first["team"]), kind="job",
+        submitted=created, pods=len(wave), gpus_per_pod=max(1, int(gpus)),
+        gpu_model=str(first["gpu_model"]), spot=bool(first["spot"]), sharing=gpus < 1,
+        mig_profile=None, queue=first["queue"],  # type: ignore[arg-type]
+        priority_class=None, priority=int(first["priority"]),  # type: ignore[call-overload]
+        run_seconds=max(1.0, sum(runs) / len(wave)) if runs else math.nan,
+        run_basis=basis, startup_seconds=0.0, profile=profile_of(None, util),
+        utilization=util, reclaims=0, restarts=max(0, len(pods) - len(wave)),
+        schedulable=True, node_pool=None)
