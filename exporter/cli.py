@@ -138,6 +138,29 @@ def build_parser() -> argparse.ArgumentParser:
     _warehouse_args(bill)
     bill.add_argument("--config", metavar="FILE", help="YAML config (warehouse, BigQuery "
                       "endpoint and credentials)")
+    whatif = sub.add_parser(
+        "whatif", help="replay a week's jobs on a cluster layout: cost, queue and SLA beside "
+        "the week's, with the deltas")
+    _warehouse_args(whatif)
+    whatif.set_defaults(out=Path("whatif-out"))
+    whatif.add_argument("--layout", metavar="FILE", type=Path,
+                        help="the layout to replay on (YAML; start from the week's own, "
+                             "which whatif writes to OUT/layout.yaml). Without it: the week "
+                             "on its own layout, to see how faithful a replay is")
+    whatif.add_argument("--trace", metavar="FILE", type=Path,
+                        help="replay these jobs instead of the week's: a trace whatif wrote "
+                             "(trace.csv, edited or not), or a plain pods CSV (created, "
+                             "scheduled, deleted, gpus, gpu_model, team, ...); without a "
+                             "warehouse it needs --layout")
+    whatif.add_argument("--step", type=_duration, default=300.0, metavar="DURATION",
+                        help="simulated time between exporter cycles (default 5m)")
+    whatif.add_argument("--seed", type=int, default=1,
+                        help="seed of the random Spot reclaims (default 1)")
+    whatif.add_argument("--duration", type=_duration, default=7 * 86400.0, metavar="DURATION",
+                        help="for a pods CSV without --week: how long to replay from the day "
+                             "of its first pod (default 7d)")
+    whatif.add_argument("--config", metavar="FILE", help="YAML config (prices, discounts, "
+                        "warehouse)")
     return parser
 
 
@@ -202,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "report":
         return _reconcile(args) if args.report == "reconcile" else _report(args)
+    if args.command == "whatif":
+        return _whatif(args)
     from simulator.command import describe, load, simulate
     from simulator.scenario import ScenarioError
 
@@ -459,6 +484,58 @@ def _report(args: argparse.Namespace) -> int:
           (f", and accepted by {cfg.report.smtp.host}:{cfg.report.smtp.port} for {mailed} "
            f"recipient{'s' if mailed != 1 else ''}." if args.email else "."))
     return 0
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from analytics import holdings
+    from analytics.week import Week, last_complete_week, parse_week
+    from analytics.whatif.layout import LayoutError
+    from analytics.whatif.trace import TraceError
+    from exporter import whatif
+    from exporter.config import load_config
+    from exporter.duck import WarehouseLocked
+    from exporter.errors import ConfigError
+    from simulator.scenario import ScenarioError
+
+    if args.step < 1:
+        print("error: --step must be at least 1s", file=sys.stderr)
+        return 2
+    google = _google_errors()
+    try:
+        cfg = load_config(args.config)
+        alone = args.trace is not None and args.store is None and args.bigquery is None
+        if alone and args.layout is None:
+            raise ConfigError("--trace without a warehouse needs --layout: there is no week "
+                              "to take the layout from")
+        store = None if alone else _store(args, cfg)
+        if store is not None:
+            problem = holdings.unknown_cluster(store, args.cluster)
+            if problem:
+                raise ConfigError(problem)
+        week = parse_week(args.week) if args.week else \
+            None if alone else last_complete_week(datetime.now(UTC))
+        if alone and week is not None and args.duration != 7 * 86400.0:
+            week = Week(week.start, week.start + timedelta(seconds=args.duration))
+        request = whatif.Request(out=args.out, step=float(round(args.step)), seed=args.seed,
+                                 layout=args.layout, trace=args.trace, week=week,
+                                 cluster=args.cluster, days=args.duration / 86400)
+        if store is not None and week is not None:
+            empty = holdings.empty_week(store, week, args.cluster)
+            if empty:
+                raise ConfigError(empty)
+        return whatif.run(request, store, cfg)
+    except WarehouseLocked as exc:
+        print(f"error: {exc}. Use a copy of the warehouse file, or BigQuery (--bigquery).",
+              file=sys.stderr)
+        return 2
+    except (ConfigError, LayoutError, TraceError, ScenarioError, ValueError) as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except google as exc:
+        print(f"error: {_google_problem(exc)}", file=sys.stderr)
+        return 2
 
 
 def _outcome(path: Path | None, week: str, outcome: str, coverage: float) -> None:

@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analytics.store import DuckDBStore
+from analytics import holdings
+from analytics.store import DuckDBStore, Store
 from analytics.week import Week
+from analytics.whatif import compare, layout, render, scenario, trace
 from analytics.whatif.measure import Measured, measure
 from analytics.whatif.scenario import Built
+from exporter.config import Config
 from exporter.demo import Progress, demo_config, run_steps
 from exporter.runtime.app import open_exporter
 from simulator.server import SimulatorServer
@@ -41,8 +44,7 @@ async def replay(built: Built, week: Week, out: Path, progress: Progress,
                  prices: dict[str, object] | None = None) -> Path:
     """Run ``built``'s scenario over ``week`` with the exporter measuring it; the path of
     the warehouse it wrote."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / WAREHOUSE).unlink(missing_ok=True)
+    await asyncio.to_thread(_fresh, out)
     scenario = built.scenario
     async with SimulatorServer(scenario) as sim:
         outputs = sim.write_outputs(out)
@@ -58,6 +60,11 @@ async def replay(built: Built, week: Week, out: Path, progress: Progress,
             wh.flush(exporter.last_cycle_time, partial=True)
             wh.checkpoint()
     return out / WAREHOUSE
+
+
+def _fresh(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / WAREHOUSE).unlink(missing_ok=True)
 
 
 def replay_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path,
@@ -85,3 +92,97 @@ def replay_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path,
     finally:
         service.setLevel(level)
     return done
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What ``whatif`` was asked: the week and where it is, or a trace file; the layout."""
+
+    out: Path
+    step: float
+    seed: int
+    layout: Path | None = None
+    trace: Path | None = None
+    week: Week | None = None
+    cluster: str | None = None
+    days: float = 7.0
+    """A pods CSV's replay window without a week: days from its first pod's."""
+
+
+def run(request: Request, store: Store | None, cfg: Config) -> int:
+    """Replay, measure, compare, write; print the summary. 0, or 1 when the week's own
+    replay is outside its fidelity bounds (the comparison is written all the same)."""
+    r = request
+    out = r.out
+    out.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    actual = week_layout = None
+    if store is not None:
+        assert r.week is not None
+        week = r.week
+        jobs = trace.of_pods_csv(r.trace) if r.trace and trace.is_pods_csv(r.trace) \
+            else trace.read(r.trace) if r.trace else trace.of_week(store, week, r.cluster)
+        name = r.cluster or next(iter(holdings.clusters(store)), cfg.cluster)
+        week_layout = layout.of_week(store, week, r.cluster, name, _region(store, week, cfg),
+                                     r.step)
+        actual = measure(store, week, r.cluster)
+        layout.write(week_layout, out / "layout.yaml",
+                     f"The layout cluster {name} ran on in {week.label}, as its warehouse "
+                     "shows it.")
+        origin = f"{len(jobs):,} jobs of {week.label} in cluster {name}"
+    else:
+        assert r.trace is not None and r.layout is not None
+        jobs = trace.of_pods_csv(r.trace) if trace.is_pods_csv(r.trace) else trace.read(r.trace)
+        if not jobs:
+            raise trace.TraceError(f"{r.trace}: no jobs")
+        week = r.week or trace.window(jobs, r.days)
+        origin = f"{len(jobs):,} jobs of {r.trace}"
+    trace.write(jobs, out / "trace.csv")
+    proposed = layout.load(r.layout) if r.layout is not None else None
+    runs: list[tuple[str, Built]] = []
+    if week_layout is not None:
+        runs.append(("replayed", scenario.build(jobs, layout.with_priorities(week_layout, jobs),
+                                                week.start, week.end, r.step, r.seed)))
+    if proposed is not None and proposed != week_layout:
+        runs.append(("proposed", scenario.build(jobs, layout.with_priorities(proposed, jobs),
+                                                week.start, week.end, r.step, r.seed)))
+    for name_, built in runs:
+        notes += [f"{name_}: {n}" for n in built.notes]
+    done = replay_all(runs, week, out / "replays",
+                      cfg.prices.model_dump(mode="json", exclude_defaults=True))
+    by_name = {d.name: d for d in done}
+    base = by_name.get("replayed")
+    last = by_name.get("proposed", base)
+    assert last is not None
+    compared = compare.compare(actual, base.measured if base else None, last.measured,
+                               r.step)
+    what = f"{r.layout}" if "proposed" in by_name else "its own layout"
+    page = render.Page(
+        title=f"What if: {week.label} on {what}",
+        lines=[f"{origin}, replayed from {week.start:%Y-%m-%d %H:%M} to "
+               f"{week.end:%Y-%m-%d %H:%M} UTC at {r.step:g} s steps.",
+               "; ".join(f"{d.name}: {d.built.jobs:,} jobs in {d.seconds:.0f} s"
+                         for d in done) + ".",
+               "Changes are the proposed replay less the week's own replay: the same jobs "
+               "through the same simulator, on two layouts." if "proposed" in by_name and
+               base is not None else "The week beside its replay on its own layout."],
+        comparison=compared, notes=notes,
+        proposed="proposed" if "proposed" in by_name else "replayed")
+    written = render.write(page, out)
+    print(page.title)
+    print(render.terminal(page))
+    for n in notes:
+        print(f"note: {n}")
+    print(f"Written to {out}/: {', '.join(p.name for p in written)}, trace.csv"
+          + (", layout.yaml (the week's own: copy it and change it)" if store else "")
+          + f"; each replay's warehouse under {out}/replays/.")
+    return 0 if compared.fidelity.empty or compared.faithful else 1
+
+
+def _region(store: Store, week: Week, cfg: Config) -> str:
+    """The region the week's GPUs were in (from their zones), else the config's."""
+    zones = store.query("SELECT DISTINCT zone FROM {gpu_usage} WHERE time >= @start AND "
+                        "time < @end AND zone IS NOT NULL", {"start": week.start,
+                                                              "end": week.end})
+    regions = sorted({str(z).rsplit("-", 1)[0] for z in zones.zone})
+    return regions[0] if len(regions) == 1 else cfg.prices.region

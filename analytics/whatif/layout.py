@@ -419,7 +419,7 @@ def _node_index(nodes: pd.DataFrame, pool: str, node: str, at: pd.Timestamp) -> 
 
 
 def _offset(t: pd.Timestamp, start: datetime, step: float) -> float:
-    seconds = (t.to_pydatetime() - start).total_seconds()
+    seconds = float((t.to_pydatetime() - start).total_seconds())
     return max(0.0, math.floor(seconds / step) * step)
 
 
@@ -449,15 +449,16 @@ def _incidents(events: pd.DataFrame, gpus: pd.DataFrame, reclaimed: pd.DataFrame
             fault = Fault(at=at, kind="xid", node=f"{pool}/{i}", gpu=g, code=code,
                           duration=duration)
         out.append((at, node, fault))
-    pools = dict(zip(nodes.node, nodes.node_pool, strict=True))
+    pools: dict[str, str] = {str(n): str(p) for n, p in
+                             zip(nodes.node, nodes.node_pool, strict=True)}
     for r in reclaimed.sort_values("at").itertuples(index=False):
-        pool = pools.get(r.node)
-        if pool is None:
+        owner = pools.get(str(r.node))
+        if owner is None:
             continue
-        i = _node_index(nodes, str(pool), str(r.node), r.at - pd.Timedelta(seconds=step))
+        i = _node_index(nodes, owner, str(r.node), r.at - pd.Timedelta(seconds=step))
         out.append((_offset(r.at, start, step), str(r.node), Fault(
             at=_offset(r.at, start, step), kind="spot_preemption",
-            node=f"{pool}/{i if i is not None else 0}")))
+            node=f"{owner}/{i if i is not None else 0}")))
     return [f for _, _, f in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
@@ -502,11 +503,12 @@ def _kueue(quotas: pd.DataFrame, queues: pd.DataFrame) -> Kueue | None:
     for name, g in quotas.groupby("cluster_queue", sort=True):
         flavors: dict[str, FlavorQuota] = {}
         for r in g.itertuples(index=False):
-            model = r.flavor if r.flavor in GPU_MODELS else model_of.get(str(name), "")
+            model = str(r.flavor) if r.flavor in GPU_MODELS else model_of.get(str(name), "")
             if model not in GPU_MODELS or model in flavors:
                 continue
             flavors[model] = FlavorQuota(
-                accelerator=model, nominal_gpus=int(r.nominal_gpus or 0),
+                accelerator=model,  # type: ignore[arg-type]
+                nominal_gpus=int(r.nominal_gpus or 0),
                 borrowing_limit_gpus=int(r.borrowing_limit_gpus)
                 if pd.notna(r.borrowing_limit_gpus) and r.cohort else None)
         if not flavors:

@@ -27,7 +27,6 @@ from simulator.scenario import (
     Namespace,
     Pool,
     Scenario,
-    Stockout,
     TracedJob,
     Workload,
     parse_scenario,
@@ -97,7 +96,7 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
     templates: dict[tuple[object, ...], Workload] = {}
     traced: list[TracedJob] = []
     skipped: Counter[str] = Counter()
-    skipped_hours: Counter[str] = Counter()
+    skipped_hours: dict[str, float] = {}
     local = {(q.namespace, q.name) for q in layout.kueue.local_queues} if layout.kueue else set()
     quota = {(lq.namespace, lq.name): {f.accelerator for cq in layout.kueue.cluster_queues
                                        if cq.name == lq.cluster_queue for f in cq.flavors}
@@ -107,7 +106,8 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
         if not fits or j.gpus_per_pod > max(_units(p) for p in fits):
             what = _describe(j)
             skipped[what] += 1
-            skipped_hours[what] += j.pods * j.gpus_per_pod * (j.run_seconds or 0) / 3600
+            skipped_hours[what] = skipped_hours.get(what, 0.0) + \
+                j.pods * j.gpus_per_pod * (j.run_seconds or 0) / 3600
             continue
         teams.setdefault(j.namespace, Counter())[j.team] += 1
         cls = j.priority_class or f"priority-{j.priority}"

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -594,7 +594,7 @@ def _pod_row(row: Mapping[str, str], where: str, line: int) -> dict[str, object]
         util = util / 100 if util > 1 else util
         if not 0 <= util <= 1:
             raise TraceError(f"{where}: utilization must be 0-1 or 0-100")
-    spot = _BOOL.get(row.get("spot", "").lower(), None) if row.get("spot") else False
+    spot = _BOOL.get(row.get("spot", "").lower()) if row.get("spot") else False
     if spot is None:
         raise TraceError(f"{where}: spot must be true or false")
     pod = row.get("pod") or f"pod-{line}"
@@ -630,3 +630,21 @@ def _csv_job(namespace: str, name: str, pods: list[dict[str, object]]) -> Job:
         run_basis=basis, startup_seconds=0.0, profile=profile_of(None, util),
         utilization=util, reclaims=0, restarts=max(0, len(pods) - len(wave)),
         schedulable=True, node_pool=None)
+
+
+def is_pods_csv(path: Path) -> bool:
+    """Whether ``path`` is a plain pods CSV (``POD_COLUMNS``) rather than a trace."""
+    try:
+        with path.open(newline="") as f:
+            header = {c.strip().lower() for c in next(csv.reader(f), [])}
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(f"{path}: cannot read it: {exc}") from None
+    return "run_seconds" not in header and "created" in header
+
+
+def window(jobs: Sequence[Job], days: float = 7.0) -> Week:
+    """The replay window of a trace with no week: ``days`` from the midnight (UTC) before
+    its first submission."""
+    first = min(j.submitted for j in jobs)
+    start = first.replace(hour=0, minute=0, second=0, microsecond=0)
+    return Week(start, start + timedelta(days=days))
