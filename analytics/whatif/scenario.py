@@ -139,6 +139,8 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
         if always:
             continue
         run = j.run_seconds if j.kind == "job" else finish - max(begin, j.submitted.timestamp())
+        if j.run_basis == "lower_bound" or j.kind == "always_on":
+            run += step  # still running at the week's end: it does not end in the replay
         traced.append(TracedJob(name=_dns(j.job, 63), workload=template.name,
                                 at=j.submitted.timestamp() - begin, run=max(step, run),
                                 profile=j.profile))  # type: ignore[arg-type]

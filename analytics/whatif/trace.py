@@ -213,7 +213,7 @@ def of_week(store: Store, week: Week, cluster: str | None = None) -> list[Job]:
     jobs = jobs_of_pods(_pod_frame(states, usage, pools, waits), week, shared, replicas,
                         provisioning)
     awaiting = store.query(NEVER_ADMITTED, base | {"lookback": week.start - POD_LOOKBACK})
-    return _estimate_runs(jobs + _never_admitted(awaiting, {(j.namespace, j.job) for j in jobs}))
+    return _estimate_runs(jobs + _never_admitted(awaiting, jobs))
 
 
 NODE_GPUS = 8
@@ -221,23 +221,30 @@ NODE_GPUS = 8
 models): the warehouse records its GPUs, not its pod sets."""
 
 
-def _never_admitted(awaiting: pd.DataFrame, known: set[tuple[str, str]]) -> list[Job]:
-    """The Jobs Kueue held back all week: no pod, only their Workload's wait."""
+def _never_admitted(awaiting: pd.DataFrame, jobs: list[Job]) -> list[Job]:
+    """The Jobs Kueue held back all week: no pod, only their Workload's wait. The warehouse
+    records a Workload's GPUs and model, not its pods: each takes the pods and Spot of the
+    week's jobs of its namespace, queue and model with as many GPUs, else pods of at most
+    ``NODE_GPUS`` GPUs on demand."""
+    known = {(j.namespace, j.job) for j in jobs}
+    like = {(j.namespace, j.queue, j.gpu_model, j.pods * j.gpus_per_pod): j for j in jobs}
     out = []
     for r in awaiting.itertuples(index=False):
         name = str(r.owner_name if isinstance(r.owner_name, str) else r.workload)
         if (r.namespace, name) in known or not r.gpus or pd.isna(r.queued):
             continue
         gpus = int(r.gpus)
-        pods = max(1, math.ceil(gpus / NODE_GPUS))
+        queue = str(r.local_queue) if isinstance(r.local_queue, str) else None
+        sibling = like.get((str(r.namespace), queue, str(r.gpu_model), gpus))
+        pods = sibling.pods if sibling else max(1, math.ceil(gpus / NODE_GPUS))
         out.append(Job(
             job=name, namespace=str(r.namespace),
             team=str(r.team) if isinstance(r.team, str) else str(r.namespace), kind="job",
             submitted=pd.Timestamp(r.queued).to_pydatetime().astimezone(UTC), pods=pods,
             gpus_per_pod=math.ceil(gpus / pods),
             gpu_model=str(r.gpu_model) if isinstance(r.gpu_model, str) else "",
-            spot=False, sharing=False, mig_profile=None,
-            queue=str(r.local_queue) if isinstance(r.local_queue, str) else None,
+            spot=sibling.spot if sibling else False,
+            sharing=sibling.sharing if sibling else False, mig_profile=None, queue=queue,
             priority_class=str(r.priority_class) if isinstance(r.priority_class, str)
             else None, priority=0, run_seconds=math.nan, run_basis="estimated", startup_seconds=0.0,
             profile="healthy", utilization=None, reclaims=0, restarts=0, schedulable=True,
@@ -265,84 +272,86 @@ def _ts(t: pd.Series) -> np.ndarray:
 
 def jobs_of_pods(pods: pd.DataFrame, week: Week, shared_pools: set[str],
                  replicas: pd.DataFrame, provisioning: Mapping[str, str]) -> list[Job]:
-    """Group the week's pods into jobs (``_pod_frame``'s columns)."""
+    """Group the week's pods into jobs (``_pod_frame``'s columns), a job per namespace and
+    controller, every sum over all jobs at once."""
     start, end = week.start.timestamp(), week.end.timestamp()
-    p = pods.assign(
-        queued_s=_ts(pods.queued), created_s=_ts(pods.created),
-        scheduled_s=_ts(pods.scheduled), finished_s=_ts(pods.finished))
-    in_week = (p.queued_s < end) & (p.finished_s.isna() | (p.finished_s > start))
-    p = p[in_week & p.gpus.fillna(0).gt(0)]
-    p = p.assign(workload=p.workload.fillna(p.pod), team=p.team.fillna(p.namespace))
-    always = dict(((r.namespace, r.workload), int(r.replicas))
-                  for r in replicas.itertuples(index=False))
-    jobs: list[Job] = []
-    for (namespace, name), g in p.groupby(["namespace", "workload"], sort=True):
-        jobs.append(_job(str(namespace), str(name), g, start, end, shared_pools, always,
-                         provisioning))
+    p = pods.assign(queued_s=_ts(pods.queued), created_s=_ts(pods.created),
+                    scheduled_s=_ts(pods.scheduled), finished_s=_ts(pods.finished))
+    p = p[(p.queued_s < end) & (p.finished_s.isna() | (p.finished_s > start))
+          & p.gpus.fillna(0).gt(0)]
+    if p.empty:
+        return []
+    p = p.assign(workload=p.workload.fillna(p.pod), team=p.team.fillna(p.namespace)) \
+        .sort_values(["namespace", "workload", "created_s", "pod"], ignore_index=True)
+    key = ["namespace", "workload"]
+    ran = p.scheduled_s.notna() & (p.phase != "Deleted")
+    held = ((p.finished_s.fillna(end).clip(upper=end) - p.scheduled_s.clip(lower=start))
+            .clip(lower=0).where(ran, 0.0))
+    starting = p.starting_seconds.clip(upper=held).where(ran, 0.0)
+    w = p.gpu_seconds.fillna(0.0)
+    measured = w.where(p.utilization.notna(), 0.0)
+    first_created = p.groupby(key).created_s.transform("min")
+    first_queued = p.groupby(key).queued_s.transform("min")
+    gave_up = (p.finished_s - first_queued).where(
+        (p.phase == "Deleted") & p.scheduled_s.isna() & p.finished_s.notna())
+    p = p.assign(
+        ran=ran, held=held, starting=starting, work=held - starting,
+        running=ran & (p.finished_s.isna() | (p.finished_s > end)),
+        first_wave=p.created_s <= first_created + 1e-6, open=p.finished_s.isna(),
+        spot=p.provisioning == "spot", known=p.provisioning.notna(),
+        reclaimed=p.reason == "Terminated", restarted=(p.phase == "Failed") & ran,
+        w=w, wu=(p.utilization * w).fillna(0.0), measured=measured, gave_up=gave_up)
+    g = p.groupby(key, sort=True)
+    per = g.agg(
+        owner_kind=("owner_kind", "first"), team=("team", "first"),
+        queued=("queued_s", "min"), wave=("first_wave", "sum"), open=("open", "any"),
+        ran=("ran", "sum"), work=("work", "sum"), starting=("starting", "sum"),
+        running=("running", "any"), node_pool=("node_pool", "last"),
+        fits_pool=("fits_pool", "first"), spot=("spot", "any"), known=("known", "any"),
+        gpus=("gpus", "max"), gpu_model=("gpu_model", "first"),
+        mig_profile=("mig_profile", "first"), queue=("queue", "first"),
+        priority_class=("priority_class", "first"), priority=("priority", "max"),
+        reclaims=("reclaimed", "sum"), restarts=("restarted", "sum"),
+        unschedulable=("unschedulable", "all"), gave_up=("gave_up", "max"),
+        w=("w", "sum"), wu=("wu", "sum"), measured=("measured", "sum"))
+    classes = p[p.bottleneck.notna()].groupby([*key, "bottleneck"]).w.sum()
+    majority = classes.sort_values(ascending=False, kind="stable").reset_index() \
+        .drop_duplicates(key).set_index(key).bottleneck if len(classes) else pd.Series(
+            dtype=str)
+    always = {(r.namespace, r.workload): int(r.replicas)
+              for r in replicas.itertuples(index=False)}
+    jobs = []
+    for (namespace, name), r in per.iterrows():
+        owner = r.owner_kind if isinstance(r.owner_kind, str) else "Job"
+        always_on = owner not in ("Job", "Workload") and bool(r.open)
+        pods = always.get((namespace, name), int(r.wave)) if always_on else int(r.wave)
+        pods = max(pods, 1)
+        pool = r.node_pool if isinstance(r.node_pool, str) else None
+        where = pool or (r.fits_pool if isinstance(r.fits_pool, str) else None)
+        spot = bool(r.spot) if r.known else provisioning.get(where or "") == "spot"
+        basis: RunBasis = "estimated" if not r.ran else \
+            "lower_bound" if r.running else "measured"
+        util = float(r.wu / r.measured) if r.measured > 0 else None
+        jobs.append(Job(
+            job=str(name), namespace=str(namespace), team=str(r.team),
+            kind="always_on" if always_on else "job",
+            submitted=datetime.fromtimestamp(float(r.queued), UTC), pods=pods,
+            gpus_per_pod=int(r.gpus), gpu_model=_text(r.gpu_model) or "", spot=spot,
+            sharing=where in shared_pools, mig_profile=_text(r.mig_profile),
+            queue=_text(r.queue), priority_class=_text(r.priority_class),
+            priority=int(r.priority) if pd.notna(r.priority) else 0,
+            run_seconds=float(r.work) / pods if r.ran else math.nan, run_basis=basis,
+            startup_seconds=float(r.starting) / int(r.ran) if r.ran else 0.0,
+            profile=profile_of(_text(majority.get((namespace, name))), util),
+            utilization=util, reclaims=int(r.reclaims), restarts=int(r.restarts),
+            schedulable=bool(r.ran) or not bool(r.unschedulable), node_pool=pool,
+            deadline_seconds=float(r.gave_up) if not r.ran and pd.notna(r.gave_up)
+            else None))
     return jobs
 
 
-def _job(namespace: str, name: str, g: pd.DataFrame, start: float, end: float,
-         shared_pools: set[str], always: Mapping[tuple[str, str], int],
-         provisioning: Mapping[str, str]) -> Job:
-    g = g.sort_values(["created_s", "pod"])
-    owner = str(g.owner_kind.dropna().iloc[0]) if g.owner_kind.notna().any() else "Job"
-    first_wave = g[g.created_s <= g.created_s.min() + 1e-6]
-    always_on = owner not in ("Job", "Workload") and g.finished_s.isna().any()
-    ran = g[g.scheduled_s.notna() & g.phase.isin([*ENDS, "Running", "Pending", "Unknown"])]
-    held_until = ran.finished_s.fillna(end).clip(upper=end)
-    held = (held_until - ran.scheduled_s.clip(lower=start)).clip(lower=0)
-    starting = ran.starting_seconds.clip(upper=held)
-    pods = int(always.get((namespace, name), len(first_wave))) if always_on \
-        else len(first_wave)
-    pools = g.node_pool.dropna()
-    pool = str(pools.iloc[-1]) if len(pools) else None
-    fits = g.fits_pool.dropna()
-    where = pool or (str(fits.iloc[0]) if len(fits) else None)
-    if g.provisioning.notna().any():
-        spot = bool((g.provisioning == "spot").any())
-    else:
-        spot = provisioning.get(where or "") == "spot"
-    if len(ran) == 0:
-        basis: RunBasis = "estimated"
-        run = math.nan
-    elif ran.finished_s.isna().any() or (ran.finished_s > end).any():
-        basis = "lower_bound"
-        run = float((held - starting).sum()) / max(pods, 1)
-    else:
-        basis = "measured"
-        run = float((held - starting).sum()) / max(pods, 1)
-    weights = g.gpu_seconds.fillna(0)
-    classes = g.assign(w=weights).groupby("bottleneck").w.sum() \
-        if g.bottleneck.notna().any() else pd.Series(dtype=float)
-    util = float((g.utilization * weights).sum() / weights.sum()) \
-        if weights.sum() > 0 and g.utilization.notna().any() else None
-    profile = profile_of(str(classes.idxmax()) if len(classes) else None, util)
-    model = g.gpu_model.dropna()
-    mig = g.mig_profile.dropna()
-    classes_named = g.priority_class.dropna()
-    queues = g.queue.dropna()
-    gave_up = g[(g.phase == "Deleted") & g.scheduled_s.isna() & g.finished_s.notna()]
-    deadline = float((gave_up.finished_s - g.queued_s.min()).max()) \
-        if len(ran) == 0 and len(gave_up) else None
-    return Job(
-        job=name, namespace=namespace, team=str(g.team.iloc[0]),
-        kind="always_on" if always_on else "job",
-        submitted=datetime.fromtimestamp(float(g.queued_s.min()), UTC),
-        pods=max(pods, 1), gpus_per_pod=int(g.gpus.max()),
-        gpu_model=str(model.iloc[0]) if len(model) else "",
-        spot=spot, sharing=where in shared_pools,
-        mig_profile=str(mig.iloc[0]) if len(mig) else None,
-        queue=str(queues.iloc[0]) if len(queues) else None,
-        priority_class=str(classes_named.iloc[0]) if len(classes_named) else None,
-        priority=int(g.priority.max()) if "priority" in g and g.priority.notna().any() else 0,
-        run_seconds=run, run_basis=basis,
-        startup_seconds=float(starting.mean()) if len(ran) else 0.0,
-        profile=profile, utilization=util,
-        reclaims=int((g.reason == "Terminated").sum()),
-        restarts=int(((g.phase == "Failed") & g.scheduled_s.notna()).sum()),
-        schedulable=not (len(ran) == 0 and bool(g.unschedulable.all())),
-        node_pool=pool, deadline_seconds=deadline)
+def _text(v: object) -> str | None:
+    return v if isinstance(v, str) and v else None
 
 
 def _estimate_runs(jobs: list[Job]) -> list[Job]:
@@ -390,7 +399,7 @@ def write(jobs: Iterable[Job], path: Path) -> Path:
     """The trace as CSV, ``COLUMNS`` in order, times in RFC 3339."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(COLUMNS)
         for j in jobs:
             w.writerow([_cell(v) for v in asdict(j).values()])
