@@ -159,8 +159,8 @@ def fidelity(actual: Measured | None, replay: Measured | None, step: float) -> p
         a, r = _get(actual, key) or 0.0, _get(replay, key) or 0.0
         err = abs(r - a) / a if a else (0.0 if r == 0 else math.inf)
         rows.append((label, a, r, err, f"{bound:.0%}", err <= bound))
-    teams = actual.teams.set_index("team").join(replay.teams.set_index("team"),
-                                                 rsuffix="_replay", how="outer")
+    teams = actual.teams.merge(replay.teams, on="team", how="outer",
+                               suffixes=("", "_replay")).set_index("team")
     for team, t in teams.iterrows():
         for q in ("p50", "p90"):
             a, r = t[f"wait_{q}_seconds"], t[f"wait_{q}_seconds_replay"]

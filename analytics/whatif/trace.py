@@ -17,6 +17,7 @@ the week's jobs of its namespace and shape (``run_basis`` says which).
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -34,6 +35,7 @@ from analytics.week import POD_LOOKBACK, Week
 from analytics.workspace import Workspace
 from exporter.model.bottleneck import STALL_GR, THROTTLE_BITS
 from exporter.model.catalog import GPU_MODELS
+from simulator.profiles import activity
 
 JobKind = Literal["job", "always_on"]
 RunBasis = Literal["measured", "lower_bound", "estimated"]
@@ -375,12 +377,16 @@ def _estimate_runs(jobs: list[Job]) -> list[Job]:
     return out
 
 
-PROFILE_UTILIZATION = {"idle": 0.02, "small_batch": 0.55, "input_bound": 0.7,
-                       "comm_bound": 0.75, "memory_bound": 0.85, "throttled": 0.85,
-                       "healthy": 0.93}
-"""Mean utilisation (GR engine active) each profile shows over a run, as the simulator
-draws it (``tests/analytics/test_whatif_trace.py`` measures them): a job whose class
-the counters could not tell gets the profile nearest its measured utilisation."""
+@functools.cache
+def profile_utilization() -> dict[str, float]:
+    """Each profile's mean utilisation (GR engine active) over a run, as the simulator
+    draws it: a job whose class the counters could not tell replays with the profile
+    nearest its measured utilisation."""
+    return {p: float(np.mean([activity(p, 1, 2, step, True, False, False).gr_engine_active
+                              for step in range(SAMPLE_STEPS)])) for p in PROFILES}
+
+
+SAMPLE_STEPS = 600
 
 
 def profile_of(bottleneck: str | None, utilization: float | None) -> str:
@@ -390,7 +396,8 @@ def profile_of(bottleneck: str | None, utilization: float | None) -> str:
         return str(bottleneck)
     if utilization is None or math.isnan(utilization):
         return "healthy"
-    return min(PROFILE_UTILIZATION, key=lambda p: abs(PROFILE_UTILIZATION[p] - utilization))
+    means = profile_utilization()
+    return min(means, key=lambda p: abs(means[p] - utilization))
 
 
 # ----------------------------------------------------------------------------- files
