@@ -26,6 +26,7 @@ from exporter.config import Config
 from exporter.demo import Progress, demo_config, run_steps
 from exporter.runtime.app import open_exporter
 from simulator.server import SimulatorServer
+from simulator.truth import GroundTruth
 
 WAREHOUSE = "warehouse.duckdb"
 
@@ -40,10 +41,17 @@ class Replayed:
     """Wall time the replay took."""
 
 
+@dataclass(frozen=True, slots=True)
+class Ran:
+    warehouse: Path
+    """The warehouse the exporter wrote."""
+    truth: GroundTruth
+    """The simulator's own account of the replay (``simulator.truth``)."""
+
+
 async def replay(built: Built, week: Week, out: Path, progress: Progress,
-                 prices: dict[str, object] | None = None) -> Path:
-    """Run ``built``'s scenario over ``week`` with the exporter measuring it; the path of
-    the warehouse it wrote."""
+                 prices: dict[str, object] | None = None) -> Ran:
+    """Run ``built``'s scenario over ``week`` with the exporter measuring it."""
     await asyncio.to_thread(_fresh, out)
     scenario = built.scenario
     async with SimulatorServer(scenario) as sim:
@@ -59,7 +67,9 @@ async def replay(built: Built, week: Week, out: Path, progress: Progress,
             assert wh is not None
             wh.flush(exporter.last_cycle_time, partial=True)
             wh.checkpoint()
-    return out / WAREHOUSE
+        sim.cluster.close()
+        truth = sim.cluster.truth.report(sim.cluster.start, sim.cluster.now, utilization=False)
+    return Ran(out / WAREHOUSE, truth)
 
 
 def _fresh(out: Path) -> None:
@@ -82,7 +92,7 @@ def replay_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path,
         with Progress(steps, step, desc="replaying") as progress:
             for name, built in runs:
                 began = time.monotonic()
-                path = asyncio.run(replay(built, week, out / name, progress, prices))
+                path = asyncio.run(replay(built, week, out / name, progress, prices)).warehouse
                 store = DuckDBStore(path)
                 try:
                     measured = measure(store, week)

@@ -502,7 +502,7 @@ def _kueue(quotas: pd.DataFrame, queues: pd.DataFrame) -> Kueue | None:
     cqs = []
     for name, g in quotas.groupby("cluster_queue", sort=True):
         flavors: dict[str, FlavorQuota] = {}
-        for r in g.itertuples(index=False):
+        for r in g.sort_values("flavor").itertuples(index=False):
             model = str(r.flavor) if r.flavor in GPU_MODELS else model_of.get(str(name), "")
             if model not in GPU_MODELS or model in flavors:
                 continue

@@ -506,3 +506,26 @@ def test_a_workload_gone_while_no_exporter_watched_ends_at_the_next_start(
     assert ended == [("a", "Deleted", 100.0, None, 600.0, "cq", 600.0),
                      ("b", "Deleted", 100.0, 150.0, 600.0, "cq", 600.0)]
     assert wh.finish_vanished_workloads({"c"}, 700.0) == 0  # ended: not again
+
+
+def test_every_state_between_two_flushes_keeps_its_row(tmp_path: Path) -> None:
+    """A pod pending, running and done, and a Workload pending, admitted and finished, all
+    within one flush interval (a replay flushes once a simulated day): each state is a row,
+    so a window ending before the last state still sees the ones before it."""
+    from tests.exporter.test_compute import pod
+
+    wh = Warehouse(tmp_path / "w.duckdb", "c", interval=60.0)
+    team, lq = (lambda w: "alpha"), (lambda w: w.cluster_queue or "research-cq")
+    for now, p, w in (
+            (120.0, pod(phase="Pending", node=None, scheduled_unix=None), workload("a")),
+            (180.0, pod(), workload("a", admitted=150.0)),
+            (240.0, pod(phase="Succeeded", finished_unix=230.0),
+             workload("a", admitted=150.0, finished=230.0))):
+        wh.add_pods([p], now, lambda p: "alpha")
+        wh.add_workloads([w], now, team, lq, complete=True)
+    wh.flush(300.0)
+    assert wh.con.execute("SELECT phase, epoch(updated) FROM gpu_pods ORDER BY updated"
+                          ).fetchall() == [("Pending", 120.0), ("Running", 180.0),
+                                           ("Succeeded", 240.0)]
+    assert [(r[1], r[6]) for r in workload_rows(wh)] == [
+        ("Pending", 120.0), ("Admitted", 180.0), ("Finished", 240.0)]

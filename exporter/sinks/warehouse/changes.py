@@ -44,12 +44,14 @@ class Changes:
         self.cluster = cluster
         self._connection = connection
         self.pods: dict[str, dict[str, Any]] = {}
+        """Rows by id: every state a pod passed through since the last flush."""
         self.pod_signatures: dict[str, tuple[Any, ...]] = {}
         self.pod_models: dict[str, str] = {}
         self.events: list[dict[str, Any]] = []
         self.quotas: dict[str, dict[str, Any]] = {}
         self.quota_signatures: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.workloads: dict[str, dict[str, Any]] = {}
+        """Rows by id: every state a Workload passed through since the last flush."""
         self.workload_rows: dict[str, dict[str, Any]] = {}
         """Each Workload's last row, by uid: what a row for its deletion repeats."""
         self.workload_signatures: dict[str, tuple[Any, ...]] = {}
@@ -77,8 +79,9 @@ class Changes:
             kueue = admission_of(p)
             queued = min(p.created_unix, kueue.queued_unix) if kueue else p.created_unix
             wait = None if p.scheduled_unix is None else p.scheduled_unix - queued
-            self.pods[p.uid] = {
-                "id": row_id(self.cluster, p.uid, *signature), "cluster": self.cluster,
+            key = row_id(self.cluster, p.uid, *signature)
+            self.pods[key] = {
+                "id": key, "cluster": self.cluster,
                 "pod_uid": p.uid, "namespace": p.namespace, "pod": p.name,
                 "team": team_of(p), "workload": p.workload,
                 "owner_kind": p.owner_kind, "gpus": p.gpus, "gpu_model": model or None,
@@ -152,10 +155,9 @@ class Changes:
         row = {k: v for k, v in row.items() if k not in ("id", "updated")}
         if not last:
             self.workload_rows[row["workload_uid"]] = row
-        self.workloads[row["workload_uid"]] = row | {
-            "id": row_id(self.cluster, row["workload_uid"], row["state"], row["queued"],
-                         row["admitted"], row["finished"], row["cluster_queue"]),
-            "updated": _ts(now)}
+        key = row_id(self.cluster, row["workload_uid"], row["state"], row["queued"],
+                     row["admitted"], row["finished"], row["cluster_queue"])
+        self.workloads[key] = row | {"id": key, "updated": _ts(now)}
 
     def finish_vanished_workloads(self, present: Collection[str], now: float) -> int:
         """End the Workloads the table still shows waiting or admitted that the cluster no
@@ -187,7 +189,7 @@ class Changes:
             row |= {"phase": DELETED, "finished": _ts(now), "updated": _ts(now)}
             row["id"] = row_id(self.cluster, row["pod_uid"], DELETED, row["node"],
                                row["scheduled"], now, row["reason"])
-            self.pods[row["pod_uid"]] = row
+            self.pods[row["id"]] = row
         return len(rows)
 
     def add_event(self, node: str, pool: str, gpu_uuid: str, reason: str, start: float,

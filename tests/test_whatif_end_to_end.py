@@ -1,0 +1,263 @@
+"""What if, end to end: simulated weeks whose truth is known, measured by the exporter,
+turned into a trace and a layout, replayed and measured again; and a pods CSV from outside
+the simulator, replayed on a layout in YAML, against a first-come-first-served queue
+worked out by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pytest
+import yaml
+
+from analytics.store import DuckDBStore
+from analytics.week import Week
+from analytics.whatif import compare, layout, scenario, trace
+from analytics.whatif.measure import Measured, measure
+from exporter.cli import main
+from exporter.demo import Progress
+from exporter.model.prices import load_price_book
+from exporter.whatif import replay, replay_all
+from simulator.scenario import Scenario, load_scenario
+
+STEP = 300.0
+DAYS = 3
+
+
+def compressed(name: str) -> Scenario:
+    """An embedded scenario at 5-minute steps, its faults and stockouts twice as early, so
+    that three days hold them all (a reclaim and a stockout, XIDs, a NotReady node)."""
+    s = load_scenario(name)
+    return s.model_copy(update={
+        "step": STEP,
+        "faults": [f.model_copy(update={"at": f.at / 2}) for f in s.faults],
+        "stockouts": [o.model_copy(update={"at": o.at / 2, "duration": o.duration / 2})
+                      for o in s.stockouts]})
+
+
+@dataclass
+class Replayed:
+    scenario: Scenario
+    window: Week
+    jobs: list[trace.Job]
+    layout: layout.Layout
+    actual: Measured
+    replay: Measured
+    comparison: compare.Comparison
+    reclaimed: list[Any]
+    """The truth's pods a reclaim ended in the window."""
+
+
+def week_of(scenario: Scenario, out: Path) -> tuple[Week, Path, list[Any]]:
+    """The scenario run with the exporter measuring it, as a cluster's week would be; and
+    the truth's pods a Spot reclaim ended."""
+    window = Week(scenario.start, scenario.start + timedelta(days=DAYS))
+    steps = round(DAYS * 86400 / STEP)
+    ran = asyncio.run(replay(scenario_only(scenario), window, out,
+                             Progress(steps, STEP, "the week")))
+    reclaimed = [ran.truth.pods[uid] for i in ran.truth.interruptions for uid in i.pod_uids]
+    return window, ran.warehouse, reclaimed
+
+
+def scenario_only(s: Scenario) -> scenario.Built:
+    return scenario.Built(s)
+
+
+@pytest.fixture(scope="module", params=["default", "kueue"])
+def replayed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> Replayed:
+    s = compressed(request.param)
+    out = tmp_path_factory.mktemp(request.param)
+    window, path, reclaimed = week_of(s, out / "week")
+    store = DuckDBStore(path)
+    jobs = trace.of_week(store, window)
+    lay = layout.of_week(store, window, None, s.cluster, s.region, STEP)
+    actual = measure(store, window)
+    store.close()
+    built = scenario.build(jobs, layout.with_priorities(lay, jobs), window.start, window.end,
+                           STEP)
+    [done] = replay_all([("replayed", built)], window, out / "replays")
+    return Replayed(s, window, jobs, lay, actual, done.measured,
+                    compare.compare(actual, done.measured, done.measured, STEP), reclaimed)
+
+
+def test_the_layout_of_the_week_is_the_cluster_it_ran_on(replayed: Replayed) -> None:
+    truth = {p.name: p for p in replayed.scenario.pools}
+    found = {p.name: p for p in replayed.layout.pools}
+    assert set(found) == set(truth)
+    for name, p in found.items():
+        t = truth[name]
+        assert (p.accelerator, p.gpus_per_node, p.spot, p.mig_partition_size, p.zone) == \
+            (t.accelerator, t.gpus_per_node, t.spot, t.mig_partition_size, t.zone), name
+        assert (p.sharing is None) == (t.sharing is None), name
+        if t.sharing is not None and p.sharing is not None:
+            assert p.sharing.max_shared_clients_per_gpu <= t.sharing.max_shared_clients_per_gpu
+        if t.autoscaling is None:
+            assert (p.nodes, p.autoscaling) == (t.nodes, None), name
+        else:
+            assert p.autoscaling is not None, f"{name} autoscales"
+            assert 1 <= p.autoscaling.max_nodes <= t.autoscaling.max_nodes, \
+                "the most nodes it had: its maximum, or below it"
+    kinds = sorted((f.kind, f.at) for f in replayed.layout.incidents
+                   if f.kind != "spot_preemption")
+    expected = sorted((f.kind, f.at) for f in replayed.scenario.faults
+                      if f.at < DAYS * 86400 and (f.kind == "node_not_ready" or (
+                          f.kind == "xid" and f.code in (48, 64, 74, 79, 95))))
+    assert [k for k, _ in kinds] == [k for k, _ in expected]
+    for (_, found_at), (_, at) in zip(kinds, expected, strict=True):
+        assert abs(found_at - at) <= STEP
+    reclaims = [f for f in replayed.layout.incidents if f.kind == "spot_preemption"]
+    assert len(reclaims) == len({p.node for p in replayed.reclaimed}), \
+        "a reclaim shows by the pods it ended (an empty node's, by nothing)"
+    assert (replayed.layout.kueue is None) == (replayed.scenario.kueue is None)
+    if replayed.layout.kueue is not None and replayed.scenario.kueue is not None:
+        found_q = {q.name: q for q in replayed.layout.kueue.cluster_queues}
+        for q in replayed.scenario.kueue.cluster_queues:
+            assert found_q[q.name].cohort == q.cohort
+            assert sorted(found_q[q.name].flavors, key=str) == sorted(q.flavors, key=str)
+            assert found_q[q.name].preemption in (q.preemption, "Never"), \
+                "it preempts where the week saw it requeue a Workload"
+        assert set(replayed.layout.kueue.local_queues) == \
+            set(replayed.scenario.kueue.local_queues)
+
+
+def test_the_trace_holds_every_job_of_the_week_and_its_work(replayed: Replayed) -> None:
+    jobs = [j for j in replayed.jobs if j.kind == "job"]
+    assert len({(j.namespace, j.job) for j in jobs}) == len(jobs)
+    held = replayed.actual.headline["allocated_gpu_hours"]
+    assert held
+    worked = sum(j.pods * j.gpus_per_pod * (j.run_seconds + j.startup_seconds) / 3600
+                 for j in jobs if j.run_basis != "estimated")
+    always = sum(j.pods * j.gpus_per_pod * DAYS * 24 for j in replayed.jobs
+                 if j.kind == "always_on")
+    # time-shared GPUs count half per pod, MIG slices a seventh: the trace's GPUs are
+    # Kubernetes' units, the headline's physical GPUs
+    assert worked + always >= held * 0.99
+    assert {j.profile for j in jobs} <= set(trace.PROFILES)
+    assert any(j.reclaims for j in jobs) == any(
+        f.kind == "spot_preemption" for f in replayed.layout.incidents)
+
+
+def test_the_week_replayed_on_its_own_layout_is_the_week(replayed: Replayed) -> None:
+    f = replayed.comparison.fidelity
+    print()
+    print(replayed.scenario.cluster)
+    print(f.to_string())
+    assert len(f) >= 3 + 2 * 4, "cost, GPU-hours and each team's p50 and p90"
+    assert f.ok.all(), f[~f.ok].to_string()
+
+
+def test_a_node_more_costs_its_price_and_shortens_the_queue(
+        tmp_path: Path, replayed: Replayed) -> None:
+    """One more 8-GPU H100 node (and, with Kueue, 8 more GPUs of research's H100 quota):
+    the cost grows by its price for the whole window, to the cent of the price book; the
+    pre-training queue that waited on H100s shortens."""
+    pools = [p.model_copy(update={"nodes": p.nodes + 1}) if p.name == "h100-ondemand" else p
+             for p in replayed.layout.pools]
+    kueue = replayed.layout.kueue
+    if kueue is not None:
+        kueue = kueue.model_copy(update={"cluster_queues": [
+            q.model_copy(update={"flavors": [
+                f.model_copy(update={"nominal_gpus": f.nominal_gpus + 8})
+                if f.accelerator == "nvidia-h100-80gb" else f for f in q.flavors]})
+            if q.name == "research" else q for q in kueue.cluster_queues]})
+    more = replayed.layout.model_copy(update={"pools": pools, "kueue": kueue})
+    built = scenario.build(replayed.jobs, layout.with_priorities(more, replayed.jobs),
+                           replayed.window.start, replayed.window.end, STEP)
+    [done] = replay_all([("proposed", built)], replayed.window, tmp_path)
+    c = compare.compare(replayed.actual, replayed.replay, done.measured, STEP)
+    pool = c.pools.set_index("node_pool").loc["h100-ondemand"]
+    price = load_price_book(None, replayed.scenario.region).prices[
+        "nvidia-h100-80gb", "on-demand"]
+    node = 8 * price * DAYS * 24
+    assert pool.cost_usd_proposed - pool.cost_usd_replay == pytest.approx(node, rel=1e-6)
+    if replayed.layout.kueue is None:  # else borrowing moves the Spot pool's cost too
+        assert c.summary.set_index("figure").loc["Cost"].delta == pytest.approx(node, rel=1e-6)
+    teams = c.teams.set_index("team")
+    assert teams.loc["research", "wait_p90_seconds_delta"] < 0
+
+
+# ----------------------------------------------------------------------------- a pods CSV
+
+GPUS = 12
+"""The layout's GPUs: three T4 nodes of four."""
+
+
+def fifo_waits(pods: list[tuple[float, float]], servers: int) -> list[float]:
+    """First come, first served on ``servers`` identical GPUs: each pod (arrival, run)
+    starts when it arrives or the earliest GPU frees, whichever is later."""
+    free = [0.0] * servers
+    heapq.heapify(free)
+    waits = []
+    for arrival, run in sorted(pods):
+        at = max(arrival, heapq.heappop(free))
+        waits.append(at - arrival)
+        heapq.heappush(free, at + run)
+    return waits
+
+
+def pods_csv(path: Path, start: datetime, n: int, seed: int) -> list[tuple[float, float]]:
+    """``n`` one-GPU pods over a week, recorded as another cluster (16 GPUs) ran them:
+    arrivals and runs on the 5-minute grid, the runs' mean 50 minutes (83 % of 12 GPUs)."""
+    rng = random.Random(seed)
+    pods = []
+    t = 0.0
+    for _ in range(n):
+        t += rng.expovariate(n / (7 * 86400))
+        pods.append((math.floor(t / STEP) * STEP, STEP * rng.randint(2, 18)))
+    recorded = fifo_waits(pods, 16)
+    rows = []
+    for i, ((arrival, run), wait) in enumerate(zip(sorted(pods), recorded, strict=True)):
+        created = start + timedelta(seconds=arrival)
+        scheduled = created + timedelta(seconds=wait)
+        rows.append({"created": created.isoformat(), "scheduled": scheduled.isoformat(),
+                     "deleted": (scheduled + timedelta(seconds=run)).isoformat(),
+                     "gpus": 1, "gpu_model": "nvidia-tesla-t4",
+                     "team": ("vision", "speech", "ads")[i % 3], "pod": f"job-{i:04d}",
+                     "utilization": 0.5})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return sorted(pods)
+
+
+def test_a_pods_csv_replays_on_a_layout_in_yaml_as_a_fifo_queue_would(tmp_path: Path,
+                                                                        capsys: Any) -> None:
+    start = datetime(2026, 3, 2, tzinfo=UTC)
+    pods = pods_csv(tmp_path / "pods.csv", start, 2000, seed=11)
+    (tmp_path / "layout.yaml").write_text(yaml.safe_dump({
+        "cluster": "elsewhere", "region": "us-central1",
+        "pools": [{"name": "t4", "accelerator": "nvidia-tesla-t4", "gpus_per_node": 4,
+                   "nodes": GPUS // 4, "zone": "us-central1-f"}]}))
+    out = tmp_path / "out"
+    assert main(["whatif", "--trace", str(tmp_path / "pods.csv"), "--layout",
+                 str(tmp_path / "layout.yaml"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "What if: 2026-W10 on" in printed and "Queue wait p90" in printed
+    for name in ("whatif.md", "whatif.html", "whatif.png", "summary.csv", "teams.csv",
+                 "trace.csv"):
+        assert (out / name).stat().st_size > 0, name
+    con = duckdb.connect(str(out / "replays" / "proposed" / "warehouse.duckdb"),
+                         read_only=True)
+    rows = con.execute(
+        "SELECT pod, epoch(scheduled) - epoch(created) FROM gpu_pods "
+        "WHERE scheduled IS NOT NULL QUALIFY row_number() OVER "
+        "(PARTITION BY pod_uid ORDER BY updated DESC) = 1").fetchall()
+    con.close()
+    replayed = {pod.rsplit("-", 1)[0]: wait for pod, wait in rows}
+    expected = fifo_waits(pods, GPUS)
+    window_end = 7 * 86400
+    checked = 0
+    for i, ((arrival, _), wait) in enumerate(zip(pods, expected, strict=True)):
+        if arrival + wait >= window_end:
+            continue  # not scheduled in the window
+        assert replayed[f"job-{i:04d}"] == pytest.approx(wait), f"job-{i:04d}"
+        checked += 1
+    assert checked >= 1900 and max(expected) > 3600, "a real queue, mostly replayed"
