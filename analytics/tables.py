@@ -100,6 +100,29 @@ TABLES: tuple[ReportTable, ...] = (
                     "free GPUs a scale-down removes (`mismatch`, `no_demand`), "
                     "`availability`; blank for a lever of the week's cost, and for a "
                     "warehouse that records no causes."))),
+    ReportTable("replayed", "What the actions do, replayed",
+                "Each action that changes the cluster's layout, replayed: the week's jobs "
+                "through the simulator on the layout it implies, measured by the exporter, "
+                "less the week replayed on its own layout, so that no action trades a dollar "
+                "for a queue nobody sees (`report.whatif_budget`; `gke-gpu-exporter whatif` "
+                "replays any layout). Only in the platform report, when replays are on.",
+                (_c("action", "text", "The action, as above."),
+                 _c("where", "text", "Where, as above."),
+                 _c("change", "text", "The layout replayed."),
+                 _c("cost_change_usd", "usd", "The week's cost on that layout, less on its "
+                    "own."),
+                 _c("waited_gpu_hours_change", "hours", "GPU-hours pods waited, likewise."),
+                 _c("team", "text", "The team whose queue-wait p90 grew most (or shrank "
+                    "least)."),
+                 _c("wait_p90_change_seconds", "seconds", "That team's queue-wait p90, "
+                    "likewise."),
+                 _c("stranded_gpu_hours_change", "hours", "Free GPU-hours no waiting pod "
+                    "could use, likewise."),
+                 _c("min_availability", "ratio", "The least available pool's availability "
+                    "on that layout (against `sla.target`)."),
+                 _c("reclaims_change", "count", "Spot reclaims, likewise."),
+                 _c("note", "text", "Why it was not replayed (the time budget), or how far "
+                    "the week's own replay is from the week (its fidelity)."))),
     ReportTable("cost_by_cluster", "Cost by cluster",
                 "Per cluster, side by side: only in a report over a warehouse that several "
                 "clusters write to (`report weekly --cluster` reports one of them).",

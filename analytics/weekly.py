@@ -9,6 +9,8 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import pandas as pd
+
 from analytics import mail, render
 from analytics.figures.cost import POOLED
 from analytics.figures.headline import Pricing
@@ -61,11 +63,16 @@ def reconcile_with_bill(report: WeeklyReport, store: Store, week: Week, cfg: Con
                      for name in SECTIONS if name in report.tables or name == "reconciliation"}
 
 
+Replays = Callable[[WeeklyReport], pd.DataFrame]
+"""What the platform report's actions do, replayed (``exporter.whatif.replay_levers``)."""
+
+
 def run_weekly(store: Store, week: Week, cfg: Config,
                prices: PriceBook | Mapping[tuple[str, str], float],
                out: Path | None, email: bool,
                step: Callable[[str], None] = lambda _: None,
-               force: bool = False, cluster: str | None = None) -> tuple[WeeklyReport, int]:
+               force: bool = False, cluster: str | None = None,
+               replays: Replays | None = None) -> tuple[WeeklyReport, int]:
     """The platform report, written to ``out`` with each team's slice, and (with
     ``email``) mailed; with the number of recipients the SMTP server accepted. Mailing
     nobody, or a team in ``report.team_recipients`` that had no GPU time that week, is a
@@ -73,7 +80,8 @@ def run_weekly(store: Store, week: Week, cfg: Config,
     with data for less than ``report.min_coverage`` of its hours is ``ThinWeek``, unless
     ``force``. ``cluster``: that cluster's rows only (default: every cluster's).
     ``prices``: the book the costs are priced with (the report states its basis: the
-    book's dates, ``cfg.prices``' discounts), or list prices alone."""
+    book's dates, ``cfg.prices``' discounts), or list prices alone. ``replays``: the table
+    of what the platform report's actions do, replayed (none without it)."""
     report_cfg = cfg.report
     if email and not report_cfg.platform_recipients and \
             not any(report_cfg.team_recipients.values()):
@@ -107,6 +115,12 @@ def run_weekly(store: Store, week: Week, cfg: Config,
             log.warning("report without reconciliation: the bill could not be read",
                         extra=ctx(week=week.label, table=report_cfg.billing_table,
                                   error=f"{type(exc).__name__}: {exc}"[:500]))
+    if replays is not None:
+        step("replaying the actions")
+        replayed = replays(platform)
+        platform.tables = {name: replayed if name == "replayed" else platform.tables[name]
+                           for name in SECTIONS if name in platform.tables
+                           or name == "replayed"}
     teams: dict[str, WeeklyReport] = {}
     for team in found:
         step(f"team {team}")

@@ -22,10 +22,14 @@ from exporter.model.durations import parse_duration
 from exporter.runtime.lifecycle import Stopped, stop_on_signals, wait_for_shutdown
 
 if TYPE_CHECKING:
+    import pandas as pd
     from google.cloud import bigquery
 
     from analytics.reconcile import Bill
+    from analytics.report import WeeklyReport
     from analytics.store import Store
+    from analytics.week import Week
+    from analytics.weekly import Replays
     from exporter.config import Config
 
 log = logging.getLogger(__name__)
@@ -120,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "report.min_coverage of its hours")
     weekly.add_argument("--config", metavar="FILE", help="YAML config (cluster, SLA target, "
                         "prices, warehouse, report recipients and SMTP)")
+    weekly.add_argument("--whatif-budget", type=_duration, metavar="DURATION",
+                        help="replay the week on the layout each action implies, for this "
+                             "long at most (default: the config's report.whatif_budget, 0: "
+                             "none)")
     weekly.add_argument("--outcome", metavar="FILE", type=Path,
                         help="also write the outcome as JSON: the week, ok or thin (a week "
                              "refused for its coverage), and the share of its hours covered")
@@ -466,9 +474,13 @@ def _report(args: argparse.Namespace) -> int:
             bar.set_postfix_str(what)
             bar.update(1)
 
+        budget = cfg.report.whatif_budget if args.whatif_budget is None \
+            else args.whatif_budget
         try:
             report, mailed = run_weekly(store, week, cfg, book, args.out, args.email, step,
-                                        force=args.force, cluster=args.cluster)
+                                        force=args.force, cluster=args.cluster,
+                                        replays=_replays(store, week, args.cluster, cfg,
+                                                         budget) if budget else None)
         except ThinWeek as exc:
             _outcome(args.outcome, week.label, "thin", exc.coverage)
             print(f"error: {exc}", file=sys.stderr)
@@ -536,6 +548,17 @@ def _whatif(args: argparse.Namespace) -> int:
     except google as exc:
         print(f"error: {_google_problem(exc)}", file=sys.stderr)
         return 2
+
+
+def _replays(store: Store, week: Week, cluster: str | None, cfg: Config,
+             budget: float) -> Replays:
+    """The platform report's actions replayed within ``budget`` seconds."""
+    from exporter.whatif import replay_levers
+
+    def replays(platform: WeeklyReport) -> pd.DataFrame:
+        return replay_levers(store, week, cluster, cfg, platform.frame("actions"),
+                             platform.frame("spot"), budget, cfg.report.whatif_step)
+    return replays
 
 
 def _outcome(path: Path | None, week: str, outcome: str, coverage: float) -> None:

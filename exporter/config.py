@@ -478,6 +478,12 @@ class Report(_Section):
     timeout: Duration = Field(default=1800.0, gt=0)
     """Longest a scheduled report's child process may take (e.g. ``30m``): then it is
     killed, counted as failed and retried an hour later."""
+    whatif_budget: Duration = Field(default=0.0, ge=0)
+    """How long the platform report may spend replaying the week on the layout each of its
+    actions implies (``What the actions do, replayed``; e.g. ``10m``): the week on its own
+    layout first, then the actions in order while the budget lasts. 0: no replays."""
+    whatif_step: Duration = Field(default=300.0, ge=30)
+    """The replays' step: the simulated time between the exporter's cycles."""
     billing_table: BillingTable | None = None
     """The Cloud Billing detailed export (``PROJECT.DATASET.gcp_billing_export_resource_v1_
     <BILLING_ACCOUNT_ID>``): the platform report then reconciles the week's GPU cost with
@@ -486,6 +492,9 @@ class Report(_Section):
     @model_validator(mode="after")
     def _valid(self) -> Self:
         problems = []
+        if self.whatif_budget and self.whatif_budget >= self.timeout:
+            problems.append(f"whatif_budget ({self.whatif_budget:g} s) must be shorter than "
+                            f"timeout ({self.timeout:g} s), which the replays run within")
         try:
             ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analytics import holdings
+import pandas as pd
+
+from analytics import holdings, tables
 from analytics.store import DuckDBStore, Store
 from analytics.week import Week
-from analytics.whatif import compare, layout, render, scenario, trace
+from analytics.whatif import compare, layout, levers, render, scenario, trace
 from analytics.whatif.measure import Measured, measure
 from analytics.whatif.scenario import Built
 from exporter.config import Config
@@ -196,3 +199,52 @@ def _region(store: Store, week: Week, cfg: Config) -> str:
                                                               "end": week.end})
     regions = sorted({str(z).rsplit("-", 1)[0] for z in zones.zone})
     return regions[0] if len(regions) == 1 else cfg.prices.region
+
+
+def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
+                  actions: pd.DataFrame, spot: pd.DataFrame, budget: float, step: float,
+                  ) -> pd.DataFrame:
+    """The ``replayed`` table of the platform report: the week on its own layout, then on
+    the layout each action implies (``analytics.whatif.levers``), in the actions' order
+    while ``budget`` seconds last (a replay is reckoned to take as long as the first)."""
+    began = time.monotonic()
+    cols = [c.name for c in tables.BY_NAME["replayed"].columns]
+    jobs = trace.of_week(store, week, cluster)
+    name = cluster or next(iter(holdings.clusters(store)), cfg.cluster)
+    base = layout.with_priorities(
+        layout.of_week(store, week, cluster, name, _region(store, week, cfg), step), jobs)
+    pairs = spot.sort_values("weekly_saving_usd", ascending=False)[
+        ["namespace", "gpu_model"]].dropna().drop_duplicates() if not spot.empty else spot
+    candidates = levers.layouts(actions, base, [(str(n), str(m)) for n, m in
+                                                pairs.itertuples(index=False)])
+    if not candidates:
+        return pd.DataFrame(columns=cols)
+    actual = measure(store, week, cluster)
+    prices = cfg.prices.model_dump(mode="json", exclude_defaults=True)
+    rows: list[tuple[object, ...]] = []
+    with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:
+        [own] = replay_all([("replayed", scenario.build(jobs, base, week.start, week.end,
+                                                        step))], week, Path(tmp), prices)
+        fidelity = compare.fidelity(actual, own.measured, step)
+        off = fidelity[~fidelity.ok.astype(bool)]
+        told = "the week's own replay within its fidelity bounds" if off.empty else \
+            "the week's own replay outside its bounds: " + ", ".join(off.check)
+        for lever in candidates:
+            if time.monotonic() - began + own.seconds > budget:
+                rows.append((lever.action, lever.where, lever.change, *[None] * 7,
+                             f"not replayed: over report.whatif_budget ({budget:g} s)"))
+                continue
+            built = scenario.build(jobs, lever.layout, week.start, week.end, step)
+            [done] = replay_all([("lever", built)], week, Path(tmp), prices)
+            c = compare.compare(actual, own.measured, done.measured, step)
+            s = c.summary.set_index("figure")
+            worst = c.teams.dropna(subset=["wait_p90_seconds_delta"]) \
+                .sort_values("wait_p90_seconds_delta", ascending=False)
+            rows.append((lever.action, lever.where, lever.change,
+                         s.loc["Cost", "delta"], s.loc["GPU-hours waited", "delta"],
+                         str(worst.team.iloc[0]) if len(worst) else None,
+                         float(worst.wait_p90_seconds_delta.iloc[0]) if len(worst) else None,
+                         s.loc["Stranded GPU-hours (free, no waiting pod fits)", "delta"],
+                         s.loc["Lowest pool availability", "proposed"],
+                         s.loc["Spot reclaims", "delta"], told))
+    return pd.DataFrame(rows, columns=cols)
