@@ -306,6 +306,18 @@ def prices() -> str:
                      "GPU + share"), rows)).rstrip("\n")
 
 
+def trace_columns() -> str:
+    from analytics.whatif.trace import COLUMNS
+    return table(("column", "meaning"), [(f"`{k}`", cell(v)) for k, v in COLUMNS.items()]) \
+        .rstrip("\n")
+
+
+def pod_columns() -> str:
+    from analytics.whatif.trace import POD_COLUMNS
+    return table(("column", "meaning"), [(f"`{k}`", cell(v)) for k, v in
+                                         POD_COLUMNS.items()]).rstrip("\n")
+
+
 class Section(NamedTuple):
     page: str
     """The page under ``docs/`` that holds the section."""
@@ -319,6 +331,8 @@ SECTIONS: dict[str, Section] = {
     "schema": Section("warehouse.md", schema),
     "report-tables": Section("report.md", report_tables),
     "prices": Section("prices.md", prices),
+    "trace-columns": Section("whatif.md", trace_columns),
+    "pod-columns": Section("whatif.md", pod_columns),
 }
 """Every section this script generates, by name (the name in its marker lines)."""
 

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
 import pandas as pd
@@ -132,7 +133,7 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
     actual = week_layout = None
     if store is not None:
         assert r.week is not None
-        week = r.week
+        week = covered(store, r.week, r.cluster)
         jobs = trace.of_pods_csv(r.trace) if r.trace and trace.is_pods_csv(r.trace) \
             else trace.read(r.trace) if r.trace else trace.of_week(store, week, r.cluster)
         name = r.cluster or next(iter(holdings.clusters(store)), cfg.cluster)
@@ -192,6 +193,25 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
     return 0 if compared.fidelity.empty or compared.faithful else 1
 
 
+COVERED = """
+SELECT MIN(time) AS first, MAX(TIMESTAMP_ADD(time, INTERVAL CAST(interval_seconds AS INT64)
+                                          SECOND)) AS last
+FROM {gpu_usage}
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+"""
+
+
+def covered(store: Store, week: Week, cluster: str | None) -> Week:
+    """The week up to the end of its last rows: a week not over yet (or a warehouse that
+    stops short of its end) is replayed as far as it goes."""
+    found = store.query(COVERED, {"start": week.start, "end": week.end, "cluster": cluster})
+    last = found["last"].iloc[0] if not found.empty else None
+    if last is None or pd.isna(last):
+        return week
+    end = min(week.end, pd.Timestamp(last).to_pydatetime().astimezone(UTC))
+    return Week(week.start, end) if end > week.start else week
+
+
 def _region(store: Store, week: Week, cfg: Config) -> str:
     """The region the week's GPUs were in (from their zones), else the config's."""
     zones = store.query("SELECT DISTINCT zone FROM {gpu_usage} WHERE time >= @start AND "
@@ -209,6 +229,7 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
     while ``budget`` seconds last (a replay is reckoned to take as long as the first)."""
     began = time.monotonic()
     cols = [c.name for c in tables.BY_NAME["replayed"].columns]
+    week = covered(store, week, cluster)
     jobs = trace.of_week(store, week, cluster)
     name = cluster or next(iter(holdings.clusters(store)), cfg.cluster)
     base = layout.with_priorities(

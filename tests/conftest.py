@@ -24,7 +24,8 @@ from tests.cloud_monitoring_fake import FakeMetricService
 FIXTURES = Path(__file__).parent / "fixtures"
 
 HEAVY_FIRST = (
-    "test_pending_end_to_end.py", "test_whatif_end_to_end.py", "test_benchmarks.py",
+    "test_pending_end_to_end.py", "test_whatif_end_to_end.py", "test_whatif_report.py",
+    "test_benchmarks.py",
     "bigquery/test_exporter_to_bigquery.py", "test_dashboards_alerts.py",
     "test_package.py", "test_end_to_end.py", "test_kueue_end_to_end.py", "test_demo_serve.py",
     "test_scrape_labels.py", "exporter/test_warehouse_faults.py", "bigquery/test_sink.py",

@@ -88,3 +88,14 @@ def test_the_memory_soak_prints_the_rss_slope_with_the_warehouse_on_and_off() ->
     assert [(mode, int(n)) for mode, n in slopes] == [("on", 36), ("off", 36)], out
     assert re.search(r"^  0\.5     60 .* in_memory_table MiB [\d.]+, file MiB", out, re.M), out
     assert "external_file_cache" not in out
+
+
+def test_the_whatif_benchmark_prints_each_part_and_the_replays_pace() -> None:
+    out = bench("benchmarks/whatif.py", "--days", "0.25", "--gpus", "16")
+    for part in ("the week, measured", "trace", "layout", "scenario", "replay (and measure)"):
+        assert len(re.findall(rf"  {re.escape(part)}\s+wall\s+[\d.]+ s\s+CPU\s+[\d.]+ s",
+                              out)) == 2, part
+    paces = re.findall(r"the replay ([\d.]+) s per simulated day; fidelity (\d+) of (\d+)",
+                       out)
+    assert len(paces) == 2 and all(float(p) > 0 for p, _, _ in paces), out
+    assert re.search(r"fleet: 2 nodes, 16 GPUs", out)

@@ -1,0 +1,70 @@
+"""The weekly report with its actions replayed: a simulated day measured by the exporter,
+then ``report weekly --whatif-budget``: each action that changes the layout is replayed
+while the budget lasts, the rest say why not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from analytics.week import Week
+from analytics.whatif.scenario import Built
+from exporter.cli import main
+from exporter.demo import Progress
+from exporter.whatif import replay
+from simulator.scenario import parse_scenario
+from tests.conftest import scenario_data
+
+STEP = 300.0
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A day of the small test cluster: idle pools to scale down, an 8-GPU queue."""
+    data = scenario_data(step=STEP)
+    rates = {"train": 3, "urgent": 1, "half": 4, "shared": 20, "slice": 20, "spotjob": 6}
+    for w in data["workloads"]:
+        w["arrivals_per_day"] = rates[w["name"]]
+        w["duration"] = ["1h", "6h"]
+    data["pools"][0]["nodes"] = 2
+    scenario = parse_scenario(data, "report")
+    out = tmp_path_factory.mktemp("day")
+    day = Week(scenario.start, scenario.start + timedelta(days=1))
+    ran = asyncio.run(replay(Built(scenario), day, out, Progress(288, STEP, "the day")))
+    return ran.warehouse
+
+
+@pytest.mark.parametrize(("budget", "replayed"), [("10m", True), ("1s", False)])
+def test_the_report_replays_its_actions_within_the_budget(
+        tmp_path: Path, warehouse: Path, budget: str, replayed: bool) -> None:
+    out = tmp_path / "report"
+    assert main(["report", "weekly", "--week", "2026-W47", "--store", f"duckdb:{warehouse}",
+                 "--out", str(out), "--force", "--whatif-budget", budget]) == 0
+    doc = json.loads((out / "report.json").read_text())
+    actions, rows = doc["tables"]["actions"], doc["tables"]["replayed"]
+    assert rows, "some action changes the layout"
+    assert list(doc["tables"]).index("replayed") == list(doc["tables"]).index("actions") + 1
+    assert all((r["action"], r["where"]) in {(a["action"], a["where"]) for a in actions}
+               for r in rows)
+    done = [r for r in rows if r["cost_change_usd"] is not None]
+    if not replayed:
+        assert done == []
+        assert all(r["note"].startswith("not replayed: over report.whatif_budget")
+                   for r in rows)
+        return
+    assert done, "the budget holds a replay or more"
+    for r in done:
+        assert "the week's own replay" in r["note"]
+        assert 0 < r["min_availability"] <= 1
+    downs = [r for r in done if r["action"] == "scale this pool down"]
+    assert downs and all(r["cost_change_usd"] <= 0 for r in downs), \
+        "autoscaling a pool saves what its free nodes cost, or nothing where a pod holds " \
+        "every node"
+    assert any(r["cost_change_usd"] < 0 for r in downs)
+    assert "What the actions do, replayed" in (out / "report.md").read_text()
+    assert "replayed" not in json.loads(next((out / "teams").glob("*/report.json"))
+                                        .read_text())["tables"], "the platform report's"
