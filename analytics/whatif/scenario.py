@@ -46,11 +46,29 @@ class Built:
     """Traced jobs and always-on controllers in it."""
 
 
-def moved(job: Job, moves: Sequence[Move]) -> Job:
-    """The job after the first of the layout's moves that matches it."""
+def fits(job: Job, model: str, mig_profile: str | None, clients: int) -> bool:
+    """Whether the job's pods fit the memory of a GPU of ``model`` (its MIG slice, or its
+    share among ``clients`` time-sharing it); a job of unknown memory is taken to fit."""
+    if job.memory_gib is None or model not in GPU_MODELS:
+        return True
+    gpu = GPU_MODELS[model]
+    profile = gpu.mig_profiles.get(mig_profile or "")
+    mib = profile.memory_mib if profile is not None else gpu.memory_mib / max(clients, 1)
+    return job.memory_gib * 1024 <= mib
+
+
+def moved(job: Job, moves: Sequence[Move], clients: int = 1) -> Job:
+    """The job after the first of the layout's moves that matches it, unless its memory
+    does not fit the GPUs it would move to (``clients``: a time-shared GPU's)."""
     for m in moves:
         if m.match.matches(job):
             t = m.to
+            model = t.gpu_model or job.gpu_model
+            sharing = job.sharing if t.sharing is None else t.sharing
+            mig = t.mig_profile if t.mig_profile is not None else \
+                (None if t.gpu_model else job.mig_profile)
+            if not fits(job, model, mig, clients if sharing else 1):
+                return job
             gpus = job.gpus_per_pod if t.mig_profile is None and t.sharing is not True else 1
             return replace(job, gpu_model=t.gpu_model or job.gpu_model,
                            spot=job.spot if t.spot is None else t.spot,
@@ -87,10 +105,18 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
     notes: list[str] = []
     offset = step / 2
     begin, finish = start.timestamp(), end.timestamp()
-    jobs = [moved(j, layout.moves) for j in jobs if j.submitted.timestamp() < finish]
+    clients = max((p.sharing.max_shared_clients_per_gpu for p in layout.pools
+                   if p.sharing is not None), default=1)
+    jobs = [j for j in jobs if j.submitted.timestamp() < finish]
     if layout.moves:
-        changed = sum(1 for j in jobs if any(m.match.matches(j) for m in layout.moves))
-        notes.append(f"{changed} jobs moved by the layout's moves")
+        matched = [j for j in jobs if any(m.match.matches(j) for m in layout.moves)]
+        after = [moved(j, layout.moves, clients) for j in jobs]
+        kept = sum(1 for j, a in zip(jobs, after, strict=True)
+                   if a is j and any(m.match.matches(j) for m in layout.moves))
+        notes.append(f"{len(matched) - kept} jobs moved by the layout's moves"
+                     + (f"; {kept} left where they were: their memory does not fit"
+                        if kept else ""))
+        jobs = after
     priorities = dict(layout.priority_classes)
     teams: dict[str, Counter[str]] = {}
     templates: dict[tuple[object, ...], Workload] = {}

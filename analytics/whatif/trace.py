@@ -70,6 +70,7 @@ class Job:
     schedulable: bool
     node_pool: str | None
     deadline_seconds: float | None = None
+    memory_gib: float | None = None
 
 
 COLUMNS: dict[str, str] = {
@@ -106,6 +107,8 @@ COLUMNS: dict[str, str] = {
     "deadline_seconds": "Seconds after its submission its pods were deleted still waiting "
                         "(its Job's activeDeadlineSeconds, or a person giving up); the "
                         "replay deletes them as late. Empty: never.",
+    "memory_gib": "The most GPU memory one of its pods used on a GPU (GiB): a move to a "
+                  "MIG slice or a time-shared GPU takes only jobs it fits. Empty: unknown.",
 }
 """The trace file's columns, in order, with what each holds (docs/whatif.md)."""
 
@@ -204,8 +207,8 @@ def of_week(store: Store, week: Week, cluster: str | None = None) -> list[Job]:
     ws = Workspace()
     ws.load("pods", batches(store, queries.PODS, base | {
         "stall_gr": STALL_GR, "throttle_bits": THROTTLE_BITS}), classify_arrow)
-    usage = ws.frame("SELECT pod_uid, bottleneck, gpu_seconds, utilization, provisioning "
-                     "FROM pods")
+    usage = ws.frame("SELECT pod_uid, bottleneck, gpu_seconds, utilization, provisioning, "
+                     "peak_memory_bytes FROM pods")
     states = store.query(POD_STATES, base | {"lookback": week.start - POD_LOOKBACK})
     pools = store.query(POOLS, base)
     waits = store.query(POD_WAITS, base)
@@ -315,7 +318,8 @@ def jobs_of_pods(pods: pd.DataFrame, week: Week, shared_pools: set[str],
         priority_class=("priority_class", "first"), priority=("priority", "max"),
         reclaims=("reclaimed", "sum"), restarts=("restarted", "sum"),
         unschedulable=("unschedulable", "all"), gave_up=("gave_up", "max"),
-        w=("w", "sum"), wu=("wu", "sum"), measured=("measured", "sum"))
+        w=("w", "sum"), wu=("wu", "sum"), measured=("measured", "sum"),
+        memory=("peak_memory_bytes", "max"))
     classes = p[p.bottleneck.notna()].groupby([*key, "bottleneck"]).w.sum()
     majority = classes.sort_values(ascending=False, kind="stable").reset_index() \
         .drop_duplicates(key).set_index(key).bottleneck if len(classes) else pd.Series(
@@ -348,7 +352,8 @@ def jobs_of_pods(pods: pd.DataFrame, week: Week, shared_pools: set[str],
             utilization=util, reclaims=int(r.reclaims), restarts=int(r.restarts),
             schedulable=bool(r.ran) or not bool(r.unschedulable), node_pool=pool,
             deadline_seconds=float(r.gave_up) if not r.ran and pd.notna(r.gave_up)
-            else None))
+            else None,
+            memory_gib=float(r.memory) / 2**30 if pd.notna(r.memory) else None))
     return jobs
 
 
@@ -503,7 +508,8 @@ def _job_of_row(row: Mapping[str, str], where: str) -> Job:
         schedulable=flag("schedulable") if text("schedulable") else True,
         node_pool=text("node_pool") or None,
         deadline_seconds=number("deadline_seconds", minimum=1.0)
-        if text("deadline_seconds") else None)
+        if text("deadline_seconds") else None,
+        memory_gib=number("memory_gib") if text("memory_gib") else None)
 
 
 def _missing(where: str, column: str) -> str:

@@ -31,7 +31,7 @@ def make_job(**overrides: Any) -> trace.Job:
         "queue": None, "priority_class": "training", "priority": 500, "run_seconds": 3600.0,
         "run_basis": "measured", "startup_seconds": 0.0, "profile": "healthy",
         "utilization": 0.9, "reclaims": 0, "restarts": 0, "schedulable": True,
-        "node_pool": "h100", "deadline_seconds": None}
+        "node_pool": "h100", "deadline_seconds": None, "memory_gib": None}
     return trace.Job(**(fields | overrides))
 
 
@@ -66,7 +66,8 @@ jobs = st.builds(
     utilization=st.one_of(st.none(), st.integers(0, 1000).map(lambda u: u / 1000)),
     reclaims=st.integers(0, 9), restarts=st.integers(0, 9), schedulable=st.booleans(),
     node_pool=st.one_of(st.none(), names),
-    deadline_seconds=st.one_of(st.none(), st.integers(1, 10**6).map(float)))
+    deadline_seconds=st.one_of(st.none(), st.integers(1, 10**6).map(float)),
+    memory_gib=st.one_of(st.none(), st.integers(0, 141_000).map(lambda m: m / 1000)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -338,3 +339,20 @@ def test_a_job_of_the_trace_keeps_every_field_through_a_move() -> None:
     moved = scenario.moved(job, make_layout(moves=[{"match": {"namespace": "ml"},
                                                     "to": {"mig_profile": "1g.5gb"}}]).moves)
     assert dataclasses.replace(moved, mig_profile=None, gpus_per_pod=8) == job
+
+
+@pytest.mark.parametrize(("memory_gib", "to", "moves"), [
+    (4.0, {"mig_profile": "1g.5gb", "gpu_model": "nvidia-tesla-a100"}, True),   # 4.75 GiB
+    (6.0, {"mig_profile": "1g.5gb", "gpu_model": "nvidia-tesla-a100"}, False),
+    (None, {"mig_profile": "1g.5gb", "gpu_model": "nvidia-tesla-a100"}, True),  # unknown
+    (11.0, {"sharing": True}, True),     # an L4's 22.5 GiB between two clients
+    (12.0, {"sharing": True}, False),
+])
+def test_a_move_to_a_slice_or_a_shared_gpu_takes_only_jobs_it_fits(
+        memory_gib: float | None, to: dict[str, Any], moves: bool) -> None:
+    job = make_job(gpu_model="nvidia-l4", gpus_per_pod=1, memory_gib=memory_gib)
+    lay = make_layout(moves=[{"match": {"team": "research"}, "to": to}])
+    after = scenario.moved(job, lay.moves, clients=2)
+    assert (after is not job) == moves
+    built = scenario.build([job], lay, START, START + timedelta(days=1), 300)
+    assert ("left where they were: their memory does not fit" in built.notes[0]) != moves
