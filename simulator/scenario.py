@@ -586,7 +586,7 @@ def _apportion(weights: list[int], total: int) -> list[int]:
     return out
 
 
-def _format_error(source: str, exc: ValidationError) -> str:
+def format_error(source: str, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in err["loc"])
@@ -606,7 +606,7 @@ def parse_scenario(data: Mapping[str, Any], source: str = "scenario") -> Scenari
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(_format_error(source, exc)) from None
+        raise ScenarioError(format_error(source, exc)) from None
 
 
 EMBEDDED = ("default", "fleet", "europe", "kueue")

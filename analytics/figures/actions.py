@@ -86,6 +86,9 @@ LEVERS: dict[Cause, Lever] = {
 }
 """The lever that answers each cause."""
 
+SCALE_DOWN = "scale this pool down"
+"""The action that removes a pool's free GPUs no waiting pod could use."""
+
 LONG_WAIT_SECONDS = QUEUE_LONG_SECONDS
 """A cause calls for its lever when the worst team's 90th-percentile time waited for it, in
 a pool, is over this."""
@@ -142,7 +145,7 @@ def scale_downs(hours: pd.DataFrame) -> list[Action]:
                     "not counted")
         idle_by = {"mismatch": mismatch, "no_demand": nothing}
         uses = [u for u in REMOVABLE if idle_by[u] > 0]
-        out.append(Action("scale this pool down", f"{pool} ({model}, {prov})", cost, np.nan,
+        out.append(Action(SCALE_DOWN, f"{pool} ({model}, {prov})", cost, np.nan,
                           why, ", ".join(uses)))
     return out
 
@@ -299,7 +302,7 @@ def over_the_week(unallocated: pd.DataFrame, queue: pd.DataFrame,
                 "quotas against this pool; do not remove this capacity"))
         elif r.cost_usd > 0:
             saves.append(Action(
-                "scale this pool down", where, float(r.cost_usd), np.nan,
+                SCALE_DOWN, where, float(r.cost_usd), np.nan,
                 f"{r.gpu_hours:,.0f} GPU-hours unallocated; "
                 f"{_waited_for(str(r.gpu_model), queue)}: the cluster autoscaler (or a lower "
                 "minimum) would have removed them. Matched over the week, not hour by hour: "

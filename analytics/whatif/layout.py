@@ -44,6 +44,7 @@ from simulator.scenario import (
     Pool,
     Sharing,
     Stockout,
+    format_error,
 )
 
 
@@ -243,13 +244,7 @@ def parse(data: Mapping[str, Any], source: str = "layout") -> Layout:
     try:
         return Layout.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in err["loc"])
-            msg = "unknown field" if err["type"] == "extra_forbidden" \
-                else err["msg"].removeprefix("Value error, ")
-            lines.append(f"{source}: {loc.replace('.[', '[') or '(top level)'}: {msg}")
-        raise LayoutError("\n".join(lines)) from None
+        raise LayoutError(format_error(source, exc)) from None
 
 
 # ----------------------------------------------------------------------------- the week

@@ -21,11 +21,12 @@ sizing) change the jobs or the manifests, not the layout: they are not replayed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
+from analytics.figures.actions import LEVER_ACTIONS, SCALE_DOWN
 from analytics.whatif.layout import JobChange, JobMatch, Layout, Move
 from exporter.model.catalog import GPU_MODELS
 from simulator.scenario import Autoscaling, Pool
@@ -155,6 +156,13 @@ def spot_for(base: Layout, candidates: Sequence[tuple[str, str]]) -> tuple[str, 
             base.model_copy(update={"pools": list(pools.values()), "moves": moves}))
 
 
+TO_SPOT = LEVER_ACTIONS["spot"]
+BY_CAUSE: dict[str, Callable[[Layout, str], tuple[str, Layout] | None]] = {
+    "no_capacity": add_capacity, "fragmented": larger_nodes, "quota": raise_quota,
+    "stockout": no_stockouts}
+"""The layout that answers each cause, from the action's ``where``."""
+
+
 def layouts(actions: pd.DataFrame, base: Layout,
             spot_candidates: Sequence[tuple[str, str]]) -> list[LeverLayout]:
     """The layout each action implies, in the actions' order; actions that change no
@@ -165,17 +173,11 @@ def layouts(actions: pd.DataFrame, base: Layout,
         action, where = str(r.action), str(r.where)
         answers = r.answers if isinstance(r.answers, str) else ""
         found: tuple[str, Layout] | None = None
-        if action == "scale this pool down":
+        if action == SCALE_DOWN:
             found = scale_down(base, where)
-        elif answers == "no_capacity":
-            found = add_capacity(base, where)
-        elif answers == "fragmented":
-            found = larger_nodes(base, where)
-        elif answers == "quota":
-            found = raise_quota(base, where)
-        elif answers == "stockout":
-            found = no_stockouts(base, where)
-        elif action == "move batch Jobs to spot":
+        elif answers in BY_CAUSE:
+            found = BY_CAUSE[answers](base, where)
+        elif action == TO_SPOT:
             found = spot_for(base, spot_candidates)
         if found is not None:
             out.append(LeverLayout(action, where, found[0], found[1]))

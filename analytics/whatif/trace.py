@@ -436,18 +436,24 @@ _BOOL = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no":
 def read(path: Path) -> list[Job]:
     """A trace file written by ``write`` (and perhaps edited); ``TraceError`` names the
     line and column of the first bad cell."""
-    try:
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise TraceError(f"{path}: cannot read the trace: {exc}") from None
-    if not rows:
-        raise TraceError(f"{path}: no jobs")
+    rows = _rows(path, "jobs")
     missing = [c for c in COLUMNS if c not in rows[0]]
     if missing:
         raise TraceError(f"{path}: missing columns {', '.join(missing)} (a trace has "
                          f"{', '.join(COLUMNS)})")
     return [_job_of_row(row, f"{path}:{line}") for line, row in enumerate(rows, start=2)]
+
+
+def _rows(path: Path, what: str) -> list[dict[str, str]]:
+    """A CSV file's rows, at least one; ``TraceError`` when it cannot be read."""
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(f"{path}: cannot read it: {exc}") from None
+    if not rows:
+        raise TraceError(f"{path}: no {what}")
+    return rows
 
 
 def _job_of_row(row: Mapping[str, str], where: str) -> Job:
@@ -561,13 +567,7 @@ POD_COLUMNS: dict[str, str] = {
 def of_pods_csv(path: Path) -> list[Job]:
     """The jobs of a plain pods CSV (``POD_COLUMNS``); ``TraceError`` names the line of the
     first row it cannot read."""
-    try:
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise TraceError(f"{path}: cannot read the pods file: {exc}") from None
-    if not rows:
-        raise TraceError(f"{path}: no pods")
+    rows = _rows(path, "pods")
     header = {k.strip().lower() for k in rows[0] if k}
     missing = [c for c in ("created", "gpus", "gpu_model", "team") if c not in header]
     if missing:

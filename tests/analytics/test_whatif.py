@@ -204,7 +204,7 @@ def test_a_layout_reads_back_as_it_was_written(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("data", "error"), [
     ({"pools": []}, "pools: List should have at least 1 item"),
     ({"placment": "spread"}, "placment: unknown field"),
-    ({"placement": "random"}, "placement: Input should be 'compact' or 'spread'"),
+    ({"placement": "random"}, "placement: 'random' is not allowed; allowed values: 'compact' or"),
     ({"pools": [{"name": "a", "accelerator": "nvidia-l4", "gpus_per_node": 3, "nodes": 1}]},
      r"pools\[0\]: gpus_per_node 3 is not offered for nvidia-l4"),
     ({"pools": [{"name": "a", "accelerator": "nvidia-l4", "gpus_per_node": 1, "nodes": 1}] * 2},
