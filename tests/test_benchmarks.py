@@ -91,7 +91,7 @@ def test_the_memory_soak_prints_the_rss_slope_with_the_warehouse_on_and_off() ->
 
 
 def test_the_whatif_benchmark_prints_each_part_and_the_replays_pace() -> None:
-    out = bench("benchmarks/whatif.py", "--days", "0.25", "--gpus", "16")
+    out = bench("benchmarks/whatif.py", "--days", "0.1", "--gpus", "16")
     for part in ("the week, measured", "trace", "layout", "scenario", "replay (and measure)"):
         assert len(re.findall(rf"  {re.escape(part)}\s+wall\s+[\d.]+ s\s+CPU\s+[\d.]+ s",
                               out)) == 2, part

@@ -370,7 +370,7 @@ def of_week(store: Store, week: Week, cluster: str | None, name: str, region: st
         cluster=name, region=region, pools=pools,
         kueue=_kueue(store.query(QUOTAS, base), store.query(QUEUES, base)),
         priority_classes=priorities, spot=SpotReclaims(per_node_day=rate),
-        incidents=incidents, stockouts=_stockouts(scaling, week.start, step))
+        incidents=incidents, stockouts=_stockouts(scaling, intervals, pools, week.start, step))
 
 
 def _pool(name: str, g: pd.DataFrame, nodes: pd.DataFrame, clients: int,
@@ -389,7 +389,7 @@ def _pool(name: str, g: pd.DataFrame, nodes: pd.DataFrame, clients: int,
     mig = first.mig_profile if isinstance(first.mig_profile, str) else None
     grew = most > start_nodes  # (a node missing a few intervals is a failed scrape)
     autoscaling = None
-    if not scaling.empty or grew:
+    if scaling.cause.isin(["scaling_up", "stockout"]).any() or grew:
         waits = scaling[scaling.cause == "scaling_up"].groupby("uid").seconds.sum()
         delay = float(waits.median()) if len(waits) else DEFAULT_PROVISIONING_DELAY
         autoscaling = Autoscaling(min_nodes=least, max_nodes=max(most, 1),
@@ -457,32 +457,45 @@ def _incidents(events: pd.DataFrame, gpus: pd.DataFrame, reclaimed: pd.DataFrame
     return [f for _, _, f in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
-def _stockouts(scaling: pd.DataFrame, start: datetime, step: float) -> list[Stockout]:
-    """The runs of intervals in which pods waited for a pool to grow (scaling up, or
-    replacing reclaimed pods) that include a stockout: the zone had no capacity from the
-    run's start (a stockout often begins with the reclaim that shows it) to its last
-    stockout."""
+def _stockouts(scaling: pd.DataFrame, intervals: pd.DataFrame, pools: list[Pool],
+               start: datetime, step: float) -> list[Stockout]:
+    """When an autoscaled pool could not grow: the runs of intervals in which pods waited
+    for it (scaling up, or replacing reclaimed pods) while it was below its maximum. A run
+    with a stockout recorded is one from its start (a stockout often begins with the
+    reclaim that shows it) to its last stockout; a run without one is a stockout when it
+    lasted longer than a scale-up takes, up to a scale-up before its end."""
     out = []
-    for pool, g in scaling.groupby("node_pool", sort=True):
-        if not (g.cause == "stockout").any():
+    for pool in pools:
+        if pool.autoscaling is None:
+            continue
+        g = scaling[scaling.node_pool == pool.name]
+        mine = intervals[intervals.node_pool == pool.name]
+        nodes = dict(zip((t.to_pydatetime() for t in mine.time), mine.nodes, strict=True))
+        short = {t.to_pydatetime() for t in g.time
+                 if nodes.get(t.to_pydatetime(), 0) < pool.autoscaling.max_nodes}
+        if not short:
             continue
         out_at = {t.to_pydatetime() for t in g[g.cause == "stockout"].time}
-        times = sorted({t.to_pydatetime() for t in g.time})
         quota = g[g.cause == "stockout"].evidence.fillna("").str.contains(
             "quota", case=False).any()
+        times = sorted(short | out_at)
         runs: list[list[datetime]] = [[times[0]]]
         for t in times[1:]:
             if (t - runs[-1][-1]).total_seconds() <= step + 1e-6:
                 runs[-1].append(t)
             else:
                 runs.append([t])
+        delay = pool.autoscaling.provisioning_delay
         for run in runs:
             hit = [t for t in run if t in out_at]
-            if not hit:
-                continue
-            out.append(Stockout(pool=str(pool), at=max(0.0, (run[0] - start).total_seconds()),
-                                duration=(hit[-1] - run[0]).total_seconds() + step,
-                                reason="quota_exceeded" if quota else "out_of_resources"))
+            length = (run[-1] - run[0]).total_seconds() + step
+            duration = (hit[-1] - run[0]).total_seconds() + step if hit else \
+                length - delay if length > delay + step else 0.0
+            if duration > 0:
+                out.append(Stockout(pool=pool.name, at=max(0.0, (run[0] - start)
+                                                           .total_seconds()),
+                                    duration=duration,
+                                    reason="quota_exceeded" if quota else "out_of_resources"))
     return out
 
 

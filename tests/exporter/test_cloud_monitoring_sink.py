@@ -4,7 +4,6 @@ MetricService that enforces Google's write rules (tests/cloud_monitoring_fake.py
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import re
 import time
@@ -81,12 +80,15 @@ async def test_a_snapshot_is_written_in_batches_of_at_most_200(
 
 
 async def test_requests_are_paced(metric_service: tuple[FakeMetricService, str]) -> None:
+    """Five requests at 50 a second span four gaps of 20 ms. The server sees them when
+    they arrive, so one delayed on its way (a loaded machine) shortens the gap after it:
+    the span is what pacing guarantees, not each gap."""
     service, address = metric_service
     w = writer(address, batch_size=10, requests_per_second=50.0)
     w.add_cycle(snapshot(49), T0)
     await drain(w, lambda: w.stats.points_written == 50)
     times = [t for t, _ in service.creates]
-    assert len(times) == 5 and min(b - a for a, b in itertools.pairwise(times)) >= 0.015
+    assert len(times) == 5 and times[-1] - times[0] >= 4 * 0.02 - 0.005
 
 
 async def test_failures_that_may_pass_are_retried(
