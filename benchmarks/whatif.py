@@ -20,6 +20,7 @@ import resource
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,9 +40,10 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def timed(label: str, fn, *args):  # type: ignore[no-untyped-def]
+def timed[**P, T](label: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn``'s result, its wall and CPU seconds printed."""
     wall, used = time.perf_counter(), cpu()
-    out = fn(*args)
+    out = fn(*args, **kwargs)
     print(f"  {label:<28} wall {time.perf_counter() - wall:7.1f} s   CPU "
           f"{cpu() - used:7.1f} s", flush=True)
     return out
@@ -54,7 +56,7 @@ def bench(name: str, s: Scenario, days: float, out: Path) -> None:
     window = Week(s.start, s.start + timedelta(days=days))
     steps = round(days * 86400 / s.step)
     ran = timed("the week, measured", lambda: asyncio.run(replay(
-        scenario.Built(s), window, out / "week", Progress(steps, s.step, "the week"))))
+        s, window, out / "week", Progress(steps, s.step, "the week"))))
     store = DuckDBStore(ran.warehouse)
     jobs = timed("trace", trace.of_week, store, window)
     lay = timed("layout", layout.of_week, store, window, None, s.cluster, s.region, s.step)

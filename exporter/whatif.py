@@ -29,6 +29,7 @@ from analytics.whatif.scenario import Built
 from exporter.config import Config
 from exporter.demo import Progress, demo_config, run_steps
 from exporter.runtime.app import open_exporter
+from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from simulator.truth import GroundTruth
 
@@ -53,11 +54,10 @@ class Ran:
     """The simulator's own account of the replay (``simulator.truth``)."""
 
 
-async def replay(built: Built, week: Week, out: Path, progress: Progress,
+async def replay(scenario: Scenario, week: Week, out: Path, progress: Progress,
                  prices: dict[str, object] | None = None) -> Ran:
-    """Run ``built``'s scenario over ``week`` with the exporter measuring it."""
+    """Run ``scenario`` over ``week`` with the exporter measuring it."""
     await asyncio.to_thread(_fresh, out)
-    scenario = built.scenario
     async with SimulatorServer(scenario) as sim:
         outputs = sim.write_outputs(out)
         cfg = demo_config(scenario, outputs.kubeconfig, out, prices=prices)
@@ -96,7 +96,8 @@ def replay_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path,
         with Progress(steps, step, desc="replaying") as progress:
             for name, built in runs:
                 began = time.monotonic()
-                path = asyncio.run(replay(built, week, out / name, progress, prices)).warehouse
+                path = asyncio.run(replay(built.scenario, week, out / name, progress,
+                                          prices)).warehouse
                 store = DuckDBStore(path)
                 try:
                     measured = measure(store, week)
@@ -123,6 +124,28 @@ class Request:
     """A pods CSV's replay window without a week: days from its first pod's."""
 
 
+@dataclass(frozen=True, slots=True)
+class WeekOf:
+    week: Week
+    """The week as far as its rows go (``covered``)."""
+    cluster: str
+    jobs: list[trace.Job]
+    layout: layout.Layout
+    """Its own layout, with every priority class its jobs name."""
+    measured: Measured
+
+
+def week_of(store: Store, week: Week, cluster: str | None, cfg: Config,
+            step: float) -> WeekOf:
+    """What a replay of ``week`` starts from: its jobs, its layout, its figures."""
+    week = covered(store, week, cluster)
+    name = cluster or next(iter(holdings.clusters(store)), cfg.cluster)
+    jobs = trace.of_week(store, week, cluster)
+    own = layout.of_week(store, week, cluster, name, _region(store, week, cfg), step)
+    return WeekOf(week, name, jobs, layout.with_priorities(own, jobs),
+                         measure(store, week, cluster))
+
+
 def run(request: Request, store: Store | None, cfg: Config) -> int:
     """Replay, measure, compare, write; print the summary. 0, or 1 when the week's own
     replay is outside its fidelity bounds (the comparison is written all the same)."""
@@ -133,22 +156,16 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
     actual = week_layout = None
     if store is not None:
         assert r.week is not None
-        week = covered(store, r.week, r.cluster)
-        jobs = trace.of_pods_csv(r.trace) if r.trace and trace.is_pods_csv(r.trace) \
-            else trace.read(r.trace) if r.trace else trace.of_week(store, week, r.cluster)
-        name = r.cluster or next(iter(holdings.clusters(store)), cfg.cluster)
-        week_layout = layout.of_week(store, week, r.cluster, name, _region(store, week, cfg),
-                                     r.step)
-        actual = measure(store, week, r.cluster)
+        found = week_of(store, r.week, r.cluster, cfg, r.step)
+        week, actual, week_layout = found.week, found.measured, found.layout
+        jobs = trace.load(r.trace) if r.trace else found.jobs
         layout.write(week_layout, out / "layout.yaml",
-                     f"The layout cluster {name} ran on in {week.label}, as its warehouse "
-                     "shows it.")
-        origin = f"{len(jobs):,} jobs of {week.label} in cluster {name}"
+                     f"The layout cluster {found.cluster} ran on in {week.label}, as its "
+                     "warehouse shows it.")
+        origin = f"{len(jobs):,} jobs of {week.label} in cluster {found.cluster}"
     else:
         assert r.trace is not None and r.layout is not None
-        jobs = trace.of_pods_csv(r.trace) if trace.is_pods_csv(r.trace) else trace.read(r.trace)
-        if not jobs:
-            raise trace.TraceError(f"{r.trace}: no jobs")
+        jobs = trace.load(r.trace)
         week = r.week or trace.window(jobs, r.days)
         origin = f"{len(jobs):,} jobs of {r.trace}"
     trace.write(jobs, out / "trace.csv")
@@ -160,8 +177,8 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
     if proposed is not None and proposed != week_layout:
         runs.append(("proposed", scenario.build(jobs, layout.with_priorities(proposed, jobs),
                                                 week.start, week.end, r.step, r.seed)))
-    for name_, built in runs:
-        notes += [f"{name_}: {n}" for n in built.notes]
+    for label, built in runs:
+        notes += [f"{label}: {n}" for n in built.notes]
     done = replay_all(runs, week, out / "replays",
                       cfg.prices.model_dump(mode="json", exclude_defaults=True))
     by_name = {d.name: d for d in done}
@@ -194,8 +211,7 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
 
 
 COVERED = """
-SELECT MIN(time) AS first, MAX(TIMESTAMP_ADD(time, INTERVAL CAST(interval_seconds AS INT64)
-                                          SECOND)) AS last
+SELECT MAX(TIMESTAMP_ADD(time, INTERVAL CAST(interval_seconds AS INT64) SECOND)) AS last
 FROM {gpu_usage}
 WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
 """
@@ -229,18 +245,14 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
     while ``budget`` seconds last (a replay is reckoned to take as long as the first)."""
     began = time.monotonic()
     cols = [c.name for c in tables.BY_NAME["replayed"].columns]
-    week = covered(store, week, cluster)
-    jobs = trace.of_week(store, week, cluster)
-    name = cluster or next(iter(holdings.clusters(store)), cfg.cluster)
-    base = layout.with_priorities(
-        layout.of_week(store, week, cluster, name, _region(store, week, cfg), step), jobs)
+    found = week_of(store, week, cluster, cfg, step)
+    week, jobs, base, actual = found.week, found.jobs, found.layout, found.measured
     pairs = spot.sort_values("weekly_saving_usd", ascending=False)[
         ["namespace", "gpu_model"]].dropna().drop_duplicates() if not spot.empty else spot
     candidates = levers.layouts(actions, base, [(str(n), str(m)) for n, m in
                                                 pairs.itertuples(index=False)])
     if not candidates:
         return pd.DataFrame(columns=cols)
-    actual = measure(store, week, cluster)
     prices = cfg.prices.model_dump(mode="json", exclude_defaults=True)
     rows: list[tuple[object, ...]] = []
     with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:

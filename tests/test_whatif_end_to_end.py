@@ -68,14 +68,9 @@ def week_of(scenario: Scenario, out: Path) -> tuple[Week, Path, list[Any]]:
     the truth's pods a Spot reclaim ended."""
     window = Week(scenario.start, scenario.start + timedelta(days=DAYS))
     steps = round(DAYS * 86400 / STEP)
-    ran = asyncio.run(replay(scenario_only(scenario), window, out,
-                             Progress(steps, STEP, "the week")))
+    ran = asyncio.run(replay(scenario, window, out, Progress(steps, STEP, "the week")))
     reclaimed = [ran.truth.pods[uid] for i in ran.truth.interruptions for uid in i.pod_uids]
     return window, ran.warehouse, reclaimed
-
-
-def scenario_only(s: Scenario) -> scenario.Built:
-    return scenario.Built(s)
 
 
 @pytest.fixture(scope="module", params=["default", "kueue"])

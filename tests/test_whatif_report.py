@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from analytics.week import Week
-from analytics.whatif.scenario import Built
 from exporter.cli import main
 from exporter.demo import Progress
 from exporter.whatif import replay
@@ -34,7 +33,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scenario = parse_scenario(data, "report")
     out = tmp_path_factory.mktemp("day")
     day = Week(scenario.start, scenario.start + timedelta(days=1))
-    ran = asyncio.run(replay(Built(scenario), day, out, Progress(288, STEP, "the day")))
+    ran = asyncio.run(replay(scenario, day, out, Progress(288, STEP, "the day")))
     return ran.warehouse
 
 

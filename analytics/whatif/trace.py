@@ -654,6 +654,11 @@ def _csv_job(namespace: str, name: str, pods: list[dict[str, object]]) -> Job:
         schedulable=True, node_pool=None)
 
 
+def load(path: Path) -> list[Job]:
+    """A trace file, or a plain pods CSV (told apart by their columns)."""
+    return of_pods_csv(path) if is_pods_csv(path) else read(path)
+
+
 def is_pods_csv(path: Path) -> bool:
     """Whether ``path`` is a plain pods CSV (``POD_COLUMNS``) rather than a trace."""
     try:
