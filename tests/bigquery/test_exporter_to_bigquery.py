@@ -1,14 +1,17 @@
-"""The exporter writing BigQuery: a simulated day equals the DuckDB warehouse row for row;
-a SIGKILLed exporter's spooled rows arrive after it restarts."""
+"""The exporter writing BigQuery: a simulated day equals the DuckDB warehouse row for row,
+and the report and a what-if read the same from both; a SIGKILLed exporter's spooled rows
+arrive after it restarts."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import signal
 import subprocess
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,10 @@ from analytics import render
 from analytics.figures.headline import Pricing
 from analytics.report import build
 from analytics.store import BigQueryStore, DuckDBStore
-from analytics.week import week_containing
+from analytics.week import Week, week_containing
+from analytics.whatif import layout as whatif_layout
+from analytics.whatif import measure as whatif_measure
+from analytics.whatif import trace as whatif_trace
 from exporter import duck
 from exporter.demo import demo_config, step_both
 from exporter.google.bigquery_emulator import PROJECT, Emulator
@@ -97,6 +103,29 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
             pd.testing.assert_frame_equal(other.reset_index(drop=True),
                                           table.reset_index(drop=True), check_dtype=False,
                                           rtol=1e-9)
+    # and a what-if reads the same day, its jobs and its layout, from either
+    day = Week(scenario.start, scenario.start + timedelta(days=1))
+    local_store = DuckDBStore(tmp_path / "warehouse.duckdb")
+    big_store = BigQueryStore(bq, sink.dataset_ref)
+    jobs = whatif_trace.of_week(local_store, day)
+    far_jobs = whatif_trace.of_week(big_store, day)
+    assert len(jobs) > 100 and len(far_jobs) == len(jobs)
+    for near_job, far_job in zip(jobs, far_jobs, strict=True):
+        assert _sums(far_job) == pytest.approx(_sums(near_job), rel=1e-9, abs=1e-9)
+        assert dataclasses.replace(far_job, **_sums(near_job)) == near_job
+    assert whatif_layout.of_week(big_store, day, None, "demo", "us-central1", 300.0) == \
+        whatif_layout.of_week(local_store, day, None, "demo", "us-central1", 300.0)
+    near, far = whatif_measure.measure(local_store, day), whatif_measure.measure(big_store, day)
+    local_store.close()
+    assert far.headline == pytest.approx(near.headline)
+    pd.testing.assert_frame_equal(far.teams, near.teams, check_dtype=False, rtol=1e-9)
+
+
+def _sums(job: whatif_trace.Job) -> dict[str, float]:
+    """A job's figures summed over its rows, which the two engines add in their own order
+    (those it has)."""
+    return {f: v for f in ("utilization", "memory_gib", "run_seconds", "startup_seconds")
+            if (v := getattr(job, f)) is not None}
 
 
 async def _metrics(port: int) -> str:
