@@ -29,12 +29,12 @@ from exporter.model.prices import load_price_book
 from exporter.whatif import replay, replay_all
 from simulator.scenario import Scenario, load_scenario
 
-STEP = 300.0
+STEP = 600.0
 DAYS = 2
 
 
 def compressed(name: str) -> Scenario:
-    """An embedded scenario at 5-minute steps, its week's faults and stockouts in two days
+    """An embedded scenario at 10-minute steps, its week's faults and stockouts in two days
     (a reclaim and a stockout, XIDs, a NotReady node), on the grid of its steps."""
     s = load_scenario(name)
     scale = DAYS / 7
@@ -211,14 +211,14 @@ WINDOW = 3.5 * 86400
 
 def pods_csv(path: Path, start: datetime, n: int, seed: int) -> list[tuple[float, float]]:
     """``n`` one-GPU pods over three and a half days, recorded as another cluster (16
-    GPUs) ran them: arrivals and runs on the 5-minute grid, the runs' mean 50 minutes (a
+    GPUs) ran them: arrivals and runs on the 10-minute grid, the runs' mean 50 minutes (a
     thousand pods: 83 % of 12 GPUs)."""
     rng = random.Random(seed)
     pods = []
     t = 0.0
     for _ in range(n):
         t += rng.expovariate(n / WINDOW)
-        pods.append((math.floor(t / STEP) * STEP, STEP * rng.randint(2, 18)))
+        pods.append((math.floor(t / STEP) * STEP, STEP * rng.randint(1, 9)))
     recorded = fifo_waits(pods, 16)
     rows = []
     for i, ((arrival, run), wait) in enumerate(zip(sorted(pods), recorded, strict=True)):
@@ -243,7 +243,8 @@ def test_a_pods_csv_replays_on_a_layout_in_yaml_as_a_fifo_queue_would(tmp_path: 
                    "nodes": GPUS // 4, "zone": "us-central1-f"}]}))
     out = tmp_path / "out"
     assert main(["whatif", "--trace", str(tmp_path / "pods.csv"), "--layout",
-                 str(tmp_path / "layout.yaml"), "--out", str(out), "--duration", "3d12h"]) == 0
+                 str(tmp_path / "layout.yaml"), "--out", str(out), "--duration", "3d12h",
+                 "--step", f"{STEP:g}s"]) == 0
     printed = capsys.readouterr().out
     assert "What if: 2026-W10 on" in printed and "Queue wait p90" in printed
     for name in ("whatif.md", "whatif.html", "whatif.png", "summary.csv", "teams.csv",
@@ -265,4 +266,4 @@ def test_a_pods_csv_replays_on_a_layout_in_yaml_as_a_fifo_queue_would(tmp_path: 
             continue  # not scheduled in the window
         assert replayed[f"job-{i:04d}"] == pytest.approx(wait), f"job-{i:04d}"
         checked += 1
-    assert checked >= 950 and max(expected) > 3600, "a real queue, mostly replayed"
+    assert checked >= 950 and max(expected) >= 3600, "a real queue, mostly replayed"

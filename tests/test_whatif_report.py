@@ -18,7 +18,7 @@ from exporter.whatif import replay
 from simulator.scenario import parse_scenario
 from tests.conftest import scenario_data
 
-STEP = 300.0
+STEP = 600.0
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +33,16 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scenario = parse_scenario(data, "report")
     out = tmp_path_factory.mktemp("day")
     day = Week(scenario.start, scenario.start + timedelta(days=1))
-    ran = asyncio.run(replay(scenario, day, out, Progress(288, STEP, "the day")))
+    ran = asyncio.run(replay(scenario, day, out, Progress(round(86400 / STEP), STEP,
+                                                          "the day")))
     return ran.warehouse
 
 
 @pytest.mark.parametrize(("budget", "replayed"), [("10m", True), ("1s", False)])
 def test_the_report_replays_its_actions_within_the_budget(
-        tmp_path: Path, warehouse: Path, budget: str, replayed: bool) -> None:
+        tmp_path: Path, warehouse: Path, budget: str, replayed: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GKE_GPU_EXPORTER_REPORT__WHATIF_STEP", f"{STEP:g}")
     out = tmp_path / "report"
     assert main(["report", "weekly", "--week", "2026-W47", "--store", f"duckdb:{warehouse}",
                  "--out", str(out), "--force", "--whatif-budget", budget]) == 0
