@@ -195,9 +195,6 @@ WHERE admitted IS NULL AND gpus > 0 AND (finished IS NULL OR finished > @start)
 """
 """The Kueue Workloads waiting for admission in the week and not admitted by its end."""
 
-ENDS = ("Succeeded", "Failed")
-"""Pod phases that end it; a pod ``Deleted`` before it ended ran work that was lost."""
-
 
 def of_week(store: Store, week: Week, cluster: str | None = None) -> list[Job]:
     """The week's jobs (every pod that waited or held a GPU in it, grouped into its Job),
