@@ -11,6 +11,16 @@ the ground truth comes from this state, never from what the HTTP side shows.
 
 A bound pod whose workload has a ``startup`` stays ``Pending`` (scheduled, its container
 ``ContainerCreating`` while the kubelet pulls its image) until it runs.
+
+Each GPU has DCGM's energy counter (``Gpu.energy_mj``, mJ since its driver loaded). Every
+device draws a constant power over each of its truth segments (``_segment_watts``, the
+load curve of ``simulator.profiles``), which ends whenever that could change: a pod binds,
+its containers start, it leaves, the GPU or its node goes down or comes back. The counter
+advances by that power, and the segment's ``joules`` in the truth are the same energy. A
+NotReady node is powered off (0 W, its counters stand still) and its GPUs' counters restart
+at 0 when it comes back Ready (the driver loaded at boot); a GPU down for an XID, or
+missing, keeps drawing its idle floor; a ``driver_reload`` fault resets a Ready node's
+counters to 0 and changes nothing else. The truth records each reset (``counter_resets``).
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from simulator.autoscaler import Autoscaler, CaWords, instance_group
 from simulator.events import KUBELET, SCHEDULER, EventLog, Involved
 from simulator.kueue import KueueState, QueuedWorkload
 from simulator.placement import Placement
-from simulator.profiles import PROFILES, Activity
+from simulator.profiles import PROFILES, Activity, mean_power_ratio
 from simulator.rng import key, mix, uuid_str
 from simulator.scenario import Fault, Pool, Scenario, Workload
 from simulator.store import ApiStore
@@ -61,8 +71,6 @@ class Device:
     info: DeviceInfo
     occupants: list[Pod] = field(default_factory=list)
     since: float = 0.0
-    segment_watts: tuple[float, tuple[PodRef, ...], float] | None = None
-    """The power of the segment open since ``since`` for these occupants, once computed."""
 
 
 @dataclass(slots=True, eq=False)
@@ -76,6 +84,8 @@ class Gpu:
     xid: int = 0
     fault_until: float = 0.0
     energy_mj: float = 0.0
+    """``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (mJ since the driver loaded) at the start of
+    its devices' open segments; ``Cluster.gpu_energy_mj`` adds what they drew since."""
 
 
 @dataclass(slots=True, eq=False)
@@ -420,29 +430,47 @@ class Cluster:
         if self.now > device.since:
             node = device.gpu.node
             down = "node_not_ready" if not node.ready else device.gpu.down_reason
+            watts = self._segment_watts(device)
+            seconds = self.now - device.since
             self.truth.segment(device.info, device.since, self.now, down,
-                               tuple(p.ref for p in device.occupants if p.ref is not None))
-            device.gpu.energy_mj += self._segment_watts(device) * (self.now - device.since) * 1e3
+                               tuple(p.ref for p in device.occupants if p.ref is not None),
+                               watts * seconds)
+            device.gpu.energy_mj += watts * seconds * 1e3
         device.since = self.now
 
     def _segment_watts(self, device: Device) -> float:
-        """Power of a device's open segment, taken from its first step (computed once per
-        segment: every scrape reads the energy counter)."""
-        refs = tuple(p.ref for p in device.occupants if p.ref is not None)
-        held = device.segment_watts
-        if held is not None and held[0] == device.since and held[1] == refs:
-            return held[2]
-        step = round((device.since - self.start) / self.step)
-        act = self.truth.device_activity(device.info, list(refs), device.since, step)
-        m = device.gpu.node.model
-        watts = m.idle_power_watts + act.power_ratio * (m.power_limit_watts - m.idle_power_watts)
-        device.segment_watts = (device.since, refs, watts * device.info.fraction)
+        """The power ``device`` draws over its open segment, constant over it: nothing on a
+        NotReady node (powered off, or rebooting); a GPU down for an XID, or missing, at
+        its idle floor; else the GPU model's load curve at its pods' mean power ratio
+        (``simulator.profiles``: idle floor without a pod, the mean of their ratios on a
+        time-shared GPU); a MIG instance its fraction of that."""
+        gpu = device.gpu
+        node = gpu.node
+        if not node.ready:
+            return 0.0
+        ratio = 0.0
+        if gpu.down_reason is None and device.occupants:
+            ratios = [mean_power_ratio(p.ref.profile, device.since >= p.ref.running_at - 1e-9)
+                      for p in device.occupants if p.ref is not None]
+            ratio = sum(ratios) / len(ratios) if ratios else 0.0
+        m = node.model
+        watts = m.idle_power_watts + ratio * (m.power_limit_watts - m.idle_power_watts)
         return watts * device.info.fraction
 
     def gpu_energy_mj(self, gpu: Gpu) -> float:
-        """The GPU's energy counter (mJ since boot) at ``now``: monotonic, deterministic."""
+        """The GPU's energy counter at ``now``: mJ since its driver loaded, the sum of its
+        devices' energy. It only grows, but for a reset to 0 when the driver reloads (a
+        ``driver_reload`` fault, or a NotReady node coming back); it stands still while
+        its node is NotReady."""
         open_part = sum(self._segment_watts(d) * (self.now - d.since) * 1e3 for d in gpu.devices)
         return gpu.energy_mj + open_part
+
+    def _reset_counters(self, node: Node, why: str) -> None:
+        """The node's driver loaded again now: each GPU's energy counter restarts at 0."""
+        for gpu in node.gpus:
+            self._close_gpu(gpu)
+            gpu.energy_mj = 0.0
+            self.truth.counter_reset(node.name, gpu.uuid, self.now, why)
 
     def _close_gpu(self, gpu: Gpu) -> None:
         for device in gpu.devices:
@@ -732,6 +760,10 @@ class Cluster:
             _, _, pod = heapq.heappop(self._starting)
             if pod.phase != "Pending" or pod.deleted or pod.node is None:
                 continue
+            # what its GPUs draw changes: their segments end here
+            devices = {id(d): d for d in map(pod.node.unit_device, pod.units)}
+            for d in devices.values():
+                self._close_segment(d)
             pod.phase = "Running"
             self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
             took = t - (pod.scheduled_at or t)
@@ -789,6 +821,10 @@ class Cluster:
         node = self._node_in_pool(pool.name, fault.node_index)
         if node is None:
             return
+        if fault.kind == "driver_reload":
+            if node.ready:  # a powered-off node's driver loads when it boots
+                self._reset_counters(node, "driver_reload")
+            return
         self._faulty[node.name] = node
         if fault.kind == "endpoint":
             assert fault.mode is not None
@@ -833,6 +869,7 @@ class Cluster:
                 node.ready = True
                 node.ready_since = t
                 self.truth.down_end(node.name, [g.uuid for g in node.gpus], "node_not_ready", t)
+                self._reset_counters(node, "node_restart")  # its driver loaded at boot
                 self._dirty_nodes[node.name] = node
             for gpu in node.gpus:
                 if gpu.xid and gpu.fault_until <= t + 1e-9:

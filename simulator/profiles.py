@@ -4,17 +4,37 @@ Each profile has a recognisable signature in the fields, in the semantics of NVI
 profiling metrics (``exporter.model.bottleneck`` sets them out): SM occupancy stays below SM
 active, and SM active below GR active.
 
-==============  ===========================================================================
-profile         signature
-==============  ===========================================================================
-healthy         GR engine, SM active and tensor pipe busy; modest DRAM and PCIe
-input_bound     compute phases broken by periodic stalls (GR ~0.05) with PCIe RX bursts
-small_batch     GPU_UTIL above 90 %, the engine half busy, SMs a third filled, few warps
-comm_bound      NVLink (or PCIe both ways without NVLink) near saturation, SM active low
-memory_bound    DRAM active high, tensor pipe nearly idle
-idle            almost no activity while the pod holds framebuffer memory (notebooks)
-throttled       hot (>= 85 C) with thermal/power clock-event reasons and a reduced SM clock
-==============  ===========================================================================
+==============  =====  ================================================================
+profile         power  signature
+==============  =====  ================================================================
+healthy         0.85   GR engine, SM active and tensor pipe busy; modest DRAM and PCIe
+input_bound     0.58   compute phases (power 0.80) broken by periodic stalls (GR ~0.05,
+                       power 0.15, two steps in six) with PCIe RX bursts
+small_batch     0.35   GPU_UTIL above 90 %, the engine half busy, SMs a third filled,
+                       few warps
+comm_bound      0.50   NVLink (or PCIe both ways without NVLink) near saturation, SM
+                       active low
+memory_bound    0.75   DRAM active high, tensor pipe nearly idle
+idle            0.04   almost no activity while the pod holds framebuffer memory
+                       (notebooks)
+throttled       0.98   at the power cap: hot (>= 85 C) with thermal/power clock-event
+                       reasons and a reduced SM clock (~62 %)
+==============  =====  ================================================================
+
+Power follows one load curve per GPU model: ``idle + power_ratio * (limit - idle)`` watts,
+from the model's idle floor to its power limit (``idle_power_watts`` and
+``power_limit_watts`` in ``exporter.model.catalog``; H100 70 to 700 W, H200 75 to 700 W,
+A100 80GB 60 to 400 W, A100 40GB 55 to 400 W, L4 16 to 72 W, T4 10 to 70 W, V100 40 to
+300 W, P100 26 to 250 W, P4 7 to 75 W). The ``power`` column is each profile's
+``power_ratio``, the mean of what ``activity`` gives step by step
+(``DCGM_FI_DEV_POWER_USAGE`` wanders around it); a pod whose containers have not started
+yet (pulling its image) draws 0.03, and a GPU no pod holds sits at its idle floor (0). A
+time-shared GPU draws the mean of its pods' ratios (each runs for an equal slice); a MIG
+instance draws its fraction of the curve (compute slices / 7) at its pod's ratio.
+
+``mean_power_ratio`` gives the ratio the simulator's energy counter
+(``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) advances at: constant while what a device does
+stays the same (``simulator.cluster`` sets out down GPUs and NotReady nodes).
 
 ``activity`` is pure: the same pod, device and step always give the same numbers, so the
 exposition and the ground truth agree by construction.
@@ -39,6 +59,22 @@ CLOCK_HW_POWER_BRAKE = 0x80
 
 INPUT_STALL_PERIOD = 6
 """Steps in one load-then-compute cycle of an input-bound job; the first two stall."""
+INPUT_STALL_STEPS = 2
+
+POWER_RATIO = {
+    "healthy": 0.85,
+    "input_bound": (INPUT_STALL_STEPS * 0.15 + (INPUT_STALL_PERIOD - INPUT_STALL_STEPS) * 0.8)
+    / INPUT_STALL_PERIOD,
+    "small_batch": 0.35,
+    "comm_bound": 0.5,
+    "memory_bound": 0.75,
+    "idle": 0.04,
+    "throttled": 0.98,
+}
+"""Each profile's mean ``power_ratio`` once its containers run: where its draw sits between
+the GPU's idle floor (0) and its power limit (1). ``activity`` draws around these."""
+STARTING_POWER_RATIO = 0.03
+"""A pod whose containers have not started yet (pulling its image, loading its model)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +127,15 @@ def pod_memory_ratio(profile: str, pod_key: int) -> float:
 
 def input_stalled(pod_key: int, step: int) -> bool:
     """Whether an input-bound pod waits for data during ``step``."""
-    return (step + pod_key % INPUT_STALL_PERIOD) % INPUT_STALL_PERIOD < 2
+    return (step + pod_key % INPUT_STALL_PERIOD) % INPUT_STALL_PERIOD < INPUT_STALL_STEPS
+
+
+def mean_power_ratio(profile: str, started: bool) -> float:
+    """The power ratio a pod of ``profile`` draws on average (``POWER_RATIO``; before its
+    containers start, ``STARTING_POWER_RATIO``)."""
+    if profile not in POWER_RATIO:
+        raise ValueError(f"unknown workload profile {profile!r}")
+    return POWER_RATIO[profile] if started else STARTING_POWER_RATIO
 
 
 def activity(profile: str, pod_key: int, device_key: int, step: int, started: bool,
@@ -101,7 +145,8 @@ def activity(profile: str, pod_key: int, device_key: int, step: int, started: bo
     n0, n1, n2, n3 = _noise(h, 0), _noise(h, 1), _noise(h, 2), _noise(h, 3)
     mem = pod_memory_ratio(profile, pod_key)
     if not started:  # pulling the image, loading the model: memory filling, no kernels
-        return Activity(0.0, 0.0, 0.0, 0.0, 0.0, 0.0005, 0.02, 0.0, 0.0, mem * 0.3, 0.03,
+        return Activity(0.0, 0.0, 0.0, 0.0, 0.0, 0.0005, 0.02, 0.0, 0.0, mem * 0.3,
+                        STARTING_POWER_RATIO,
                         38.0 + n0, CLOCK_GPU_IDLE, 0.2)
     reasons = 0
     sm_clock = 1.0

@@ -251,9 +251,25 @@ class TracedJob(_Model):
 
 
 class Fault(_Model):
+    """Something that goes wrong at ``at``, by ``kind``:
+
+    - ``xid``: ``node``'s GPU ``gpu`` reports XID ``code`` for ``duration``; a fatal code
+      takes the GPU away meanwhile (79: it falls off the bus) and fails its pods.
+    - ``node_not_ready``: ``node`` is NotReady (powered off or rebooting: its GPUs draw
+      nothing) for ``duration``; its pods are evicted after ``not_ready_eviction``; when it
+      is Ready again its GPUs' energy counters restart at 0 (the driver loaded at boot).
+    - ``spot_preemption``: ``pool``'s first node (or ``node``) is reclaimed and deleted.
+    - ``endpoint``: ``node``'s dcgm-exporter refuses, errs or hangs (``mode``) for
+      ``duration``.
+    - ``driver_reload``: ``node``'s NVIDIA driver reloads: every GPU's energy counter
+      (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) restarts at 0, nothing else changes (the
+      node stays Ready, its pods run on). Instantaneous: no ``duration``, ``gpu``, ``code``
+      or ``mode``.
+    """
+
     at: Duration
     """Offset from the scenario start."""
-    kind: Literal["xid", "node_not_ready", "spot_preemption", "endpoint"]
+    kind: Literal["xid", "node_not_ready", "spot_preemption", "endpoint", "driver_reload"]
     node: str | None = None
     """``POOL/INDEX``: the INDEX-th node of the pool alive at that moment (0-based)."""
     pool: str | None = None
@@ -286,6 +302,11 @@ class Fault(_Model):
             raise ValueError("endpoint faults need mode: refuse, error or hang")
         if self.kind != "endpoint" and self.mode is not None:
             raise ValueError("mode is only for kind endpoint")
+        if self.kind == "driver_reload":
+            for name in ("duration", "gpu"):
+                if name in self.model_fields_set:
+                    raise ValueError(f"{name} is not for kind driver_reload (it is "
+                                     "instantaneous and reloads the whole node's driver)")
         return self
 
     @property

@@ -14,6 +14,13 @@ reproduce over a window ``[start, end)``:
   per pod, the GPU-time-weighted mean over the devices it held.
 - Queue wait per pod: creation to ``PodScheduled=True`` (still pending: until ``end``).
 - Downtime incidents per GPU with their reason, clipped to the window.
+- Energy: each segment's joules (the power its device drew over it, constant over the
+  segment, times its length; 0 on a NotReady node, which is powered off), split as the
+  GPU-seconds are (``GpuSeconds.joules``, ``GroundTruth.joules_by``). The GPU's energy
+  counter (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) advances by the same energy, so between
+  two reads with no reset between them its difference x 1e-3 is the joules of its devices'
+  segments; its resets to 0 (``counter_resets``: a driver reload, a node that comes back
+  Ready) are recorded with their time.
 - Why things waited: every step, each pending pod and each Kueue Workload not admitted,
   with its cause (``simulator.causes``), kept as runs of steps per thing and cause
   (``pending_segments``); and the free physical GPUs of each pool by use, as GPU-seconds
@@ -77,6 +84,9 @@ class Segment:
     end: float
     down: str | None
     occupants: tuple[PodRef, ...]
+    joules: float
+    """Energy the device drew over the segment: its power (constant over the segment) times
+    its length; 0 on a NotReady (powered-off) node."""
 
 
 @dataclass(slots=True)
@@ -123,6 +133,18 @@ class Incident:
     start: float
     end: float | None = None
     xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterReset:
+    """A GPU's energy counter restarted at 0 at ``at``: its driver loaded again
+    (``why``: ``driver_reload``, or ``node_restart`` when its NotReady node came back). A
+    counter read at ``at`` or later reads from the new start."""
+
+    node: str
+    gpu_uuid: str
+    at: float
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +211,9 @@ class GpuSeconds:
     provisioning: str
     device_id: str
     seconds: float
+    joules: float
+    """The energy of those seconds: the device's, split among the pods sharing it as the
+    seconds are."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +234,8 @@ class GroundTruth:
     """Why things waited in the window, clipped to it."""
     free_gpu_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     """(pool, use) -> free physical GPU-seconds in the window."""
+    counter_resets: list[CounterReset] = field(default_factory=list)
+    """The GPUs' energy counters that restarted at 0 in the window."""
 
     def seconds_by(self, *fields: str, state: str | None = None) -> dict[tuple[Any, ...], float]:
         """Sum GPU-seconds grouped by the named ``GpuSeconds`` fields."""
@@ -216,6 +243,14 @@ class GroundTruth:
         for row in self.gpu_seconds:
             if state is None or row.state == state:
                 out[tuple(getattr(row, f) for f in fields)] += row.seconds
+        return dict(out)
+
+    def joules_by(self, *fields: str, state: str | None = None) -> dict[tuple[Any, ...], float]:
+        """Sum joules grouped by the named ``GpuSeconds`` fields."""
+        out: dict[tuple[Any, ...], float] = defaultdict(float)
+        for row in self.gpu_seconds:
+            if state is None or row.state == state:
+                out[tuple(getattr(row, f) for f in fields)] += row.joules
         return dict(out)
 
     def queue_wait(self, uid: str) -> float | None:
@@ -254,6 +289,7 @@ class GroundTruth:
             "pending": [asdict(p) for p in self.pending],
             "free_gpu_seconds": [{"pool": pool, "use": use, "gpu_seconds": v}
                                  for (pool, use), v in sorted(self.free_gpu_seconds.items())],
+            "counter_resets": [asdict(r) for r in self.counter_resets],
         }
 
 
@@ -269,6 +305,7 @@ class TruthLog:
         self.workloads: dict[str, WorkloadRecord] = {}
         self.incidents: list[Incident] = []
         self.interruptions: list[Interruption] = []
+        self.counter_resets: list[CounterReset] = []
         self._open: dict[tuple[str, str], Incident] = {}
         self._pending: list[PendingSegment] = []
         self._pending_last: dict[str, PendingSegment] = {}
@@ -291,8 +328,11 @@ class TruthLog:
         )
 
     def segment(self, device: DeviceInfo, start: float, end: float, down: str | None,
-                occupants: tuple[PodRef, ...]) -> None:
-        self.segments.append(Segment(device, start, end, down, occupants))
+                occupants: tuple[PodRef, ...], joules: float) -> None:
+        self.segments.append(Segment(device, start, end, down, occupants, joules))
+
+    def counter_reset(self, node: str, gpu_uuid: str, t: float, why: str) -> None:
+        self.counter_resets.append(CounterReset(node, gpu_uuid, t, why))
 
     def pod_created(self, uid: str, namespace: str, name: str, team: str | None,
                     workload: str, profile: str, accelerator: str, t: float,
@@ -416,6 +456,7 @@ class TruthLog:
         ``utilization=False`` skips the per-step utilisation figures (the costly part).
         """
         seconds: dict[tuple[Any, ...], float] = defaultdict(float)
+        joules: dict[tuple[Any, ...], float] = defaultdict(float)
         dev_sum: dict[str, float] = defaultdict(float)
         dev_n: dict[str, int] = defaultdict(int)
         pod_sum: dict[str, float] = defaultdict(float)
@@ -428,14 +469,18 @@ class TruthLog:
             d = seg.device
             base = (d.node, d.pool, d.accelerator, d.provisioning, d.device_id)
             span = (hi - lo) * d.fraction
+            energy = seg.joules * (hi - lo) / (seg.end - seg.start)  # constant power
             if seg.down is not None:
                 seconds[("unavailable", None, *base)] += span
+                joules[("unavailable", None, *base)] += energy
                 continue
             if not seg.occupants:
                 seconds[("unallocated", None, *base)] += span
+                joules[("unallocated", None, *base)] += energy
             else:
                 for p in seg.occupants:
                     seconds[("allocated", p, *base)] += span / len(seg.occupants)
+                    joules[("allocated", p, *base)] += energy / len(seg.occupants)
             first = -(-(lo - self._start) // step)
             last = -(-(hi - self._start) // step)
             if not utilization:
@@ -454,13 +499,14 @@ class TruthLog:
                     pod_sum[p.uid] += gr * weight
                     pod_w[p.uid] += weight
         rows = []
-        for (state, ref, node, pool, accel, prov, device_id), secs in sorted(
-                seconds.items(), key=lambda kv: _sort_key(kv[0])):
+        for row_key, secs in sorted(seconds.items(), key=lambda kv: _sort_key(kv[0])):
+            state, ref, node, pool, accel, prov, device_id = row_key
             rows.append(GpuSeconds(
                 state=state, pod_uid=ref.uid if ref else None, pod=ref.name if ref else None,
                 namespace=ref.namespace if ref else None, team=ref.team if ref else None,
                 workload=ref.workload if ref else None, node=node, pool=pool,
-                accelerator=accel, provisioning=prov, device_id=device_id, seconds=secs))
+                accelerator=accel, provisioning=prov, device_id=device_id, seconds=secs,
+                joules=joules[row_key]))
         pods = {uid: rec for uid, rec in self.pods.items()
                 if rec.created_at < end and (rec.finished_at is None or rec.finished_at > start)}
         incidents = [Incident(i.node, i.gpu_uuid, i.reason, max(i.start, start),
@@ -477,6 +523,7 @@ class TruthLog:
             workloads={uid: w for uid, w in self.workloads.items() if w.created_at < end},
             pending=self.pending_segments(start, end),
             free_gpu_seconds=self.free_gpu_seconds(start, end),
+            counter_resets=[r for r in self.counter_resets if start <= r.at < end],
         )
 
 
