@@ -42,6 +42,7 @@ from exporter.errors import ConfigError
 from exporter.files import Unreadable, not_utf8_text, read_yaml
 from exporter.logs import LogLevel
 from exporter.metrics.families import BY_NAME, CLOUD_MONITORING_DEFAULT, CLOUD_MONITORING_KINDS
+from exporter.model import energy
 from exporter.model.catalog import GPU_MODELS, MACHINE_FAMILIES
 from exporter.model.durations import Duration
 
@@ -243,6 +244,31 @@ class Sla(_Section):
     """The availability objective: the share of GPU-seconds up."""
     window: Duration = 30 * 86400.0
     """The window the objective holds over."""
+
+
+class Carbon(_Section):
+    """How GPU energy becomes CO2e: location-based, energy x PUE x the grid carbon
+    intensity of the zone's region, from the shipped data (``exporter/data/carbon.yaml``:
+    Google's published figures per region and year) unless a site's own factor is set."""
+
+    pue: float | None = Field(default=None, ge=1.0, le=3.0)
+    """The facility's power usage effectiveness; default: the shipped data's (Google's
+    fleet-wide figure, with its year)."""
+    grid_g_per_kwh: float | None = Field(default=None, ge=0.0, le=2000.0)
+    """A site's own carbon factor, gCO2e per kWh, for every zone instead of its region's
+    published intensity (e.g. a supplier's contract figure)."""
+    year: int | None = Field(default=None, ge=2000, le=2100)
+    """The data's year to use; default: the newest the shipped data has."""
+    data: Path | None = None
+    """A carbon file of one's own, in the shipped file's format."""
+
+    def in_force(self) -> energy.Carbon:
+        """The factors these settings put in force (the carbon file read: a bad one is a
+        ``ConfigError``)."""
+        from exporter.model.carbon import load_carbon_book
+
+        return energy.Carbon.of(load_carbon_book(self.data, self.year), self.pue,
+                                self.grid_g_per_kwh)
 
 
 DATASET_ID = r"^[A-Za-z0-9_]{1,1024}$"
@@ -567,6 +593,7 @@ class Config(BaseSettings):
     kubernetes: Kubernetes = Kubernetes()
     prices: Prices = Prices()
     sla: Sla = Sla()
+    carbon: Carbon = Carbon()
     warehouse: Warehouse = Warehouse()
     report: Report = Report()
     remote_write: RemoteWrite = RemoteWrite()

@@ -38,6 +38,8 @@ from exporter.metrics.health import (
     SourceHealth,
 )
 from exporter.model import compute
+from exporter.model.carbon import region_of_zone
+from exporter.model.energy import ENERGY_BASES, Carbon
 from exporter.model.pending import CAUSES, STRANDED, WaitFigures
 from exporter.model.prices import CommitmentUse, ListPrice
 from exporter.model.records import (
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 PREFIX = "gke_gpu_"
 Kind = Literal["gauge", "counter", "histogram"]
 Unit = Literal["", "seconds", "bytes", "ratio", "celsius", "watts", "hertz", "gpus", "pods",
-               "usd", "usd_per_hour"]
+               "usd", "usd_per_hour", "joules", "grams", "grams_per_kwh"]
 """A family's samples' unit, which its name ends in ("" for a count of the things its name
 says, a state, a flag or an info family's 1)."""
 Labels = tuple[str, ...]
@@ -138,6 +140,8 @@ class MetricsView:
     """Files the warehouse set aside, by reason (``health.QUARANTINE_REASONS``)."""
     waits: WaitFigures = field(default_factory=WaitFigures)
     """What waits and why, and the free GPUs no waiting pod could use."""
+    carbon: Carbon | None = None
+    """The carbon factors in force."""
 
 
 def _always(_: MetricsView) -> bool:
@@ -573,6 +577,30 @@ def _sorted_by_key[K: TableKey](table: Callable[[Totals], Mapping[K, float]],
     return samples
 
 
+def _pods_of(table: Callable[[Totals], Mapping[str, float]]
+             ) -> Callable[[MetricsView], Iterator[Sample]]:
+    """A sample per pod in the cluster now with a value in ``table`` (a per-pod sum)."""
+    def samples(v: MetricsView) -> Iterator[Sample]:
+        values = table(v.totals)
+        for pod in sorted(v.pods, key=lambda p: (p.namespace, p.name)):
+            x = values.get(pod.uid)
+            if x is not None:
+                o = v.owner(pod)
+                yield (v.cluster, pod.namespace, pod.name, o.team, o.workload), x
+    return samples
+
+
+def _intensities(v: MetricsView) -> Iterator[Sample]:
+    """The grid carbon intensity in force in each region the cluster's GPU nodes are in."""
+    if v.carbon is None:
+        return
+    zones = sorted({n.zone for n in v.nodes.values() if n.accelerator})
+    for region in sorted({region_of_zone(z) for z in zones}):
+        g = v.carbon.grid_g_per_kwh(region)
+        if g is not None:
+            yield (v.cluster, region, v.carbon.source), g
+
+
 def _month_cost(v: MetricsView) -> Iterator[Sample]:
     return (((v.cluster, team), usd) for team, usd in sorted(v.totals.month_cost.items()))
 
@@ -857,6 +885,30 @@ FAMILIES: tuple[AnyFamily, ...] = (
     F("effective_cost_usd_per_utilized_hour", "gauge", "usd_per_hour", "Cost of one utilised "
       "GPU-hour since start: price x (1 - discount) / utilisation.", COST_GROUP,
       _effective_cost, cloud_monitoring=True),
+    F("energy_joules", "counter", "joules", "GPU energy by allocation state and owner, from "
+      "DCGM's energy counter (the power integral where it restarted or is not collected), "
+      "split as cost is; unallocated and unavailable GPUs' to the pool.", GROUP_LABELS,
+      _by_group(lambda t: t.energy_joules), cloud_monitoring=True),
+    F("co2e_grams", "counter", "grams", "Location-based CO2e of that energy: energy x PUE x "
+      "the region's grid carbon intensity (grid_carbon_intensity_grams_per_kwh).",
+      GROUP_LABELS, _by_group(lambda t: t.co2e_grams), cloud_monitoring=True),
+    F("board_energy_joules", "counter", "joules", "Energy of the GPU board (its MIG instances "
+      "added up) while the exporter knew its state.", ("cluster", "node", "uuid"),
+      _sorted_by_key(lambda t: t.gpu_joules)),
+    F("pod_energy_joules", "counter", "joules", "Energy of the GPUs a pod in the cluster now "
+      "has held, its share where shared.", ("cluster", "namespace", "pod", "team",
+                                           "workload"), _pods_of(lambda t: t.pod_joules)),
+    F("pod_co2e_grams", "counter", "grams", "CO2e of that energy.",
+      ("cluster", "namespace", "pod", "team", "workload"), _pods_of(lambda t: t.pod_co2e)),
+    F("grid_carbon_intensity_grams_per_kwh", "gauge", "grams_per_kwh", "Grid carbon "
+      "intensity in force for a region of the cluster's GPU nodes (gCO2e per kWh, before "
+      "PUE) and its basis: the shipped data's year and source, or the site's own factor "
+      "(config: carbon).", ("cluster", "region", "basis"), _intensities,
+      present=lambda v: v.carbon is not None),
+    F("power_usage_effectiveness", "gauge", "", "PUE the CO2e figures use: the facility's "
+      "energy over its IT equipment's (config: carbon.pue).", ("cluster",),
+      _one(lambda v: v.carbon.pue if v.carbon else math.nan),
+      present=lambda v: v.carbon is not None),
     F("up_seconds", "counter", "seconds", "Seconds the GPU was available.",
       ("cluster", "uuid"), _sorted_by_key(lambda t: t.up_seconds), cloud_monitoring=True),
     F("down_seconds", "counter", "seconds", "Seconds the GPU was unavailable, by reason: "
@@ -947,6 +999,12 @@ FAMILIES: tuple[AnyFamily, ...] = (
       "\"unknown\", never to a team guessed.", ("cluster",), _unowned),
     F("exporter_rejected_samples", "counter", "", "DCGM samples dropped, by reason.",
       ("cluster", "reason"), _rejected),
+    F("exporter_energy_intervals", "counter", "", "GPU-intervals whose energy is known, by "
+      "where it comes from: counter (DCGM's energy counter), reset (the counter went "
+      "backwards or jumped: the power integral, logged), power (no counter collected: the "
+      "power integral).", ("cluster", "basis"),
+      lambda v: [((v.cluster, b), float(v.totals.energy_bases.get(b, 0)))
+                 for b in ENERGY_BASES]),
     F("exporter_dcgm_pages", "counter", "", "dcgm-exporter pages read, by how: plan (by "
       "the plan learnt from an earlier page of the same shape), new_plan (the shape new or "
       "changed: a plan learnt from this page), full (by the full parser: a value no plan "

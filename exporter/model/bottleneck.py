@@ -409,12 +409,18 @@ def _pcie_share(s: Signals, model: GpuModel) -> float | None:
 
 EVIDENCE = ("gr_engine_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
             "gpu_util_percent", "gpu_temp_celsius", "throttled_share", "stalled_share",
-            "sm_fill", "warps_per_active_sm", "nvlink_share", "pcie_share")
-"""The evidence a class is shown with, in ``evidence``'s order."""
+            "sm_fill", "warps_per_active_sm", "nvlink_share", "pcie_share",
+            "power_limit_share", "watts_per_utilized_gpu")
+"""The evidence a class is shown with, in ``evidence``'s order. The last two are the
+weekly report's, from the warehouse's power and energy: the GPU's mean draw as a share of
+its model's power limit (at the cap: power-throttled), and its energy over its utilised
+GPU-seconds (watts per GPU's worth of work: high where a throttled GPU burns power for
+little)."""
 
 RESTS_ON = {
     "idle": ("gr_engine_active", "gpu_util_percent"),
-    "throttled": ("throttled_share", "gpu_temp_celsius"),
+    "throttled": ("throttled_share", "gpu_temp_celsius", "power_limit_share",
+                  "watts_per_utilized_gpu"),
     "comm_bound": ("sm_active", "tensor_active", "dram_active", "nvlink_share", "pcie_share"),
     "input_bound": ("gr_engine_active", "stalled_share", "sm_fill"),
     "small_batch": ("gr_engine_active", "gpu_util_percent", "sm_fill", "warps_per_active_sm"),

@@ -35,6 +35,8 @@ cost                hourly price(model, region, provisioning) x (1 - discount) x
                     pods on it; unallocated and unavailable GPU time to the pool.
 effective cost      cost / utilised GPU-hours = price x (1 - discount) / utilisation;
                     only where utilised GPU-seconds > 0.
+energy, CO2e        a GPU's energy counter's increase over the interval, split as cost
+                    is (``energy``, where its definitions are).
 availability        (total - down) / total over the window; downtime by reason.
 team                the pod's team label, else its namespace's, else the namespace.
 allocation          finance's own dimension (``allocation``): the pod's label, else its
@@ -51,6 +53,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.model.catalog import FATAL_XIDS, GPUS_OF_MACHINE
+from exporter.model.energy import FIELDS_READ as ENERGY_FIELDS
+from exporter.model.energy import Energy, EnergyBasis, gpu_fractions
 from exporter.model.records import (
     ACCELERATOR_MEMORY_TOTAL,
     ACCELERATOR_MEMORY_USED,
@@ -76,7 +80,7 @@ MIG_SLICES = 7
 UNCOUNTED_NODE_GPUS = 16
 """Physical GPUs a node may hold while Kubernetes counts none (no device plugin yet): the
 most any GPU machine type has (a2-megagpu-16g)."""
-FIELDS_READ = (GR_ENGINE, GPU_UTIL, XID, FB_USED, FB_FREE, FB_RESERVED)
+FIELDS_READ = (GR_ENGINE, GPU_UTIL, XID, FB_USED, FB_FREE, FB_RESERVED, *ENERGY_FIELDS)
 """The DCGM fields these definitions read."""
 
 
@@ -152,6 +156,12 @@ class UsageRow:
     cost_usd: float | None
     device: DeviceState
     owner: Owner | None
+    joules: float | None = None
+    """The row's share of its GPU's energy over the interval (``energy``); None where
+    unknown."""
+    energy_basis: EnergyBasis | None = None
+    co2e_grams: float | None = None
+    """``joules`` x the zone's carbon factor; None where either is unknown."""
 
 
 # ---------------------------------------------------------------------------- definitions
@@ -509,19 +519,35 @@ def without_superseded(known: Mapping[str, DeviceIdentity],
             and not (ident.gpu_uuid in whole and device_id != ident.gpu_uuid)}
 
 
-def usage_rows(states: Sequence[DeviceState], start: float, seconds: float) -> list[UsageRow]:
-    """GPU time, utilised time and cost of each device over ``[start, start + seconds)``."""
+def usage_rows(states: Sequence[DeviceState], start: float, seconds: float,
+               energy: Mapping[str, Energy] | None = None,
+               carbon: Mapping[str, float] | None = None) -> list[UsageRow]:
+    """GPU time, utilised time, cost and energy of each device over ``[start, start +
+    seconds)``: ``energy`` is each physical GPU's over the interval (``energy.gpu_energy``),
+    split as cost is; ``carbon`` each zone's grams of CO2e per joule."""
     rows: list[UsageRow] = []
+    energy = energy or {}
+    carbon = carbon or {}
+    whole = gpu_fractions(states) if energy else {}
     for d in states:
         gpu_seconds = seconds * d.fraction
         cost = None if d.price_usd_per_hour is None else d.price_usd_per_hour * seconds / 3600
+        e = energy.get(d.gpu_uuid)
+        joules = basis = co2e = None
+        if e is not None:
+            joules, basis = e.joules * d.fraction / whole[d.gpu_uuid], e.basis
+            factor = carbon.get(d.zone)
+            co2e = None if factor is None else joules * factor
         if d.state != "allocated" or not d.owners:
             used = d.utilization * gpu_seconds if d.utilization is not None else None
-            rows.append(UsageRow(start, gpu_seconds, used, cost, d, None))
+            rows.append(UsageRow(start, gpu_seconds, used, cost, d, None, joules, basis, co2e))
             continue
         n = len(d.owners)
         share_used = d.utilization * gpu_seconds / n if d.utilization is not None else None
         share_cost = None if cost is None else cost / n
+        share_joules = None if joules is None else joules / n
+        share_co2e = None if co2e is None else co2e / n
         for owner in d.owners:
-            rows.append(UsageRow(start, gpu_seconds / n, share_used, share_cost, d, owner))
+            rows.append(UsageRow(start, gpu_seconds / n, share_used, share_cost, d, owner,
+                                 share_joules, basis, share_co2e))
     return rows

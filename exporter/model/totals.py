@@ -1,6 +1,6 @@
-"""Running sums since start, the counters of ``/metrics``: GPU time, utilised time and
-cost by owner group, per pod and per GPU (up and down), XID events, spot interruptions,
-queue waits, the month's spend per team."""
+"""Running sums since start, the counters of ``/metrics``: GPU time, utilised time,
+cost, energy and CO2e by owner group, per pod and per GPU (up and down), XID events, spot
+interruptions, queue waits, the month's spend per team."""
 
 from __future__ import annotations
 
@@ -59,6 +59,15 @@ class Totals:
     pod_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     pod_utilized: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     pod_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    energy_joules: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
+    """Energy by owner group, where known (``energy``)."""
+    co2e_grams: dict[GroupKey, float] = field(default_factory=lambda: defaultdict(float))
+    pod_joules: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    pod_co2e: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    gpu_joules: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    """(node, GPU UUID) -> the physical GPU's energy (its MIG instances' added up)."""
+    energy_bases: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """GPU-intervals by where their energy came from (``energy.ENERGY_BASES``)."""
     up_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     down_seconds: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
     interruptions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -92,7 +101,8 @@ class Totals:
         self.ended.append(uid)
         while len(self.ended) > KEEP_ENDED_PODS:
             old = self.ended.popleft()
-            for table in (self.pod_seconds, self.pod_utilized, self.pod_cost):
+            for table in (self.pod_seconds, self.pod_utilized, self.pod_cost,
+                          self.pod_joules, self.pod_co2e):
                 table.pop(old, None)
 
     def observe_wait(self, uid: str, key: tuple[str, str, str], seconds: float) -> None:
@@ -124,12 +134,21 @@ class Totals:
                 self.utilized_seconds[key] += r.utilized_seconds
             if r.cost_usd is not None:
                 self.cost_usd[key] += r.cost_usd
+            if r.joules is not None:
+                self.energy_joules[key] += r.joules
+                self.gpu_joules[(d.node, d.gpu_uuid)] += r.joules
+                if r.co2e_grams is not None:
+                    self.co2e_grams[key] += r.co2e_grams
             if o is not None and o.uid:
                 self.pod_seconds[o.uid] += r.seconds
                 if r.utilized_seconds is not None:
                     self.pod_utilized[o.uid] += r.utilized_seconds
                 if r.cost_usd is not None:
                     self.pod_cost[o.uid] += r.cost_usd
+                if r.joules is not None:
+                    self.pod_joules[o.uid] += r.joules
+                    if r.co2e_grams is not None:
+                        self.pod_co2e[o.uid] += r.co2e_grams
             # availability per physical GPU: MIG instances add up to their GPU
             if d.state == "unavailable":
                 self.down_seconds[(d.gpu_uuid, d.reason or "unknown")] += r.seconds

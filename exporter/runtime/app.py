@@ -295,7 +295,7 @@ async def open_exporter(cfg: Config, shutdown: Shutdown | None = None
     exporter = Exporter(cfg, prices, kube, dcgm, MetricsEndpoint(), pushes.sinks, warehouse,
                         bigquery, remote_write=pushes.remote_write,
                         cloud_monitoring=pushes.cloud_monitoring, warehouse_opening=opening,
-                        memory=memory)
+                        memory=memory, carbon=cfg.carbon.in_force())
     if opening is not None and bq_cfg.enabled:
         def send(opened: Warehouse) -> None:  # the outbox's rows go once it opens
             from exporter.sinks.bigquery import BigQuerySink

@@ -86,6 +86,6 @@ class Inventory:
             del t.up_seconds[uuid]
         for key in [k for k in t.down_seconds if k[0] not in live and gone(k[0])]:
             del t.down_seconds[key]
-        for table in (t.xid_events, t.last_xid):
+        for table in (t.xid_events, t.last_xid, t.gpu_joules):
             for xkey in [k for k in table if k[1] not in live and gone(k[1])]:
                 del table[xkey]

@@ -143,6 +143,16 @@ GPU_USAGE = Table(
            rollup="mean"),
         _c("cost_usd", FLOAT, "Cost of the row's GPU-seconds; null if unpriced.", rollup="sum"),
         _c("allocation", STRING, _ALLOCATION),
+        _c("energy_joules", FLOAT, "The row's share of its GPU's energy over the interval "
+           "(DCGM's energy counter, split as cost is); null where unknown.", rollup="sum"),
+        _c("energy_basis", STRING, "Where the energy comes from: counter, reset (the "
+           "counter restarted or jumped: the power integral), power (no counter: the power "
+           "integral); an hourly row's weakest.", rollup="max"),
+        _c("co2e_grams", FLOAT, "Location-based CO2e of that energy: energy x PUE x the "
+           "region's grid carbon intensity; null where unknown.", rollup="sum"),
+        _c("idle_energy_joules", FLOAT, "Of that energy, what the GPU drew while a pod held it "
+           "idle (utilisation under 5 % in the exporter's cycle); null where unknown.",
+           rollup="sum"),
     ),
     partition_by="time",
     cluster_by=("cluster", "namespace", "node_pool"),

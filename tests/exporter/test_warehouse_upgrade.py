@@ -32,19 +32,35 @@ WEEK = "2026-W47"
 
 MOVED = f"usage-{STAGED_AT!r}-table.parquet"
 """The file the rows staged in ``usage_staging`` move to."""
+ENERGY = ("energy_joules", "energy_basis", "co2e_grams", "idle_energy_joules")
+"""The ``gpu_usage`` columns added for energy and carbon."""
+
+
+def energy(table: str) -> list[str]:
+    return [f"{table}.{c}" for c in ENERGY]
+
+
 KEYED = {"unkeyed": ["availability_events", "gpu_pods", "gpu_usage"],
          "daily_tables": ["gpu_usage"],
          "columns": ["gpu_pods.allocation", "gpu_pods.queued",
                      "gpu_pods.admission_wait_seconds", "gpu_pods.cluster_queue",
-                     "gpu_usage_hourly.allocation"],
+                     "gpu_usage_hourly.allocation", *energy("gpu_usage_hourly")],
          "staging_files": [MOVED, "usage_staging"],
          "staged_columns": [MOVED]}
 """What the chain does to a file of 0.1.0's layout: the keys dropped from the tables as
 they were, gpu_usage renamed, the later columns added, the staged rows moved to a file,
 which gains the staged columns added since (allocation)."""
-DAILY = [*KEYED["columns"], "gpu_usage_raw_20261116.allocation"]
+DAILY = [*KEYED["columns"], "gpu_usage_raw_20261116.allocation",
+         *energy("gpu_usage_raw_20261116")]
 """... and the day's table of the demo's hour, in a file of the daily tables."""
-STAGED_FILES = MANIFEST["files"]["staging-files"]["staged"]["files"]
+
+
+def staged(name: str) -> list[str]:
+    """The staged files of a fixture's file."""
+    return list(MANIFEST["files"][name]["staged"]["files"])
+
+
+STAGED_FILES = staged("staging-files")
 
 CASES = [
     # (fixture, what each migration step changed as it opened)
@@ -56,9 +72,15 @@ CASES = [
                       "staged_columns": [MOVED]}),
     ("staging-files", {"columns": DAILY, "staged_columns": STAGED_FILES}),
     ("allocation", {"columns": ["gpu_pods.queued", "gpu_pods.admission_wait_seconds",
-                                "gpu_pods.cluster_queue"]}),
-    ("kueue-quotas", {}),
-    ("kueue-workloads", {}),
+                                "gpu_pods.cluster_queue", *energy("gpu_usage_hourly"),
+                                *energy("gpu_usage_raw_20261116")],
+                    "staged_columns": staged("allocation")}),
+    ("kueue-quotas", {"columns": [*energy("gpu_usage_hourly"),
+                                  *energy("gpu_usage_raw_20261116")],
+                      "staged_columns": staged("kueue-quotas")}),
+    ("kueue-workloads", {"columns": [*energy("gpu_usage_hourly"),
+                                     *energy("gpu_usage_raw_20261116")],
+                         "staged_columns": staged("kueue-workloads")}),
 ]
 
 

@@ -23,7 +23,7 @@ import duckdb
 from exporter import duck
 from exporter.logs import ctx
 from exporter.metrics.health import QUARANTINE_REASONS, QuarantineReason
-from exporter.model.bottleneck import CLOCK_REASONS
+from exporter.model.bottleneck import CLOCK_REASONS, IDLE_GR
 from exporter.model.compute import XID, UsageRow
 from exporter.sinks.batch_files import Encoded, write_parquet
 from exporter.sinks.schema import FIELDS, GPU_USAGE
@@ -39,6 +39,7 @@ STAGE_TYPES = {
     **dict.fromkeys(("gpu_seconds", "utilized", "cost", "price", *FIELDS,
                      "memory_used_bytes", "memory_total_bytes"), "DOUBLE"),
     "last_xid": "BIGINT", "clock_event_reasons": "BIGINT",
+    "energy": "DOUBLE", "energy_basis": "VARCHAR", "co2e": "DOUBLE", "idle_energy": "DOUBLE",
 }
 STAGED = "usage-{win!r}-{serial}.parquet"
 """A staged file: its rows' interval (start, Unix seconds) and a serial unique to it."""
@@ -63,7 +64,8 @@ _STAGE_OF_OWNER = {"namespace": "namespace", "pod": "name", "team": "team",
                    "workload": "workload", "allocation": "allocation"}
 """... from the row's owner (NULL for none)."""
 _STAGE_OF_ROW = {"gpu_seconds": "seconds", "utilized": "utilized_seconds",
-                 "cost": "cost_usd"}
+                 "cost": "cost_usd", "energy": "joules", "energy_basis": "energy_basis",
+                 "co2e": "co2e_grams"}
 WRITE_BYTES = 2 << 20
 """Most staged Parquet one transaction of a flush reads (whole intervals, at least one).
 A transaction holds what it writes, and the outbox's copy, in memory until it commits:
@@ -177,6 +179,10 @@ class Staging:
                 cols[col] += map(attrgetter(attr), rows)
             for col, field in FIELDS.items():
                 cols[col] += map(dict.get, fields, repeat(field))
+            cols["idle_energy"] += [
+                None if r.joules is None else r.joules if d.state == "allocated"
+                and d.utilization is not None and d.utilization < IDLE_GR else 0.0
+                for r, d in zip(rows, devices, strict=True)]
             cols["last_xid"] += map(int, map(dict.get, fields, repeat(XID), repeat(0)))
             cols["clock_event_reasons"] += [
                 None if r is None else int(r)

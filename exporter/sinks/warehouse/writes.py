@@ -36,7 +36,8 @@ SELECT md5(concat_ws('|', {{cluster}}, win, device_id, pod_uid, state)) AS id,
        {_WEIGHTED},
        max(memory_used_bytes), max(memory_total_bytes), max(last_xid),
        bit_or(clock_event_reasons), any_value(price), sum(cost),
-       nullif(any_value(allocation), '')
+       nullif(any_value(allocation), ''), sum(energy), max(energy_basis), sum(co2e),
+       sum(idle_energy)
 FROM {{source}}
 GROUP BY win, device_id, pod_uid, state
 """
