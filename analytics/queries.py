@@ -38,7 +38,13 @@ SELECT cluster, team, namespace, node_pool, gpu_model, provisioning, state, allo
        SUM(IF(state = 'allocated' AND utilization IS NOT NULL,
               (1 - utilization) * gpu_seconds, 0)) AS idle_seconds,
        SUM(IF(state = 'allocated' AND utilization IS NOT NULL,
-              (1 - utilization) * COALESCE(cost_usd, 0), 0)) AS idle_cost_usd
+              (1 - utilization) * COALESCE(cost_usd, 0), 0)) AS idle_cost_usd,
+       SUM(COALESCE(energy_joules, 0)) AS energy_joules,
+       SUM(IF(energy_joules IS NULL, 0, gpu_seconds)) AS metered_seconds,
+       SUM(IF(energy_basis = 'counter', 0, COALESCE(energy_joules, 0))) AS estimated_joules,
+       SUM(COALESCE(idle_energy_joules, 0)) AS idle_joules,
+       SUM(COALESCE(co2e_grams, 0)) AS co2e_grams,
+       SUM(IF(co2e_grams IS NULL, 0, COALESCE(energy_joules, 0))) AS carbon_joules
 FROM {gpu_usage}
 WHERE time >= @prev_start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
   AND (@team IS NULL OR team = @team)
@@ -89,7 +95,11 @@ SELECT cluster, namespace, pod_uid, ANY_VALUE(pod) AS pod, ANY_VALUE(workload) A
        SAFE_DIVIDE(SUM(IF((clock_event_reasons & @throttle_bits) != 0, gpu_seconds, 0)),
                    SUM(IF(clock_event_reasons IS NULL, 0, gpu_seconds))) AS throttled_share,
        MAX(memory_used_bytes) AS peak_memory_bytes,
-       MAX(memory_total_bytes) AS memory_total_bytes
+       MAX(memory_total_bytes) AS memory_total_bytes,
+       {_mean("power_watts")},
+       SAFE_DIVIDE(SUM(energy_joules),
+                   SUM(IF(energy_joules IS NULL OR utilization IS NULL, 0,
+                          utilization * gpu_seconds))) AS watts_per_utilized_gpu
 FROM {{gpu_usage}}
 WHERE time >= @start AND time < @end AND state = 'allocated' AND pod_uid IS NOT NULL
   AND (@cluster IS NULL OR cluster = @cluster) AND (@team IS NULL OR team = @team)

@@ -8,7 +8,7 @@ import html
 import io
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
@@ -81,7 +81,26 @@ def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
                                      f"({fmt.percent(h['idle_share'])} of cost)"),
         ("Unallocated capacity", f"{fmt.money(h['unallocated_cost_usd'])} "
                                  f"({fmt.percent(h['unallocated_share'])} of cost)"),
+        ("Energy and carbon", _energy(h)),
     ]
+
+
+def _energy(h: Mapping[str, float | None]) -> str:
+    if not h.get("metered_share"):
+        return "not measured this week (no GPU energy in the warehouse)"
+    if h["energy_change"] is not None:
+        change = f" ({fmt.percent(h['energy_change'], True)} week over week)"
+    else:
+        change = ""
+    per = h["kwh_per_utilized_gpu_hour"]
+    per_hour = "" if per is None else \
+        f"; {per:,.2f} kWh and {h['co2e_g_per_utilized_gpu_hour'] or 0:,.0f} g CO2e per " \
+        "utilised GPU-hour"
+    unmetered = "" if (h["metered_share"] or 0) >= 0.9995 else \
+        f" (energy known for {fmt.percent(h['metered_share'])} of GPU-hours)"
+    return (f"{h['energy_kwh'] or 0:,.1f} kWh{change}, {h['co2e_kg'] or 0:,.1f} kg CO2e; "
+            f"{h['idle_energy_kwh'] or 0:,.1f} kWh idle, "
+            f"{h['unallocated_energy_kwh'] or 0:,.1f} kWh unallocated{per_hour}{unmetered}")
 
 
 def _and(items: Sequence[str]) -> str:
@@ -158,7 +177,9 @@ def price_basis(basis: PriceBasis) -> str:
 
 
 def basis_line(report: WeeklyReport) -> str | None:
-    return None if report.basis is None else price_basis(report.basis)
+    prices = None if report.basis is None else price_basis(report.basis)
+    carbon = None if report.carbon is None else f"CO2e: {report.carbon}."
+    return " ".join(x for x in (prices, carbon) if x) or None
 
 
 def shown(name: str, table: pd.DataFrame | Table) -> pd.DataFrame | Table:
@@ -347,6 +368,7 @@ def write_json(report: WeeklyReport, out: IO[str]) -> None:
                               "headline": report.headline,
                               "price_basis": None if report.basis is None else
                               asdict(report.basis) | {"line": price_basis(report.basis)},
+                              "carbon_basis": report.carbon,
                               "tables": {}}),
                       indent=1, default=_jsonable)
     if not report.tables:

@@ -24,6 +24,7 @@ from analytics.figures.cost import (
     idle_offenders,
     unallocated_by_pool,
 )
+from analytics.figures.energy import energy_by, energy_headline
 from analytics.figures.headline import PriceBasis, Pricing, coverage, headline, price_basis
 from analytics.figures.queue import QUEUE_STATES, kueue, longest_waits_of, queue
 from analytics.figures.rightsizing import prepare, rightsizing_table, spot_table
@@ -64,6 +65,8 @@ class WeeklyReport:
     empty: dict[str, str] = field(default_factory=dict)
     """What an empty table means, by table, where it says more than that nothing happened
     (the waits of a warehouse that does not record them)."""
+    carbon: str | None = None
+    """What the CO2e figures rest on: the carbon data, its year and basis, and the PUE."""
 
     def section_title(self, name: str) -> str:
         """A table's heading: ``SECTIONS``' title, the allocation's named."""
@@ -86,13 +89,15 @@ def build(store: Store, week: Week,
           prices: Pricing | Mapping[tuple[str, str], float], sla_target: float,
           cluster: str = "", team: str | None = None,
           progress: Callable[[str], None] = lambda _: None,
-          only_cluster: str | None = None, allocation: str | None = None) -> WeeklyReport:
+          only_cluster: str | None = None, allocation: str | None = None,
+          carbon: str | None = None) -> WeeklyReport:
     """The report of the week's rows of ``only_cluster`` (None: of every cluster the store
     holds, side by side in ``cost_by_cluster`` when there are several), for the platform
     or ``team``'s slice. Its title names the cluster the rows are of; ``cluster`` when
     there are none. ``cost_by_allocation`` is there when the week's rows have an
     allocation, headed by ``allocation``'s name. ``prices``: the list prices with what the
-    report knows of them (``Pricing.of``), or the list prices alone."""
+    report knows of them (``Pricing.of``), or the list prices alone. ``carbon``: what the
+    CO2e figures rest on, in words (``Carbon.basis``)."""
     pricing = prices if isinstance(prices, Pricing) else Pricing(prices)
     progress("reading the warehouse")
     f = queries.fetch(store, week, team, only_cluster)
@@ -117,6 +122,8 @@ def build(store: Store, week: Week,
         "daily_cost_by_team": daily_by_team(f["daily"], week),
         "idle_offenders": idle_offenders(ws),
         "unallocated_by_pool": unallocated,
+        "energy_by_team": energy_by(usage, "team", covered[1] > 0),
+        "energy_by_node_pool": energy_by(usage, "node_pool", covered[1] > 0),
         "queue": queue(ws.frame(QUEUE_STATES), week, f["awaiting_admission"]),
         "kueue": kueue(ws, week, f["quotas"], f["awaiting_admission"]),
         "longest_waits": longest_waits_of(ws.chunks("SELECT * FROM pod_states"), week,
@@ -148,9 +155,10 @@ def build(store: Store, week: Week,
             tables.pop(name)
     ws.close()
     name = only_cluster or (", ".join(clusters) if clusters else cluster)
-    return WeeklyReport(week, name, team, sla_target, headline(usage, covered),
+    return WeeklyReport(week, name, team, sla_target,
+                        headline(usage, covered) | energy_headline(usage, covered[1] > 0),
                         {k: tables[k] for k in SECTIONS if k in tables}, pods, allocation,
                         price_basis(usage, pricing),
                         {"waits": empty_note(w.recorded, team),
                          "stuck_workloads": stuck_note(w.recorded, team),
-                         "stranded": stranded_note(w.recorded)})
+                         "stranded": stranded_note(w.recorded)}, carbon)

@@ -17,9 +17,9 @@ from typing import Literal
 from exporter.model.pending import USES
 
 Unit = Literal["usd", "ratio", "hours", "seconds", "gib", "count", "text", "time", "flag",
-               "json"]
+               "json", "kwh", "kg", "grams"]
 """What a column holds: US dollars, a ratio (0-1), hours, seconds, GiB, a count, text, a
-UTC time, true/false, or a JSON object."""
+UTC time, true/false, a JSON object, kilowatt-hours, kilograms or grams (of CO2e)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,28 @@ def _cost_by(dimension: Column, owned: bool) -> tuple[Column, ...]:
             _c("change", "ratio", "The change as a share of the week before's cost (blank "
                "without one)."),
             _GPU_HOURS, *(held if owned else capacity))
+
+
+def _energy_by(dimension: Column) -> tuple[Column, ...]:
+    return (dimension,
+            _c("energy_kwh", "kwh", "Energy this week, where measured."),
+            _c("previous_energy_kwh", "kwh", "Energy the week before."),
+            _c("change", "ratio", "The change as a share of the week before's energy (blank "
+               "without one)."),
+            _c("co2e_kg", "kg", "Location-based CO2e: energy x PUE x the region's grid "
+               "intensity (the basis is under the headline)."),
+            _c("idle_kwh", "kwh", "Of the energy, what GPUs pods held drew while idle (under "
+               "5 % busy)."),
+            _c("kwh_per_utilized_gpu_hour", "kwh", "Energy per utilised GPU-hour (blank "
+               "where none)."),
+            _c("co2e_g_per_utilized_gpu_hour", "grams", "CO2e per utilised GPU-hour."),
+            _c("cost_usd_per_utilized_hour", "usd", "Cost per utilised GPU-hour: the "
+               "effective cost beside its energy."),
+            _c("metered_share", "ratio", "Share of the GPU-hours whose energy is known (the "
+               "rest: GPUs not read, such as a node NotReady)."),
+            _c("estimated_share", "ratio", "Share of the energy from the power integral "
+               "rather than the energy counter (a counter reset, a page without it)."),
+            _c("share", "ratio", "Share of the week's energy."))
 
 
 _ROWS_NO_POD_HELD = (" Ends with `(unallocated)` and `(unavailable)`, the GPU time no pod held, "
@@ -159,6 +181,13 @@ TABLES: tuple[ReportTable, ...] = (
     ReportTable("unallocated_by_pool", "Unallocated capacity by pool",
                 "GPU time no pod held, per pool, model and provisioning.",
                 (_POOL, _MODEL, _PROVISIONING, _GPU_HOURS, _COST)),
+    ReportTable("energy_by_team", "Energy and carbon by team",
+                "Per team, the energy of the GPUs its pods held (DCGM's energy counter, "
+                "split as cost is) and its CO2e; beside it the cost of a utilised GPU-hour, "
+                "its energy twin." + _ROWS_NO_POD_HELD, _energy_by(_TEAM)),
+    ReportTable("energy_by_node_pool", "Energy and carbon by pool",
+                "Per pool, all of its GPUs' energy: held, idle or unallocated.",
+                _energy_by(_POOL)),
     ReportTable("queue", "Queue wait by team and GPU model",
                 "Wait from creation to scheduling of the pods scheduled in the week; for a "
                 "pod of a Job Kueue queued, from the Job's submission (its Workload's "
@@ -362,6 +391,16 @@ HEADLINE: tuple[Column, ...] = (
     _c("idle_share", "ratio", "Its share of the week's cost."),
     _c("unallocated_cost_usd", "usd", "Cost of the GPU time no pod held."),
     _c("unallocated_share", "ratio", "Its share of the week's cost."),
+    _c("energy_kwh", "kwh", "The week's GPU energy, where measured."),
+    _c("previous_energy_kwh", "kwh", "The week before's (blank without data)."),
+    _c("energy_change", "ratio", "The change as a share of the week before's."),
+    _c("co2e_kg", "kg", "Its location-based CO2e."),
+    _c("idle_energy_kwh", "kwh", "Energy of GPUs pods held while idle."),
+    _c("unallocated_energy_kwh", "kwh", "Energy of the GPUs no pod held."),
+    _c("kwh_per_utilized_gpu_hour", "kwh", "All energy ÷ utilised GPU-hours (idle and "
+       "unallocated GPUs' included), beside the fleet cost per utilised GPU-hour."),
+    _c("co2e_g_per_utilized_gpu_hour", "grams", "All CO2e ÷ utilised GPU-hours."),
+    _c("metered_share", "ratio", "Share of the GPU-hours whose energy is known."),
 )
 """The headline's figures, in order."""
 

@@ -91,8 +91,9 @@ def run_weekly(store: Store, week: Week, cfg: Config,
     pricing = Pricing.of(prices, cfg.prices) if isinstance(prices, PriceBook) else \
         Pricing(prices)
     allocation = cfg.allocation.title if cfg.allocation.enabled else None
+    carbon = cfg.carbon.in_force().basis
     platform = build(store, week, pricing, cfg.sla.target, cfg.cluster, only_cluster=cluster,
-                     allocation=allocation)
+                     allocation=allocation, carbon=carbon)
     covered = platform.headline["coverage"] or 0.0
     if covered < report_cfg.min_coverage and not force:
         raise ThinWeek(f"{week.label}: the warehouse has data for {covered:.1%} of the "
@@ -125,7 +126,7 @@ def run_weekly(store: Store, week: Week, cfg: Config,
     for team in found:
         step(f"team {team}")
         teams[team] = build(store, week, pricing, cfg.sla.target, cfg.cluster, team=team,
-                            only_cluster=cluster, allocation=allocation)
+                            only_cluster=cluster, allocation=allocation, carbon=carbon)
     if out is not None:
         step("writing")
         render.write(platform, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from analytics.report import WeeklyReport, build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
 from exporter.demo import demo_config, step_both
+from exporter.model.catalog import GPU_MODELS
 from exporter.model.prices import PriceBook, load_price_book
 from exporter.model.totals import Totals
 from exporter.runtime.app import open_exporter
@@ -23,6 +25,7 @@ from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
 from simulator.truth import GroundTruth
 from tests.conftest import scenario_data
+from tests.test_pending_end_to_end import split_as_cost
 
 STEP = 60.0
 DAY = 86400.0
@@ -34,6 +37,7 @@ def day_scenario() -> Scenario:
         {"at": "9h", "kind": "xid", "node": "l4/0", "gpu": 1, "code": 48, "duration": "1h"},
         {"at": "14h", "kind": "node_not_ready", "node": "mig/0", "duration": "40m"},
         {"at": "18h", "kind": "spot_preemption", "pool": "t4-spot"},
+        {"at": "6h10m", "kind": "driver_reload", "node": "h100/0"},
     ])
     rates = {"train": 2, "urgent": 1, "half": 6, "shared": 30, "slice": 40, "spotjob": 12}
     for w in data["workloads"]:
@@ -71,6 +75,10 @@ class Day:
     report: WeeklyReport
     """The weekly report over the day's week, from the warehouse."""
     book: PriceBook
+    energy_truth: dict[str, float]
+    """Joules by team (``(unallocated)``, ``(unavailable)``), split as the product splits."""
+    counter_resets: list[str]
+    """Why each energy counter restarted (``driver_reload``, ``node_restart``)."""
 
 
 async def run_day(out: Path) -> Day:
@@ -100,8 +108,12 @@ async def run_day(out: Path) -> Day:
             report = build(DuckDBStore(con=wh.con), parse_week("2026-W47"),
                            Pricing.of(book, cfg.prices), cfg.sla.target, cfg.cluster,
                            allocation=cfg.allocation.title)
+            energy: dict[str, float] = defaultdict(float)
+            for (team, _), j in split_as_cost(sim.cluster.truth.segments, truth.start,
+                                              truth.end).items():
+                energy[team] += j
             return Day(exporter.totals, truth, pods, events, book.prices, bottlenecks, report,
-                       book)
+                       book, dict(energy), [r.why for r in truth.counter_resets])
 
 
 @pytest.fixture(scope="module")
@@ -311,3 +323,21 @@ def test_the_report_opens_with_what_to_do_and_no_lever_contradicts_its_tables(da
     for a in actions[actions.answers.isin(list(LEVERS))].itertuples():
         assert (waits[waits.cause == a.answers].p90_seconds > LONG_WAIT_SECONDS).any()
     assert not actions.why.str.contains("do not remove|no [a-z0-9-]+ queue").any()
+
+
+def test_energy_per_team_is_the_truths_within_one_interval_per_counter_reset(day: Day) -> None:
+    """A driver reload restarts the H100 node's eight counters mid-day: that interval's
+    energy is the power integral, within one interval's draw of each GPU; every other
+    interval is its counter's. (The MIG node that comes back from NotReady restarts its
+    counter too, unseen: no interval spans its outage.)"""
+    assert sorted(day.counter_resets) == ["driver_reload"] * 8 + ["node_restart"]
+    assert day.totals.energy_bases["reset"] == 8
+    ours: dict[str, float] = defaultdict(float)
+    for key, j in day.totals.energy_joules.items():
+        ours[key.team if key.state == "allocated" else f"({key.state})"] += j
+    slack = 8 * GPU_MODELS["nvidia-h100-80gb"].power_limit_watts * STEP
+    for team, j in day.energy_truth.items():
+        if team == "(unavailable)":
+            continue  # a GPU off the bus draws, but no page shows it
+        assert abs(ours[team] - j) <= slack + 1e-9 * j, (team, ours[team], j)
+    assert day.energy_truth["alpha"] > 3.6e6  # a real day's energy

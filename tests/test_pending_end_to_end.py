@@ -6,18 +6,28 @@ waiting pod could use are the truth's within an interval."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from analytics.figures.headline import Pricing
+from analytics.report import WeeklyReport, build
+from analytics.store import DuckDBStore
+from analytics.week import parse_week
+from exporter.config import Config
 from exporter.demo import demo_config, step_both
+from exporter.model.carbon import load_carbon_book, region_of_zone
 from exporter.model.pending import CAUSES, STRANDED
+from exporter.model.prices import load_price_book
 from exporter.runtime.app import open_exporter
+from exporter.sinks.warehouse import Warehouse
 from simulator.scenario import Scenario, load_scenario
 from simulator.server import SimulatorServer
-from simulator.truth import FreeSegment, PendingSegment
+from simulator.truth import FreeSegment, PendingSegment, Segment, TruthLog
 
 AGREEMENT = 0.98
 """The share of waited GPU-seconds whose cause must be the truth's."""
@@ -41,6 +51,76 @@ class Run:
     free_truth: dict[tuple[str, str], float]
     pool_gpus: dict[str, float]
     """Each pool's most physical GPUs free at once (the truth's)."""
+    energy: Energy
+
+
+@dataclass
+class Energy:
+    """Joules and grams by (team, pool) from the warehouse and the truth, and the weekly
+    report over the run."""
+
+    ours: dict[tuple[str, str], float]
+    truth: dict[tuple[str, str], float]
+    co2e: dict[str, tuple[float, float]]
+    """Zone -> (joules, grams) of the warehouse's rows."""
+    report: WeeklyReport
+    resets: int
+    """Counter resets in the truth."""
+
+
+def split_as_cost(segments: list[Segment], start: float, end: float
+                  ) -> dict[tuple[str, str], float]:
+    """The truth's joules by (team, pool), each MIG instance taking its GPU's energy by its
+    compute slices, as the product splits it (the GPU's counter is all a page shows; how
+    much each instance drew is no reading), a whole GPU's as the truth records it."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+
+    def add(seg: Segment, joules: float) -> None:
+        d = seg.device
+        if seg.down is not None or not seg.occupants:
+            out["(unavailable)" if seg.down else "(unallocated)", d.pool] += joules
+            return
+        for p in seg.occupants:
+            out[p.team or p.namespace, d.pool] += joules / len(seg.occupants)
+
+    by_gpu: dict[str, list[Segment]] = defaultdict(list)
+    for seg in segments:
+        if seg.end > start and seg.start < end and seg.end > seg.start:
+            by_gpu[seg.device.gpu_uuid].append(seg)
+    for segs in by_gpu.values():
+        if all(seg.device.mig_profile is None for seg in segs):
+            for seg in segs:
+                lo, hi = max(start, seg.start), min(end, seg.end)
+                add(seg, seg.joules * (hi - lo) / (seg.end - seg.start))
+            continue
+        slices = sum({seg.device.device_id: seg.device.fraction for seg in segs}.values())
+        cuts = sorted({t for seg in segs for t in (seg.start, seg.end)} | {start, end})
+        cuts = [t for t in cuts if start <= t <= end]
+        for a, b in itertools.pairwise(cuts):
+            live = [seg for seg in segs if seg.start <= a and seg.end >= b]
+            watts = sum(seg.joules / (seg.end - seg.start) for seg in live)
+            for seg in live:
+                add(seg, watts * (b - a) * seg.device.fraction / slices)
+    return dict(out)
+
+
+def energy_of(wh: Warehouse, log: TruthLog, start: float, end: float, scenario: Scenario,
+              cfg: Config) -> Energy:
+    ours = {(team, pool): j for team, pool, j in wh.con.execute(
+        "SELECT CASE WHEN state = 'allocated' THEN team ELSE '(' || state || ')' END, "
+        "node_pool, sum(energy_joules) FROM gpu_usage GROUP BY ALL").fetchall()}
+    truth = log.report(start, end, utilization=False)
+    physical = sum(truth.joules_by("pool").values())
+    truth_j = split_as_cost(log.segments, start, end)
+    assert sum(truth_j.values()) == pytest.approx(physical, rel=1e-9)  # a split, no more
+    co2e = {zone: (j, g) for zone, j, g in wh.con.execute(
+        "SELECT zone, sum(energy_joules), sum(co2e_grams) FROM gpu_usage "
+        "WHERE energy_joules IS NOT NULL GROUP BY ALL").fetchall()}
+    book = load_price_book(None, scenario.region)
+    week = parse_week(time.strftime("%G-W%V", time.gmtime(scenario.start.timestamp())))
+    report = build(DuckDBStore(con=wh.con), week, Pricing.of(book, cfg.prices),
+                   cfg.sla.target, cfg.cluster, carbon=cfg.carbon.in_force().basis)
+    return Energy(ours, truth_j, co2e, report, len(truth.counter_resets))
 
 
 def bucketed(segments: list[PendingSegment], interval: float) -> Mass:
@@ -85,8 +165,10 @@ async def replay(name: str, scenario: Scenario, seconds: float, out: Path) -> Ru
             for fs in free_segments:
                 free_truth[fs.pool, fs.use] += fs.gpus * (fs.end - fs.start)
                 pool_gpus[fs.pool] = max(pool_gpus[fs.pool], fs.gpus)
+            sim.cluster.close()
+            energy = energy_of(wh, truth_log, start, end, scenario, cfg)
             return Run(name, wh.interval, ours, bucketed(segments, wh.interval),
-                       free_ours, dict(free_truth), dict(pool_gpus))
+                       free_ours, dict(free_truth), dict(pool_gpus), energy)
 
 
 def confusion(run: Run) -> tuple[dict[tuple[str, str], float], float, float]:
@@ -177,3 +259,52 @@ def test_stranded_gpu_seconds_per_pool_are_the_truths_within_an_interval(
             ours = run.free_ours.get((pool, use), 0.0)
             assert abs(ours - truth) <= run.pool_gpus.get(pool, 0.0) * run.interval + 1e-6, \
                 (pool, use, ours, truth)
+
+
+ENERGY_WITHIN = 0.01
+"""How far the exporter's energy per team and per pool may be from the truth's."""
+
+
+@pytest.mark.parametrize("which", ["week", "kueue"])
+def test_energy_per_team_and_pool_is_the_truths_within_one_percent(
+        which: str, request: pytest.FixtureRequest) -> None:
+    run: Run = request.getfixturevalue(which)
+    e = run.energy
+    for by in (0, 1):  # team, then pool
+        ours: dict[str, float] = defaultdict(float)
+        truth: dict[str, float] = defaultdict(float)
+        for key, j in e.ours.items():
+            ours[key[by]] += j or 0.0
+        for key, j in e.truth.items():
+            truth[key[by]] += j
+        print(f"\n{run.name}, by {('team', 'pool')[by]}: kWh ours / truth")
+        for k in sorted(truth, key=lambda k: -truth[k]):
+            print(f"  {k:>20} {ours.get(k, 0.0) / 3.6e6:12.2f} {truth[k] / 3.6e6:12.2f}")
+        for k, j in truth.items():
+            if k == "(unavailable)" or j < 0.001 * sum(truth.values()):
+                continue  # a down GPU's draw is not on any page; a crumb is no share
+            assert ours.get(k, 0.0) == pytest.approx(j, rel=ENERGY_WITHIN), (k, ours.get(k), j)
+    assert sum(truth.values()) > 3.6e6 * 100  # a real week's energy, not a trivial one
+
+
+def test_co2e_is_energy_times_the_shipped_intensity_times_pue_to_the_gram(week: Run) -> None:
+    book = load_carbon_book(None)
+    for zone, (joules, grams) in week.energy.co2e.items():
+        grid = book.regions[region_of_zone(zone)].grid_g_per_kwh
+        assert grams == pytest.approx(joules / 3.6e6 * book.pue * grid, abs=1.0), zone
+    assert sum(g for _, g in week.energy.co2e.values()) > 1000
+
+
+def test_the_reports_energy_tables_sum_to_its_headline(week: Run) -> None:
+    r = week.energy.report
+    h = r.headline
+    assert h["energy_kwh"] and h["energy_kwh"] > 100
+    for name in ("energy_by_team", "energy_by_node_pool"):
+        t = r.frame(name)
+        assert t.energy_kwh.sum() == pytest.approx(h["energy_kwh"], rel=1e-9), name
+        assert t.co2e_kg.sum() == pytest.approx(h["co2e_kg"], rel=1e-9), name
+        assert t.idle_kwh.sum() == pytest.approx(h["idle_energy_kwh"], rel=1e-9), name
+    teams = r.frame("energy_by_team").set_index("team")
+    assert teams.loc["(unallocated)", "energy_kwh"] == pytest.approx(
+        h["unallocated_energy_kwh"], rel=1e-9)
+    assert r.carbon is not None and "PUE 1.09" in r.carbon

@@ -124,7 +124,10 @@ def pod_classes(pods: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     first(~busy & (fill < FILL_MIN), "small_batch")
     first((dram >= MEMORY_DRAM_MIN) & (tensor < MEMORY_TENSOR_MAX), "memory_bound")
 
+    limit = np.array([m.power_limit_watts if m else np.nan for m in found], dtype=float)
     columns = {
+        "power_limit_share": _col(pods, "power_watts") / limit,
+        "watts_per_utilized_gpu": _col(pods, "watts_per_utilized_gpu"),
         "gr_engine_active": gr, "sm_active": sm, "sm_occupancy": occ, "tensor_active": tensor,
         "dram_active": dram, "gpu_util_percent": util, "gpu_temp_celsius": temp,
         "throttled_share": throttled_share,
@@ -175,7 +178,8 @@ _SIGNAL_COLUMNS = ("gpu_model", "mig", "gr_engine_active", "sm_active", "sm_occu
                    "tensor_active", "dram_active", "gpu_util_percent", "temperature_celsius",
                    "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second",
                    "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
-                   "stalled_share", "max_gr", "throttled_share")
+                   "stalled_share", "max_gr", "throttled_share", "power_watts",
+                   "watts_per_utilized_gpu")
 
 
 # The per-workload table, in the workspace's SQL (DuckDB) over its ``pods`` table (the

@@ -290,7 +290,7 @@ def test_the_json_holds_every_row_as_json_dumps_writes_it(small_warehouse: Path)
         {"schema_version": 1, "week": r.week.label, "cluster": r.cluster, "team": r.team,
          "sla_target": r.sla_target, "headline": r.headline,
          "price_basis": dataclasses.asdict(r.basis) | {"line": render.basis_line(r)},
-         "tables": tables},
+         "carbon_basis": r.carbon, "tables": tables},
         indent=1, default=render._jsonable)
 
 
