@@ -8,7 +8,10 @@ the cluster variable; rates use ``$__rate_interval``, totals over the time picke
 slice its fraction, a time-shared GPU once), read from the exporter's gauges of GPUs by
 state: a rate of the GPU-seconds counters over a few scrapes aliases whenever the counters
 move less often than Prometheus scrapes (a 30 s cycle at a 15 s scrape reads 2/3 or 4/3 of
-the truth). Variables: datasource, cluster, team, namespace; on the per-GPU dashboard pool,
+the truth). Energy and CO2e counters move the same way, once a cycle: their totals are
+increases over ``$__range`` (exact to a cycle), power a rate over ``$__rate_interval``, as
+spend is (it wobbles around the truth where Prometheus scrapes more often than the exporter
+cycles). Variables: datasource, cluster, team, namespace; on the per-GPU dashboard pool,
 model, node and GPU.
 """
 
@@ -82,6 +85,15 @@ def table(title: str, description: str, unit: str, *exprs: str, w: int = 12
               [target(e, instant=True) | {"format": "table"} for e in exprs], w=w, h=9)
     if len(exprs) > 1:
         p["transformations"] = [{"id": "merge", "options": {}}]
+    return p
+
+
+def columns(p: dict[str, Any], *named: tuple[str, str]) -> dict[str, Any]:
+    """A merged table's value columns (one per query, in order) named, each with its unit."""
+    p["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": f"Value #{chr(ord('A') + i)}"},
+         "properties": [{"id": "displayName", "value": name}, {"id": "unit", "value": unit}]}
+        for i, (name, unit) in enumerate(named)]
     return p
 
 
@@ -247,6 +259,106 @@ def teams() -> dict[str, Any]:
               "team: empty where no such dimension is configured.", "currencyUSD",
               f"sum by (dimension, allocation) (increase(gke_gpu_allocation_cost_usd_total"
               f"{{{SEL}}}[{RANGE}])) > 0"),
+        energy_table("Energy and CO2e over the range by team", "The energy of the GPUs "
+                     "each team's pods held over the time picked (kWh at the GPU) and its "
+                     "location-based CO2e (energy x PUE x the region's grid intensity); the "
+                     "energy dashboard has the rest.", "team", f'{TEAM}, state="allocated"'),
+    ], team=True)
+
+
+KWH = 3.6e6
+"""Joules in a kilowatt-hour."""
+CO2E_COLUMNS = (("Energy", "kwatth"), ("CO2e", "massg"))
+
+
+def energy_table(title: str, description: str, by: str, sel: str) -> dict[str, Any]:
+    """Energy (kWh) and CO2e (g) over the range by ``by``, of the groups that drew any."""
+    energy = f"sum by ({by}) (increase(gke_gpu_energy_joules_total{{{sel}}}[{RANGE}]))"
+    co2e = f"sum by ({by}) (increase(gke_gpu_co2e_grams_total{{{sel}}}[{RANGE}]))"
+    return columns(table(title, description, "kwatth", f"{energy} / {KWH:g} > 0",
+                         f"{co2e} and on ({by}) {energy} > 0"), *CO2E_COLUMNS)
+
+
+def per_utilized_hour(counter: str, scale: str = "") -> str:
+    """A counter's increase over the range per utilised GPU-hour: the ratio of the sums."""
+    return (f"sum(increase({counter}{{{TEAM}}}[{RANGE}])){scale} / (sum(increase("
+            f"gke_gpu_utilized_gpu_seconds_total{{{TEAM}}}[{RANGE}])) / 3600 > 0)")
+
+
+GRID = f"max by (cluster, region, basis) (gke_gpu_grid_carbon_intensity_grams_per_kwh{{{SEL}}})"
+PUE = f"max by (cluster) (gke_gpu_power_usage_effectiveness{{{SEL}}})"
+POD_ENERGY = (f"sum by (namespace, pod, team, workload) (increase("
+              f"gke_gpu_pod_energy_joules_total{{{TEAM}}}[{RANGE}]))")
+INTERVALS = "gke_gpu_exporter_energy_intervals_total"
+
+
+def energy() -> dict[str, Any]:
+    return dashboard("gke-gpu-energy", "GKE GPUs: energy and carbon",
+                     "What the GPUs draw, who draws it, and its location-based CO2e.", [
+        stat("Energy over the range", "Energy of the GPUs chosen over the time picked, "
+             "at the GPU (before PUE): DCGM's energy counter, the power integral where it "
+             "restarted or is not collected. Unallocated and unavailable GPUs' energy has "
+             "no team: choosing a team leaves it out.", "kwatth",
+             f"sum(increase(gke_gpu_energy_joules_total{{{TEAM}}}[{RANGE}])) / {KWH:g} "
+             "or vector(0)", w=4),
+        stat("CO2e over the range", "Location-based CO2e of that energy: energy x PUE x the "
+             "grid carbon intensity of the GPU's region (the table below has the figures in "
+             "force).", "massg",
+             f"sum(increase(gke_gpu_co2e_grams_total{{{TEAM}}}[{RANGE}])) or vector(0)", w=4),
+        stat("Power draw now", "Energy per second at the last interval's rate: the counters "
+             "move once a cycle, so where Prometheus scrapes more often than the exporter "
+             "cycles this wobbles around the truth (the per-GPU dashboard has DCGM's power "
+             "gauge against each GPU's limit).", "watt",
+             f"sum(rate(gke_gpu_energy_joules_total{{{TEAM}}}[{RATE}])) or vector(0)", w=4),
+        stat("Energy per utilised GPU-hour", "Energy over the range / utilised GPU-hours "
+             "over the range (the ratio of the sums): what a useful GPU-hour draws, idle and "
+             "unallocated GPUs' energy included unless a team is chosen.", "kwatth",
+             per_utilized_hour("gke_gpu_energy_joules_total", f" / {KWH:g}"), w=4),
+        stat("CO2e per utilised GPU-hour", "CO2e over the range / utilised GPU-hours over "
+             "the range (the ratio of the sums).", "massg",
+             per_utilized_hour("gke_gpu_co2e_grams_total"), w=4),
+        stat("Estimated energy share", "GPU-intervals over the range whose energy is the "
+             "power integral rather than DCGM's energy counter: reset (the counter went "
+             "backwards or jumped) or power (no counter collected); the whole cluster's, "
+             "whatever team is chosen. Yellow from 5 %.",
+             "percentunit",
+             f'sum(increase({INTERVALS}{{{SEL}, basis=~"reset|power"}}[{RANGE}])) / '
+             f"(sum(increase({INTERVALS}{{{SEL}}}[{RANGE}])) > 0)", w=4,
+             steps=[("green", None), ("yellow", 0.05)]),
+        stacked(series("Power by state", "Power drawn by GPUs allocated, unallocated and "
+                       "unavailable, stacked to the fleet's draw (energy per second over "
+                       "each interval).", "watt",
+                       (f"sum by (state) (rate(gke_gpu_energy_joules_total{{{TEAM}}}"
+                        f"[{RATE}]))", "{{state}}"), w=8)),
+        series("Power by team", "Power drawn by the GPUs each team's pods hold.", "watt",
+               (f'sum by (team) (rate(gke_gpu_energy_joules_total{{{TEAM}, '
+                f'state="allocated"}}[{RATE}]))', "{{team}}"), w=8),
+        series("CO2e per hour by team", "Location-based CO2e per hour of the GPUs each "
+               "team's pods hold.", "si:g/h",
+               (f'sum by (team) (rate(gke_gpu_co2e_grams_total{{{TEAM}, '
+                f'state="allocated"}}[{RATE}])) * 3600', "{{team}}"), w=8),
+        energy_table("Energy and CO2e over the range by team", "Energy (at the GPU) and "
+                     "CO2e of the GPUs each team's pods held over the time picked.", "team",
+                     f'{TEAM}, state="allocated"'),
+        energy_table("Energy and CO2e over the range by pool", "Energy (at the GPU) and "
+                     "CO2e of each node pool's GPUs over the time picked, allocated or "
+                     "not.", "pool, model", TEAM),
+        columns(table("Top pods by energy over the range", "The 15 pods in the cluster now "
+                      "whose GPUs drew the most over the time picked (their share where "
+                      "shared), and its CO2e.", "kwatth",
+                      f"topk(15, {POD_ENERGY}) / {KWH:g}",
+                      f"sum by (namespace, pod, team, workload) (increase("
+                      f"gke_gpu_pod_co2e_grams_total{{{TEAM}}}[{RANGE}])) and on (namespace, "
+                      f"pod) topk(15, {POD_ENERGY})"), *CO2E_COLUMNS),
+        columns(table("Carbon intensity and PUE in force", "Per region of the cluster's GPU "
+                      "nodes: the grid's carbon intensity (gCO2e per kWh, before PUE) and "
+                      "its basis (the data and year, or the site's own factor), the PUE, "
+                      "and their product, the CO2e of a kWh at the GPU.",
+                      "suffix:gCO2e/kWh", GRID,
+                      f"{GRID} * 0 + on (cluster) group_left {PUE}",
+                      f"{GRID} * on (cluster) group_left {PUE}"),
+                ("Grid intensity", "suffix:gCO2e/kWh"), ("PUE", "none"),
+                ("Per kWh at the GPU", "suffix:gCO2e/kWh")),
     ], team=True)
 
 
@@ -470,7 +582,7 @@ def gpu() -> dict[str, Any]:
     ], gpu=True)
 
 
-DASHBOARDS = {"overview": overview, "teams": teams, "queue": queue,
+DASHBOARDS = {"overview": overview, "teams": teams, "energy": energy, "queue": queue,
               "availability": availability, "bottlenecks": bottlenecks,
               "exporter-health": exporter_health, "gpu": gpu}
 

@@ -195,7 +195,7 @@ def test_dashboards_are_generated_from_code() -> None:
 
 def test_dashboard_uids_are_unique_and_stable() -> None:
     uids = [b["uid"] for b in BOARDS.values()]
-    assert len(set(uids)) == len(uids) == 7
+    assert len(set(uids)) == len(uids) == 8
     assert all(u.startswith("gke-gpu-") for u in uids)
 
 
@@ -317,6 +317,29 @@ def test_the_queue_dashboard_says_why_gpus_wait(title: str, reads: str, by: str,
     (p,) = [p for p in BOARDS["queue.json"]["panels"] if p["title"] == title]
     (t,) = p["targets"]
     assert reads in t["expr"] and f" by ({by}) (" in t["expr"]
+    stacking = p["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {})
+    assert (stacking.get("mode") == "normal") == stacks
+
+
+@pytest.mark.parametrize(("board", "title", "reads", "stacks"), [
+    ("energy.json", "Energy over the range", "increase(gke_gpu_energy_joules_total{", False),
+    ("energy.json", "CO2e over the range", "increase(gke_gpu_co2e_grams_total{", False),
+    ("energy.json", "Power draw now", "rate(gke_gpu_energy_joules_total{", False),
+    ("energy.json", "Power by state", "rate(gke_gpu_energy_joules_total{", True),
+    ("energy.json", "Top pods by energy over the range",
+     "increase(gke_gpu_pod_energy_joules_total{", False),
+    ("energy.json", "Estimated energy share",
+     "increase(gke_gpu_exporter_energy_intervals_total{", False),
+    ("teams.json", "Energy and CO2e over the range by team",
+     "increase(gke_gpu_energy_joules_total{", False)])
+def test_energy_totals_are_increases_over_the_range(board: str, title: str, reads: str,
+                                                    stacks: bool) -> None:
+    """Energy and CO2e counters move once a cycle: totals are their increase over the range,
+    power their rate over Grafana's interval; the fleet's power stacks up by state."""
+    (p,) = [p for p in BOARDS[board]["panels"] if p["title"] == title]
+    expr = p["targets"][0]["expr"]
+    assert reads in expr
+    assert ("[$__range]" in expr) == ("increase(" in reads)
     stacking = p["fieldConfig"]["defaults"].get("custom", {}).get("stacking", {})
     assert (stacking.get("mode") == "normal") == stacks
 
