@@ -25,7 +25,7 @@ def test_the_cycle_benchmark_prints_cpu_by_stage_and_rss() -> None:
     out = bench("benchmarks/exporter_cycle.py", "--nodes", "125", "--cycles", "3")
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ ", line)]
     assert [r[0] for r in rows] == ["1", "2", "3"]
-    assert all(r[7] == "18000" for r in rows)                  # 125 nodes x 8 GPUs x 18
+    assert all(r[7] == "19000" for r in rows)                  # 125 nodes x 8 GPUs x 19
     assert all(float(r[1]) > 0 and int(r[9]) > 0 for r in rows)  # CPU, open files
     summary = re.search(r"cycle ([\d.]+) / ([\d.]+), scrape ([\d.]+) / [\d.]+, compute "
                         r"([\d.]+) / [\d.]+, warehouse ([\d.]+) / [\d.]+, render ([\d.]+)", out)
