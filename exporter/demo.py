@@ -28,7 +28,7 @@ from analytics.weekly import run_weekly
 from exporter.config import Config, load_config
 from exporter.google.bigquery_emulator import PROJECT, Emulator
 from exporter.model import compute
-from exporter.model.energy import JOULES_PER_KWH, per_utilized_hour
+from exporter.model.carbon import JOULES_PER_KWH
 from exporter.runtime.app import open_exporter, serve
 from exporter.runtime.lifecycle import wait_for_shutdown
 from exporter.runtime.service import Exporter
@@ -360,7 +360,7 @@ def summary_table(exporter: Exporter) -> str:
                  f"{sum(t.interruptions.values())} spot interruptions")
     kwh = sum(t.energy_joules.values()) / JOULES_PER_KWH
     utilized = sum(v for k, v in t.utilized_seconds.items() if k[0] == "allocated")
-    per = per_utilized_hour(kwh, utilized)
+    per = compute.per_utilized_hour(kwh, utilized)
     lines.append(f"energy {kwh:,.0f} kWh, {sum(t.co2e_grams.values()) / 1000:,.0f} kg CO2e"
                  + ("" if per is None else f", {per:.2f} kWh per utilised GPU-hour")
                  + (f" ({exporter.carbon.basis})" if exporter.carbon else ""))

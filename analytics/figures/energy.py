@@ -22,7 +22,7 @@ import pandas as pd
 from analytics.figures import HOUR, this_week
 from analytics.figures.cost import OWNED_BY, POOLED
 from analytics.tables import columns
-from exporter.model.energy import JOULES_PER_KWH
+from exporter.model.carbon import JOULES_PER_KWH
 
 SUMMED = ("energy_joules", "co2e_grams", "idle_joules", "estimated_joules", "cost_usd",
           "utilized_seconds", "gpu_seconds", "metered_seconds")

@@ -577,16 +577,25 @@ def _sorted_by_key[K: TableKey](table: Callable[[Totals], Mapping[K, float]],
     return samples
 
 
+@_per_view
+def _pod_labels(v: MetricsView) -> list[tuple[str, Labels]]:
+    """The pods in the cluster now that have held a GPU, in label order: uid and labels
+    (one pass for the per-pod families)."""
+    held = v.totals.pod_seconds
+    out: list[tuple[str, Labels]] = []
+    for pod in sorted((p for p in v.pods if p.uid in held),
+                      key=lambda p: (p.namespace, p.name)):
+        o = v.owner(pod)
+        out.append((pod.uid, (v.cluster, pod.namespace, pod.name, o.team, o.workload)))
+    return out
+
+
 def _pods_of(table: Callable[[Totals], Mapping[str, float]]
              ) -> Callable[[MetricsView], Iterator[Sample]]:
     """A sample per pod in the cluster now with a value in ``table`` (a per-pod sum)."""
     def samples(v: MetricsView) -> Iterator[Sample]:
         values = table(v.totals)
-        for pod in sorted(v.pods, key=lambda p: (p.namespace, p.name)):
-            x = values.get(pod.uid)
-            if x is not None:
-                o = v.owner(pod)
-                yield (v.cluster, pod.namespace, pod.name, o.team, o.workload), x
+        return ((labels, values[uid]) for uid, labels in _pod_labels(v) if uid in values)
     return samples
 
 

@@ -277,11 +277,17 @@ def admission_wait_seconds(queued_unix: float, admitted_unix: float | None,
     return max(0.0, (admitted_unix if admitted_unix is not None else now) - queued_unix)
 
 
-def effective_cost_per_utilized_hour(cost_usd: float, utilized_gpu_seconds: float) -> float | None:
-    """Cost of one utilised GPU-hour; None where nothing was utilised."""
+def per_utilized_hour(amount: float, utilized_gpu_seconds: float) -> float | None:
+    """An amount (dollars, kWh, grams of CO2e) per utilised GPU-hour; None where nothing was
+    utilised."""
     if utilized_gpu_seconds <= 0:
         return None
-    return cost_usd / (utilized_gpu_seconds / 3600.0)
+    return amount / (utilized_gpu_seconds / 3600.0)
+
+
+def effective_cost_per_utilized_hour(cost_usd: float, utilized_gpu_seconds: float) -> float | None:
+    """Cost of one utilised GPU-hour; None where nothing was utilised."""
+    return per_utilized_hour(cost_usd, utilized_gpu_seconds)
 
 
 def availability(up_seconds: float, down_seconds: float) -> float | None:

@@ -22,8 +22,8 @@ split               as cost is: a MIG instance takes its share of its GPU's ener
 CO2e                energy x PUE x the zone's region's grid carbon intensity (location-
                     based, gCO2e per kWh: the shipped ``carbon.yaml``, or a site's own
                     factor); unknown where the region has none.
-per utilised        kWh (or CO2e) / utilised GPU-hours: the energy twin of effective cost.
-GPU-hour
+per utilised        kWh (or CO2e) / utilised GPU-hours, the energy twin of effective cost
+GPU-hour            (``compute.per_utilized_hour``).
 ==================  =====================================================================
 """
 
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from exporter.model.carbon import region_of_zone
+from exporter.model.carbon import grams_co2e, region_of_zone
 
 if TYPE_CHECKING:
     from exporter.model.carbon import CarbonBook
@@ -46,7 +46,6 @@ FIELDS_READ = (ENERGY, POWER)
 MAX_GPU_WATTS = 3000.0
 """More than any GPU draws (a B200 board 1,000 W, a GB200 superchip 2,700 W): a counter that
 rose faster jumped, and is not read."""
-JOULES_PER_KWH = 3.6e6
 
 EnergyBasis = Literal["counter", "reset", "power"]
 """Where a GPU's energy over an interval comes from: its energy counter; the power integral
@@ -124,16 +123,8 @@ def gpu_fractions(states: Sequence[DeviceState]) -> dict[str, float]:
 
 
 def grams_per_joule(grid_g_per_kwh: float, pue: float) -> float:
-    """CO2e of a joule the GPU draws: the grid's grams per kWh x PUE (the facility's
-    overhead on top of the IT load), per joule."""
-    return grid_g_per_kwh * pue / JOULES_PER_KWH
-
-
-def per_utilized_hour(amount: float, utilized_gpu_seconds: float) -> float | None:
-    """An amount (kWh, grams) per utilised GPU-hour; None where nothing was utilised."""
-    if utilized_gpu_seconds <= 0:
-        return None
-    return amount / (utilized_gpu_seconds / 3600.0)
+    """CO2e of a joule the GPU draws (``carbon.grams_co2e`` of one joule)."""
+    return grams_co2e(1.0, grid_g_per_kwh, pue)
 
 
 @dataclass(frozen=True, slots=True)
