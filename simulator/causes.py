@@ -69,30 +69,38 @@ def _free(node: Node) -> int:
     return len(node.free_units()) if node.schedulable else 0
 
 
-def pod_cause(c: Cluster, pod: Pod, free: dict[str, int]) -> Cause:
-    """Why ``pod`` (Pending) waits now; ``free`` is each live node's free units."""
+def pod_cause(c: Cluster, pod: Pod, free: dict[str, int],
+              rooms: dict[tuple[str, int], tuple[int, int]] | None = None) -> Cause:
+    """Why ``pod`` (Pending) waits now; ``free`` is each live node's free units; ``rooms``
+    keeps, for one ``free``, each shape's free units in all and on one node."""
     if pod.node is not None:
         return "starting"
     if pod.replaces_disrupted:
         return "preempted"
     w = pod.workload
     ca = pod.ca
-    if not any(c.placement.fits(p, w, pod.gpus) for p in c.scenario.pools) and \
-            ca.triggered_at is None and not ca.at_max:
+    if not c.placement.fits_any(w, pod.gpus) and ca.triggered_at is None and not ca.at_max:
         return "unschedulable"
     if ca.stocked_out:
         return "stockout"
-    room = [free[n.name] for n in c.live_nodes()
-            if c.placement.eligible(n.pool, w) and n.allocatable >= pod.gpus]
-    if sum(room) >= pod.gpus and max(room, default=0) < pod.gpus:
+    shape = (w.name, pod.gpus)
+    found = rooms.get(shape) if rooms is not None else None
+    if found is None:
+        room = [free[n.name] for n in c.live_nodes()
+                if c.placement.eligible(n.pool, w) and n.allocatable >= pod.gpus]
+        found = (sum(room), max(room, default=0))
+        if rooms is not None:
+            rooms[shape] = found
+    if found[0] >= pod.gpus and found[1] < pod.gpus:
         return "fragmented"
     return "scaling_up" if ca.scaling_up else "no_capacity"
 
 
 def waiting(c: Cluster, free: dict[str, int]) -> Iterator[Waiting]:
     """Everything that waits now: pods not running yet, Workloads Kueue has not admitted."""
+    rooms: dict[tuple[str, int], tuple[int, int]] = {}
     for pod in c.pending_pods():
-        yield Waiting(pod.uid, "pod", pod.namespace, pod.gpus, pod_cause(c, pod, free))
+        yield Waiting(pod.uid, "pod", pod.namespace, pod.gpus, pod_cause(c, pod, free, rooms))
     if c.kueue is not None:
         for wl in c.kueue.workloads.values():
             if wl.pending:

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from exporter.model.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
-from simulator import causes, events, objects, scheduler
+from simulator import causes, clock, events, objects, scheduler
 from simulator.autoscaler import Autoscaler, CaWords, instance_group
-from simulator.events import KUBELET, SCHEDULER, EventLog, Involved
+from simulator.events import KUBELET, SCHEDULER, EventLog, Involved, SilentLog
 from simulator.kueue import KueueState, QueuedWorkload
 from simulator.placement import Placement
 from simulator.profiles import PROFILES, Activity, mean_power_ratio
@@ -212,8 +212,10 @@ class Cluster:
     """The whole simulated cluster at virtual time ``now``."""
 
     def __init__(self, scenario: Scenario, store: ApiStore | None = None,
-                 dcgm_port: int = objects.DCGM_PORT) -> None:
+                 dcgm_port: int = objects.DCGM_PORT, headless: bool = False) -> None:
         self.scenario = scenario
+        self.headless = headless
+        """No API side: no objects written, no Events (a replay that only reads the truth)."""
         self.dcgm_port = dcgm_port
         self.store = store if store is not None else ApiStore()
         self.truth = TruthLog(scenario)
@@ -230,8 +232,8 @@ class Cluster:
         self._pod_counter = 0
         self._pool_counters = {p.name: 0 for p in scenario.pools}
         self.placement = Placement(scenario)
-        self.events = EventLog(self.store, self.seed,
-                               f"{SCHEDULER}-gke-{scenario.cluster}-control-plane")
+        self.events = (SilentLog if headless else EventLog)(
+            self.store, self.seed, f"{SCHEDULER}-gke-{scenario.cluster}-control-plane")
         self.autoscaler = Autoscaler(self)
         self._starting: list[tuple[float, int, Pod]] = []  # (runs at, tiebreak, pod)
         self._deadlines: list[tuple[float, int, Job]] = []  # (activeDeadline at, ..., Job)
@@ -248,9 +250,12 @@ class Cluster:
         self._traced_cursor = 0
         self._workloads = {w.name: w for w in scenario.workloads}
         self._rework = 0.0  # run time lost by the pods the fault being applied ends
+        self._next: float | None = None
+        """When something can next change (``advance_to``); None: nothing ever will."""
         self.kueue = KueueState(scenario.kueue, self.start, self.seed) \
             if scenario.kueue is not None else None
         self._bootstrap()
+        self._next = self.now + self.step
 
     # ----------------------------------------------------------------- public API
 
@@ -261,7 +266,19 @@ class Cluster:
     def advance(self, seconds: float) -> None:
         """Move virtual time forward by whole steps covering ``seconds``."""
         for _ in range(math.ceil(seconds / self.step - 1e-9)):
-            self._tick()
+            self._tick(self.step)
+
+    def advance_to(self, end: float) -> int:
+        """Move to ``end`` (the first step boundary at or after it) by the steps at which
+        something can change (``simulator.clock``): the state and truth ``advance`` makes
+        step by step, without the quiet steps between. Returns the steps taken."""
+        end = clock.on_grid(self, end)
+        taken = 0
+        while self.now < end - 1e-9:
+            due = clock.on_grid(self, self._next) if self._next is not None else end
+            self._tick(min(due, end) - self.now)
+            taken += 1
+        return taken
 
     def live_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if not n.deleted]
@@ -322,12 +339,15 @@ class Cluster:
 
     # ----------------------------------------------------------------- the step
 
-    def _tick(self) -> None:
-        waits, free = causes.observe(self)  # the step that ends now
-        self.truth.waiting(self.now, waits)
-        self.truth.free(self.now, free)
-        self.now += self.step
+    def _tick(self, span: float) -> None:
+        """The ``span`` seconds from now (whole steps, during which nothing changes), then
+        what happens at their end."""
+        waits, free = causes.observe(self)  # the steps that end at now + span
+        self.truth.waiting(self.now, waits, self.now + span)
+        self.truth.free(self.now, free, self.now + span)
+        self.now += span
         t = self.now
+        attempts = len(self.autoscaler.attempts)
         self._faults_due(t)
         self._end_faults(t)
         self._start_due(t)
@@ -344,7 +364,9 @@ class Cluster:
         self._schedule()
         self.autoscaler.run(t)
         self.events.tick(t)
+        scaled = len(self.autoscaler.attempts) > attempts
         self._flush()
+        self._next = t + self.step if scaled else clock.next_change(self)
 
     # ----------------------------------------------------------------- bootstrap
 
@@ -407,7 +429,7 @@ class Cluster:
         return node
 
     def _delete_node(self, node: Node, reason: str) -> None:
-        for pod in {p for p in node.units if p is not None}:
+        for pod in sorted({p for p in node.units if p is not None}, key=lambda p: p.name):
             self._finish(pod, "Failed", reason, 143,
                          "Pod was terminated in response to imminent node shutdown.")
         for gpu in node.gpus:
@@ -528,7 +550,8 @@ class Cluster:
             self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
             self.truth.pod_created(pod.uid, pod.namespace, pod.name, pod.team, pod.workload_name,
                                    job.profile, w.accelerator, created,
-                                   job.queued.uid if job.queued is not None else None)
+                                   job.queued.uid if job.queued is not None else None,
+                                   pod.gpus)
         return made
 
     def _arrive(self, t: float) -> None:
@@ -895,6 +918,13 @@ class Cluster:
 
     def _flush(self) -> None:
         """Write every object that changed during this step to the API store."""
+        if self.headless:
+            for node in self._dirty_nodes.values():
+                if node.deleted:
+                    self.nodes.pop(node.name, None)
+            self._dirty_nodes.clear()
+            self._dirty_pods.clear()
+            return
         for name in sorted(self._dirty_nodes):
             node = self._dirty_nodes[name]
             dcgm_key = f"gke-managed-system/{node.dcgm_pod_name}"

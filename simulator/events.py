@@ -242,3 +242,14 @@ def pulled(image: str, seconds: float, size_bytes: int) -> str:
 def scheduled(namespace: str, pod: str, node: str) -> str:
     """kube-scheduler's ``Scheduled`` message."""
     return f"Successfully assigned {namespace}/{pod} to {node}"
+
+
+class SilentLog(EventLog):
+    """The Events of a cluster no one watches (``Cluster(headless=True)``): none kept."""
+
+    def record(self, involved: Involved, reason: str, message: str, *, component: str,
+               now: float, warning: bool = False, host: str | None = None) -> None:
+        return None
+
+    def tick(self, now: float) -> None:
+        return None

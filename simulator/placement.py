@@ -189,6 +189,7 @@ class Placement:
         self._taints = {p.name: node_taints(p) for p in scenario.pools}
         self._constraints: dict[str, Constraints] = {}
         self._reasons: dict[tuple[str, str], str | None] = {}
+        self._fits_any: dict[tuple[str, int], bool] = {}
 
     def constraints(self, w: Workload) -> Constraints:
         c = self._constraints.get(w.name)
@@ -206,6 +207,14 @@ class Placement:
 
     def eligible(self, pool: Pool, w: Workload) -> bool:
         return self.reason(pool, w) is None
+
+    def fits_any(self, w: Workload, gpus: int) -> bool:
+        """Whether a node of any pool, empty, could take a pod of ``w`` asking ``gpus``."""
+        k = (w.name, gpus)
+        found = self._fits_any.get(k)
+        if found is None:
+            found = self._fits_any[k] = any(self.fits(p, w, gpus) for p in self.scenario.pools)
+        return found
 
     def fits(self, pool: Pool, w: Workload, gpus: int) -> bool:
         """Whether a node of ``pool``, empty, could take a pod of ``w`` asking ``gpus``."""

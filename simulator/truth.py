@@ -106,6 +106,8 @@ class PodRecord:
     reason: str | None = None
     workload_uid: str | None = None
     """Its Kueue Workload, when Kueue queued its Job."""
+    gpus: int = 0
+    """``nvidia.com/gpu`` it asks for."""
 
 
 @dataclass(slots=True)
@@ -336,9 +338,9 @@ class TruthLog:
 
     def pod_created(self, uid: str, namespace: str, name: str, team: str | None,
                     workload: str, profile: str, accelerator: str, t: float,
-                    workload_uid: str | None = None) -> None:
+                    workload_uid: str | None = None, gpus: int = 0) -> None:
         self.pods[uid] = PodRecord(uid, namespace, name, team, workload, profile, accelerator, t,
-                                   workload_uid=workload_uid)
+                                   workload_uid=workload_uid, gpus=gpus)
 
     def workload_created(self, uid: str, namespace: str, name: str, team: str | None,
                          local_queue: str, cluster_queue: str, gpus: int, t: float) -> None:
@@ -385,9 +387,10 @@ class TruthLog:
     def interruption(self, node: str, pool: str, t: float, pod_uids: list[str]) -> None:
         self.interruptions.append(Interruption(node, pool, t, tuple(pod_uids)))
 
-    def waiting(self, t: float, rows: Iterable[Any]) -> None:
-        """What waited during the step from ``t`` (``simulator.causes.Waiting`` rows)."""
-        end = t + self._step
+    def waiting(self, t: float, rows: Iterable[Any], end: float | None = None) -> None:
+        """What waited from ``t`` to ``end`` (default: the step from ``t``), as
+        ``simulator.causes.Waiting`` rows."""
+        end = t + self._step if end is None else end
         for w in rows:
             last = self._pending_last.get(w.uid)
             if last is not None and last.cause == w.cause and last.end == t \
@@ -398,9 +401,11 @@ class TruthLog:
             self._pending.append(seg)
             self._pending_last[w.uid] = seg
 
-    def free(self, t: float, gpus: dict[tuple[str, str], float]) -> None:
-        """The free physical GPUs by (pool, use) during the step from ``t``."""
-        end = t + self._step
+    def free(self, t: float, gpus: dict[tuple[str, str], float],
+             end: float | None = None) -> None:
+        """The free physical GPUs by (pool, use) from ``t`` to ``end`` (default: the step
+        from ``t``)."""
+        end = t + self._step if end is None else end
         for (pool, use), n in gpus.items():
             last = self._free_last.get((pool, use))
             if last is not None and last.end == t and abs(last.gpus - n) < 1e-9:

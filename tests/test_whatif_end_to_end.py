@@ -21,9 +21,10 @@ import yaml
 
 from analytics.store import DuckDBStore
 from analytics.week import Week
-from analytics.whatif import compare, layout, scenario, trace
+from analytics.whatif import compare, engine, layout, scenario, trace
 from analytics.whatif.measure import Measured, measure
 from exporter.cli import main
+from exporter.config import Prices
 from exporter.demo import Progress
 from exporter.model.prices import load_price_book
 from exporter.whatif import replay, replay_all
@@ -155,6 +156,45 @@ def test_the_week_replayed_on_its_own_layout_is_the_week(replayed: Replayed) -> 
     print(f.to_string())
     assert len(f) >= 3 + 2 * 4, "cost, GPU-hours and each team's p50 and p90"
     assert f.ok.all(), f[~f.ok].to_string()
+
+
+AGREEMENT_COST = 0.01
+AGREEMENT_CAUSE = 0.02
+
+
+@pytest.mark.parametrize("resolution", [STEP, engine.RESOLUTION])
+def test_the_engine_replays_the_week_as_the_full_loop_does(replayed: Replayed,
+                                                           resolution: float) -> None:
+    """The engine (the cluster alone, in event time) against the full replay (the simulator
+    over HTTP, the exporter measuring it a cycle a step) on the same trace and layout: cost
+    and GPU-hours within 1 %, each team's wait p50 and p90 within a step of the full
+    loop's. GPU-hours waited by cause: within 2 % each at the full loop's step; at
+    1-second steps, where jobs submitted between two of the loop's steps wait from their
+    submission rather than from the next step, within 2 % of all the GPU-hours waited."""
+    r = replayed
+    built = scenario.build(r.jobs, layout.with_priorities(r.layout, r.jobs), r.window.start,
+                           r.window.end, resolution)
+    played = engine.play(built.scenario, r.window,
+                         engine.Pricing.load(Prices(), r.scenario.region),
+                         engine.utilizations(r.jobs))
+    assert played.steps < 0.05 * DAYS * 86400, "event time: a step where something changes"
+    fast, loop = played.measured, r.replay
+    for key in ("cost_usd", "gpu_hours", "allocated_gpu_hours"):
+        a, b = loop.headline[key], fast.headline[key]
+        assert a is not None and b is not None and abs(b - a) <= AGREEMENT_COST * a, key
+    teams = loop.teams.merge(fast.teams, on="team", how="outer", suffixes=("", "_engine"))
+    for t in teams.itertuples():
+        for q in ("wait_p50_seconds", "wait_p90_seconds"):
+            a, b = getattr(t, q), getattr(t, f"{q}_engine")
+            assert abs(b - a) <= STEP + 1e-6, (t.team, q, a, b)
+    causes = loop.causes.merge(fast.causes, on="cause", how="outer",
+                               suffixes=("", "_engine")).fillna(0.0)
+    total = float(loop.causes.gpu_hours.sum())
+    for c in causes.itertuples():
+        allowed = AGREEMENT_CAUSE * (c.gpu_hours if resolution == STEP else total)
+        assert abs(c.gpu_hours_engine - c.gpu_hours) <= allowed + 1e-6, c
+    assert fast.reclaims == loop.reclaims
+    assert fast.stranded_gpu_hours == pytest.approx(loop.stranded_gpu_hours, rel=0.02, abs=1.0)
 
 
 def test_a_node_more_costs_its_price_and_shortens_the_queue(

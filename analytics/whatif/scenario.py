@@ -99,6 +99,12 @@ def _dns(text: str, limit: int) -> str:
     return f"{clean[: limit - 7].strip('-') or 'x'}-{digest}"
 
 
+def pod_workloads(j: Job) -> tuple[str, ...]:
+    """The names a replayed job's pods carry as their controller (``workload``): its
+    Job's, or, for an always-on controller carried in, its workload's."""
+    return (_dns(j.job, 63), _dns(j.job, 40)) if j.kind == "always_on" else (_dns(j.job, 63),)
+
+
 def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, step: float,
           seed: int = 1) -> Built:
     """The scenario that replays ``jobs`` from ``start`` to ``end`` on ``layout``."""

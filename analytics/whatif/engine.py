@@ -1,0 +1,144 @@
+"""The replay engine: a scenario played by the simulator's cluster alone, in event time,
+and measured by the report's own queries.
+
+The full replay (``exporter.whatif.replay``) serves the simulated cluster over HTTP and
+has the exporter watch and scrape it, a cycle a step. The engine keeps the cluster (the
+same scheduler, placement, Kueue, autoscaler, faults, Spot reclaims, MIG and
+time-sharing) and drops the rest:
+
+- the cluster runs headless (no API objects, no Events) and steps only to the times
+  something can change (``Cluster.advance_to``), at ``RESOLUTION`` seconds: waits of less
+  than a step of the measured week are measured;
+- its account of what happened (``simulator.truth``) is written as the warehouse's tables
+  (``analytics.whatif.truth_rows``) into an in-memory DuckDB;
+- ``analytics.whatif.measure`` reads them as it reads the measured week's warehouse.
+
+So a replay's cost, waits, causes, stranded GPUs and availability keep the measured
+week's definitions. ``tests/test_whatif_engine.py`` holds the engine to the full replay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import duckdb
+import pandas as pd
+
+from analytics.store import DuckDBStore
+from analytics.week import Week
+from analytics.whatif import truth_rows
+from analytics.whatif.measure import Measured, measure
+from analytics.whatif.scenario import pod_workloads
+from analytics.whatif.trace import Job
+from exporter import duck
+from exporter.config import Prices
+from exporter.model.prices import Commitment, PriceBook, effective_prices, load_price_book
+from exporter.sinks.schema import BY_NAME
+from simulator.cluster import Cluster
+from simulator.scenario import Scenario
+
+RESOLUTION = 1.0
+"""Seconds of the engine's clock: a replay's times are whole seconds."""
+
+MEMORY_LIMIT = "2GB"
+"""The replay's in-memory warehouse: a week of 1,000 GPUs at hourly rows is ~100 MB."""
+
+
+@dataclass(frozen=True, slots=True)
+class Played:
+    """A scenario played and measured."""
+
+    measured: Measured
+    seconds: float
+    """CPU seconds it took, measuring included."""
+    steps: int
+    """Steps the cluster took (of the ``RESOLUTION``-second steps of the window)."""
+    con: duckdb.DuckDBPyConnection
+    """Its warehouse (in memory): what ``measured`` was read from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """What a replay's GPUs cost: the price book of the region and what finance agreed."""
+
+    book: PriceBook
+    prices: Prices
+
+    @classmethod
+    def load(cls, prices: Prices, region: str) -> Pricing:
+        return cls(load_price_book(prices.book, region), prices)
+
+    def pools(self, scenario: Scenario) -> dict[str, float | None]:
+        """Each pool's price of one of its GPUs an hour, after negotiated prices,
+        commitments (for the on-demand GPUs the layout starts with) and the pool's
+        discount; None where the book has no price."""
+        on_demand: dict[str, float] = {}
+        for p in scenario.pools:
+            if not p.spot:
+                on_demand[p.accelerator] = on_demand.get(p.accelerator, 0.0) + \
+                    p.nodes * p.gpus_per_node
+        agreed = self.prices
+        listed = effective_prices(self.book.prices, on_demand,
+                                  [Commitment(c.gpu, c.gpus, c.usd_per_gpu_hour)
+                                   for c in agreed.commitments], agreed.negotiated)
+        out: dict[str, float | None] = {}
+        for p in scenario.pools:
+            price = listed.get((p.accelerator, "spot" if p.spot else "on-demand"))
+            out[p.name] = None if price is None else \
+                price * (1.0 - agreed.discounts.get(p.name, agreed.default_discount))
+        return out
+
+
+def utilizations(jobs: Sequence[Job]) -> dict[str, float]:
+    """Each job's measured utilisation by the name its pods carry (``workload``)."""
+    return {name: j.utilization for j in jobs if j.utilization is not None
+            for name in pod_workloads(j)}
+
+
+def play(scenario: Scenario, week: Week, pricing: Pricing,
+         utilization: Mapping[str, float]) -> Played:
+    """``scenario`` (at ``RESOLUTION`` s steps) over ``week``, measured."""
+    began = time.process_time()
+    cluster = Cluster(scenario, headless=True)
+    window = truth_rows.Window(week.start.timestamp(), week.end.timestamp())
+    steps = cluster.advance_to(window.end)
+    cluster.close()
+    con = warehouse(cluster, window, pricing.pools(scenario), utilization)
+    measured = measure(DuckDBStore(con=con), week, scenario.cluster)
+    return Played(measured, time.process_time() - began, steps, con)
+
+
+def warehouse(cluster: Cluster, window: truth_rows.Window,
+              prices: Mapping[str, float | None], utilization: Mapping[str, float]
+              ) -> duckdb.DuckDBPyConnection:
+    """The cluster's truth over ``window`` as an in-memory warehouse."""
+    truth, scenario = cluster.truth, cluster.scenario
+    finished = {uid: w.finished_at for uid, w in cluster.kueue.workloads.items()
+                if w.finished_at is not None} if cluster.kueue is not None else {}
+    tables = {
+        "gpu_usage": truth_rows.usage(truth, scenario, window, prices, utilization),
+        "gpu_pods": truth_rows.pods(truth, window),
+        "kueue_workloads": truth_rows.workloads(truth, finished, window),
+        "gpu_pending": truth_rows.pending(truth, scenario, window),
+        "gpu_free": truth_rows.free(truth, scenario, window, prices),
+        "availability_events": truth_rows.incidents(truth, window),
+    }
+    con = duck.connect(memory_limit=MEMORY_LIMIT)
+    for table in BY_NAME.values():
+        con.execute(table.duckdb_ddl())
+    for name, frame in tables.items():
+        _insert(con, name, truth_rows.ids(frame.assign(cluster=scenario.cluster), name))
+    return con
+
+
+def _insert(con: duckdb.DuckDBPyConnection, name: str, frame: pd.DataFrame) -> None:
+    if frame.empty:
+        return
+    cols = [c for c in BY_NAME[name].names if c in frame.columns]
+    con.register("replayed", frame[cols])
+    try:
+        con.execute(f"INSERT INTO {name} ({', '.join(cols)}) SELECT * FROM replayed")
+    finally:
+        con.unregister("replayed")

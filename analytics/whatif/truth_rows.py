@@ -1,0 +1,225 @@
+"""A replay's account (``simulator.truth``) as the warehouse's tables, so that the report's
+queries read a replay as they read a measured week.
+
+- ``gpu_usage``: each truth segment (a device in one state, held by the same pods) cut at
+  the hours, a row per pod holding it (or one, unallocated or unavailable). GPU-seconds
+  and cost are ``exporter.model.compute.usage_rows``' (the seconds times the device's
+  fraction of its GPU, the price of a GPU of its pool after discount times that fraction,
+  both split evenly among the pods time-sharing it): ``tests/analytics/test_engine.py``
+  holds the two to the same figures. Utilisation is each job's, as the trace measured it
+  (a time-shared GPU's, its pods' added up to at most 1; unknown when one is unknown); an
+  idle GPU's is 0. Energy is not replayed: its columns are null.
+- ``gpu_pods``: each pod's last state: created, scheduled, finished, phase and reason, its
+  wait from its submission (its Kueue Workload's creation when Kueue queued it).
+- ``kueue_workloads``: each Workload's last state.
+- ``gpu_pending`` and ``gpu_free``: the truth's runs of waiting (by cause) and of free GPUs
+  (by use), cut at the hours.
+- ``availability_events``: the GPUs' incidents.
+
+Rows are kept to the window ``[start, end)``: what the queries read of a week.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.scenario import Scenario
+from simulator.truth import TruthLog
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    start: float
+    end: float
+
+
+def hours(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
+    """``frame``'s runs (``start``, ``end`` in unix seconds) clipped to ``window`` and cut
+    at the hours: a row per piece, with ``time`` and ``interval_seconds``."""
+    lo = np.maximum(frame["start"].to_numpy(float), window.start)
+    hi = np.minimum(frame["end"].to_numpy(float), window.end)
+    keep = hi > lo
+    f, lo, hi = frame[keep], lo[keep], hi[keep]
+    first = np.floor(lo / HOUR)
+    count = (np.ceil(hi / HOUR) - first).astype(int)
+    idx = np.repeat(np.arange(len(f)), count)
+    offset = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    hour = (first[idx] + offset) * HOUR
+    a = np.maximum(lo[idx], hour)
+    b = np.minimum(hi[idx], hour + HOUR)
+    out = f.iloc[idx].reset_index(drop=True)
+    out["time"] = pd.to_datetime(a, unit="s", utc=True)
+    out["interval_seconds"] = b - a
+    return out.drop(columns=["start", "end"])
+
+
+def _timestamps(values: list[float | None]) -> pd.Series:
+    return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s", utc=True)
+
+
+def usage(truth: TruthLog, scenario: Scenario, window: Window,
+          prices: Mapping[str, float | None], utilization: Mapping[str, float]
+          ) -> pd.DataFrame:
+    """``gpu_usage`` rows. ``prices``: each pool's USD per GPU-hour after discount (None:
+    unpriced); ``utilization``: each job's (its pods' ``workload``) measured mean."""
+    teams = {n.name: n.team or n.name for n in scenario.namespaces}
+    rows: list[tuple[object, ...]] = []
+    for seg in truth.segments:
+        if seg.end <= window.start or seg.start >= window.end:
+            continue
+        d = seg.device
+        base = (seg.start, seg.end, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
+                d.gpu_uuid, str(d.gpu_index), d.mig_profile, d.device_id, d.fraction)
+        if seg.down is not None:
+            rows.append((*base, "unavailable", seg.down, 1, None, None, None, None, None,
+                         None))
+            continue
+        if not seg.occupants:
+            rows.append((*base, "unallocated", None, 1, None, None, None, None, None, 0.0))
+            continue
+        known = [utilization.get(p.workload) for p in seg.occupants]
+        util = None if any(u is None for u in known) else \
+            min(1.0, sum(u for u in known if u is not None))
+        n = len(seg.occupants)
+        for p in seg.occupants:
+            rows.append((*base, "allocated", None, n, p.namespace, p.name, p.uid,
+                         p.team or teams.get(p.namespace, p.namespace), p.workload, util))
+    cols = ["start", "end", "node", "node_pool", "zone", "gpu_model", "provisioning",
+            "gpu_uuid", "gpu_index", "mig_profile", "device_id", "fraction", "state",
+            "reason", "shares", "namespace", "pod", "pod_uid", "team", "workload",
+            "utilization"]
+    f = hours(pd.DataFrame(rows, columns=cols), window)
+    price = f.node_pool.map(dict(prices)).astype(float)
+    unit = price * f.fraction
+    return f.assign(
+        gpu_seconds=f.interval_seconds * f.fraction / f.shares,
+        price_usd_per_hour=unit,
+        cost_usd=unit * f.interval_seconds / HOUR / f.shares,
+    ).drop(columns=["fraction", "shares"])
+
+
+def pods(truth: TruthLog, window: Window) -> pd.DataFrame:
+    """``gpu_pods``: each pod created before the window's end, as it last was in it."""
+    last = window.end - 1e-3
+    rows = []
+    for rec in truth.pods.values():
+        if rec.created_at >= window.end:
+            continue
+        wl = truth.workloads.get(rec.workload_uid or "")
+        queued = wl.created_at if wl is not None else rec.created_at
+        done = rec.finished_at if rec.finished_at is not None and \
+            rec.finished_at < window.end else None
+        started = rec.scheduled_at if rec.scheduled_at is not None and \
+            rec.scheduled_at < window.end else None
+        phase = rec.phase if done is not None else "Running" if started is not None \
+            else "Pending"
+        rows.append((rec.uid, rec.namespace, rec.name, rec.team or rec.namespace,
+                     rec.workload, "Job", rec.gpus, rec.accelerator, rec.node if started
+                     else None, phase, rec.created_at, started, done,
+                     None if started is None else started - queued,
+                     rec.reason if done is not None else None, queued,
+                     wl.cluster_queue if wl is not None else None,
+                     min(done if done is not None else last, last)))
+    f = pd.DataFrame(rows, columns=[
+        "pod_uid", "namespace", "pod", "team", "workload", "owner_kind", "gpus", "gpu_model",
+        "node", "phase", "created", "scheduled", "finished", "queue_wait_seconds", "reason",
+        "queued", "cluster_queue", "updated"])
+    for c in ("created", "scheduled", "finished", "queued", "updated"):
+        f[c] = _timestamps(f[c].tolist())
+    return f
+
+
+def workloads(truth: TruthLog, finished: Mapping[str, float], window: Window) -> pd.DataFrame:
+    """``kueue_workloads``: each Workload created before the window's end, as it last was.
+    ``finished``: when each that finished did (Kueue's own record)."""
+    last = window.end - 1e-3
+    rows = []
+    for wl in truth.workloads.values():
+        if wl.created_at >= window.end:
+            continue
+        admitted = None
+        queued = wl.created_at
+        if wl.admissions:
+            at_queue, at = wl.admissions[-1]
+            if at < window.end and not any(at <= e < window.end for e in wl.evictions):
+                admitted = at
+            queued = at_queue
+        done = finished.get(wl.uid)
+        done = done if done is not None and done < window.end else None
+        state = "Finished" if done is not None else "Admitted" if admitted is not None \
+            else "Pending"
+        rows.append((wl.uid, wl.namespace, wl.name, wl.name, wl.team or wl.namespace,
+                     wl.local_queue, wl.cluster_queue, wl.gpus, state, wl.created_at, queued,
+                     admitted, done, min(done if done is not None else last, last)))
+    f = pd.DataFrame(rows, columns=[
+        "workload_uid", "namespace", "workload", "owner_name", "team", "local_queue",
+        "cluster_queue", "gpus", "state", "created", "queued", "admitted", "finished",
+        "updated"])
+    for c in ("created", "queued", "admitted", "finished", "updated"):
+        f[c] = _timestamps(f[c].tolist())
+    return f.assign(owner_kind="Job")
+
+
+def pending(truth: TruthLog, scenario: Scenario, window: Window) -> pd.DataFrame:
+    """``gpu_pending``: each run of waiting for one cause, cut at the hours."""
+    teams = {n.name: n.team or n.name for n in scenario.namespaces}
+    queued = {uid: (truth.workloads[r.workload_uid].created_at
+                    if r.workload_uid in truth.workloads else r.created_at)
+              for uid, r in truth.pods.items()}
+    queued.update({uid: w.created_at for uid, w in truth.workloads.items()})
+    models = {uid: r.accelerator for uid, r in truth.pods.items()}
+    rows = [(s.uid, s.kind, s.namespace, teams.get(s.namespace, s.namespace), s.cause,
+             s.gpus, models.get(s.uid), queued.get(s.uid, s.start), s.start, s.end)
+            for s in truth.pending_segments(window.start, window.end)]
+    f = hours(pd.DataFrame(rows, columns=["uid", "kind", "namespace", "team", "cause", "gpus",
+                                          "gpu_model", "queued", "start", "end"]), window)
+    ended = f.time.astype("int64") / 1e9 + f.interval_seconds
+    return f.assign(seconds=f.interval_seconds, gpu_seconds=f.gpus * f.interval_seconds,
+                    wait_seconds=ended - f.queued, evidence_source="replay") \
+        .drop(columns=["queued"])
+
+
+def free(truth: TruthLog, scenario: Scenario, window: Window,
+         prices: Mapping[str, float | None]) -> pd.DataFrame:
+    """``gpu_free``: each run of a pool's free GPUs of one use, cut at the hours."""
+    pools = {p.name: p for p in scenario.pools}
+    rows = [(s.pool, s.use, s.gpus, s.start, s.end)
+            for s in truth.free_segments(window.start, window.end) if s.gpus > 0]
+    f = hours(pd.DataFrame(rows, columns=["node_pool", "use", "gpus", "start", "end"]), window)
+    price = f.node_pool.map(dict(prices)).astype(float)
+    return f.assign(
+        gpu_model=f.node_pool.map(lambda p: pools[p].accelerator),
+        provisioning=f.node_pool.map(lambda p: "spot" if pools[p].spot else "on-demand"),
+        zone=f.node_pool.map(lambda p: pools[p].zone),
+        gpu_seconds=f.gpus * f.interval_seconds,
+        cost_usd=price * f.gpus * f.interval_seconds / HOUR).drop(columns=["gpus"])
+
+
+def incidents(truth: TruthLog, window: Window) -> pd.DataFrame:
+    """``availability_events``: each GPU incident, clipped to the window."""
+    pools = {s.device.node: s.device.pool for s in truth.segments}
+    rows = []
+    for i in truth.incidents:
+        end = window.end if i.end is None else min(i.end, window.end)
+        start = max(i.start, window.start)
+        if end > start:
+            rows.append((i.node, pools.get(i.node), i.gpu_uuid, i.reason, start, end,
+                         end - start))
+    f = pd.DataFrame(rows, columns=["node", "node_pool", "gpu_uuid", "reason", "start_time",
+                                    "end_time", "seconds"])
+    for c in ("start_time", "end_time"):
+        f[c] = _timestamps(f[c].tolist())
+    return f
+
+
+def ids(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """Row ids unique within the replay's warehouse (it is written once, never merged)."""
+    width = max(1, math.ceil(math.log10(len(frame) + 1)))
+    return frame.assign(id=[f"{table}-{i:0{width}d}" for i in range(len(frame))])
