@@ -1,13 +1,20 @@
-"""What a what-if replay costs: the demo's week, and a fleet of 1,000 GPUs.
+"""What a what-if replay costs: the engine against the full loop, on the demo's week and a
+fleet of 1,000 GPUs.
 
 For each cluster, a simulated week is first measured by the exporter (the week a replay
-starts from), then timed: the trace and the layout read from its warehouse, and one
-replay of the week on its own layout (the simulator and the exporter over real HTTP, in
-virtual time, as ``gke-gpu-exporter whatif`` and the weekly report's replays run it),
-with its fidelity. It prints the wall and CPU seconds of each part and the replay's
-seconds per simulated day, beside the reference loop of ``exporter_cycle.py`` (this
-machine's speed moves by half and more within minutes): a report's ``whatif_budget`` is
-this, times the actions to replay plus one.
+starts from); its trace and layout are read from its warehouse. Then, in the same run, the
+week is replayed on its own layout twice:
+
+- the full loop: the simulator and the exporter over real HTTP in virtual time, a cycle a
+  step (``exporter.whatif.replay``), measured from its warehouse;
+- the engine: the simulated cluster alone, in event time at 1-second steps, its truth
+  written as the warehouse's tables in memory (``analytics.whatif.engine``), measured by
+  the same queries.
+
+It prints the CPU seconds of each, their ratio, and how far the engine's figures are from
+the loop's (cost, GPU-hours, each team's p50/p90, GPU-hours per cause), beside the
+reference loop of ``exporter_cycle.py`` (this machine's speed moves by half and more within
+minutes).
 
     .venv/bin/python benchmarks/whatif.py [--gpus 1000] [--days 7] [--step 300]
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import resource
 import tempfile
 import time
@@ -28,8 +36,9 @@ import exporter_cycle
 
 from analytics.store import DuckDBStore
 from analytics.week import Week
-from analytics.whatif import compare, layout, scenario, trace
-from analytics.whatif.measure import measure
+from analytics.whatif import compare, engine, layout, scenario, trace
+from analytics.whatif.measure import Measured, measure
+from exporter.config import Prices
 from exporter.demo import Progress
 from exporter.whatif import replay, replay_all
 from simulator.scenario import Scenario, load_scenario
@@ -49,6 +58,26 @@ def timed[**P, T](label: str, fn: Callable[P, T], *args: P.args, **kwargs: P.kwa
     return out
 
 
+def agreement(loop: Measured, fast: Measured) -> list[str]:
+    """The engine's figures against the loop's, a line each."""
+    out = []
+    for key in ("cost_usd", "gpu_hours"):
+        a, b = loop.headline[key] or 0.0, fast.headline[key] or 0.0
+        out.append(f"{key}: loop {a:,.2f}, engine {b:,.2f} ({(b - a) / a:+.3%})" if a else
+                   f"{key}: loop {a}, engine {b}")
+    teams = loop.teams.merge(fast.teams, on="team", suffixes=("", "_e"))
+    worst = max((abs(getattr(t, f"{q}_e") - getattr(t, q)) for t in teams.itertuples()
+                 for q in ("wait_p50_seconds", "wait_p90_seconds")
+                 if not (math.isnan(getattr(t, q)) or math.isnan(getattr(t, f"{q}_e")))),
+                default=0.0)
+    out.append(f"team wait p50/p90: largest gap {worst:,.0f} s over {len(teams)} teams")
+    causes = loop.causes.merge(fast.causes, on="cause", how="outer",
+                               suffixes=("", "_e")).fillna(0.0)
+    out.append("GPU-hours waited by cause (loop / engine): " + ", ".join(
+        f"{c.cause} {c.gpu_hours:,.1f} / {c.gpu_hours_e:,.1f}" for c in causes.itertuples()))
+    return out
+
+
 def bench(name: str, s: Scenario, days: float, out: Path) -> None:
     gpus = sum(p.nodes * p.gpus_per_node for p in s.pools)
     print(f"{name}: {sum(p.nodes for p in s.pools)} nodes, {gpus} GPUs, {days:g} days at "
@@ -59,17 +88,30 @@ def bench(name: str, s: Scenario, days: float, out: Path) -> None:
         s, window, out / "week", Progress(steps, s.step, "the week"))))
     store = DuckDBStore(ran.warehouse)
     jobs = timed("trace", trace.of_week, store, window)
-    lay = timed("layout", layout.of_week, store, window, None, s.cluster, s.region, s.step)
+    lay = layout.with_priorities(
+        timed("layout", layout.of_week, store, window, None, s.cluster, s.region, s.step), jobs)
     actual = measure(store, window)
-    built = timed("scenario", scenario.build, jobs, layout.with_priorities(lay, jobs),
-                  window.start, window.end, s.step)
-    wall = time.perf_counter()
-    [done] = timed("replay (and measure)", replay_all, [("replayed", built)], window,
+    used = cpu()
+    built = scenario.build(jobs, lay, window.start, window.end, s.step)
+    [done] = timed("full loop (and measure)", replay_all, [("replayed", built)], window,
                    out / "replays")
-    seconds = time.perf_counter() - wall
-    f = compare.fidelity(actual, done.measured, s.step)
-    print(f"  {len(jobs):,} jobs; the replay {seconds / days:.1f} s per simulated day; "
-          f"fidelity {int(f.ok.sum())} of {len(f)} checks within bounds", flush=True)
+    loop_cpu = cpu() - used
+    pricing = engine.Pricing.load(Prices(), s.region)
+    used = cpu()
+    fast = engine.play(scenario.build(jobs, lay, window.start, window.end,
+                                      engine.RESOLUTION).scenario,
+                       window, pricing, engine.utilizations(jobs))
+    engine_cpu = cpu() - used
+    print(f"  {'engine (and measure)':<28} CPU {engine_cpu:7.2f} s, {fast.steps:,} steps of "
+          f"{days * 86400 / engine.RESOLUTION:,.0f}", flush=True)
+    print(f"  {len(jobs):,} jobs; the engine {loop_cpu / engine_cpu:,.0f}x cheaper than the "
+          f"full loop (CPU, same run); full loop {loop_cpu / days:.1f} s CPU per simulated day",
+          flush=True)
+    f = compare.fidelity(actual, fast.measured, s.step)
+    print(f"  the engine's fidelity to the week: {int(f.ok.sum())} of {len(f)} checks within "
+          "bounds", flush=True)
+    for line in agreement(done.measured, fast.measured):
+        print(f"  {line}", flush=True)
 
 
 def main() -> None:

@@ -161,7 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "scheduled, deleted, gpus, gpu_model, team, ...); without a "
                              "warehouse it needs --layout")
     whatif.add_argument("--step", type=_duration, default=300.0, metavar="DURATION",
-                        help="simulated time between exporter cycles (default 5m)")
+                        help="the week's interval, which its fidelity bounds allow a wait "
+                             "to differ by; with --full-loop, the simulated time between the "
+                             "exporter's cycles too (default 5m)")
+    whatif.add_argument("--full-loop", action="store_true",
+                        help="replay through the simulator's HTTP and the exporter, a cycle "
+                             "a step (minutes a week), rather than on the engine (seconds)")
     whatif.add_argument("--seed", type=int, default=1,
                         help="seed of the random Spot reclaims (default 1)")
     whatif.add_argument("--duration", type=_duration, default=7 * 86400.0, metavar="DURATION",
@@ -532,7 +537,8 @@ def _whatif(args: argparse.Namespace) -> int:
             week = Week(week.start, week.start + timedelta(seconds=args.duration))
         request = whatif.Request(out=args.out, step=float(round(args.step)), seed=args.seed,
                                  layout=args.layout, trace=args.trace, week=week,
-                                 cluster=args.cluster, days=args.duration / 86400)
+                                 cluster=args.cluster, days=args.duration / 86400,
+                                 full_loop=args.full_loop)
         if store is not None and week is not None:
             empty = holdings.empty_week(store, week, args.cluster)
             if empty:

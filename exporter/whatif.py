@@ -1,10 +1,15 @@
 """``gke-gpu-exporter whatif``: last week's jobs replayed on a cluster layout, and measured.
 
-Each replay is the demo's machinery on the replay's scenario (``analytics.whatif.scenario``):
-the simulator serves the layout's cluster on loopback and submits the trace's jobs at their
-times; the exporter watches its Kubernetes API and scrapes its dcgm-exporters over real
-HTTP, a cycle per step in virtual time, and writes a warehouse of its own, which
-``analytics.whatif.measure`` reads as it reads the week's.
+A replay plays the replay's scenario (``analytics.whatif.scenario``) on the engine
+(``analytics.whatif.engine``): the simulated cluster alone, in event time at 1-second steps,
+its account written as the warehouse's tables, which ``analytics.whatif.measure`` reads as it
+reads the week's. Each replay's warehouse is saved as a DuckDB file, to query further.
+
+The full loop (``--full-loop``, and the engine's reference in the tests) is the demo's
+machinery on the scenario instead: the simulator serves the layout's cluster on loopback and
+submits the trace's jobs at their times; the exporter watches its Kubernetes API and
+scrapes its dcgm-exporters over real HTTP, a cycle per step in virtual time, and writes a
+warehouse of its own.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import pandas as pd
 from analytics import holdings, tables
 from analytics.store import DuckDBStore, Store
 from analytics.week import Week
-from analytics.whatif import compare, layout, levers, render, scenario, trace
+from analytics.whatif import compare, engine, layout, levers, render, scenario, trace
+from analytics.whatif.engine import Pricing
 from analytics.whatif.measure import Measured, measure
 from analytics.whatif.scenario import Built
 from exporter.config import Config
@@ -109,6 +115,20 @@ def replay_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path,
     return done
 
 
+def play_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path, pricing: Pricing,
+             utilization: dict[str, float]) -> list[Replayed]:
+    """Each named scenario played on the engine and measured; its warehouse saved to
+    ``out/NAME/warehouse.duckdb``."""
+    done = []
+    for name, built in runs:
+        played = engine.play(built.scenario, week, pricing, utilization)
+        path = out / name / WAREHOUSE
+        engine.save(played.con, path)
+        played.con.close()
+        done.append(Replayed(name, built, path, played.measured, played.seconds))
+    return done
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """What ``whatif`` was asked: the week and where it is, or a trace file; the layout."""
@@ -122,6 +142,9 @@ class Request:
     cluster: str | None = None
     days: float = 7.0
     """A pods CSV's replay window without a week: days from its first pod's."""
+    full_loop: bool = False
+    """Replay through the simulator's HTTP and the exporter, a cycle a step, rather than
+    on the engine."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,16 +194,22 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
     trace.write(jobs, out / "trace.csv")
     proposed = layout.load(r.layout) if r.layout is not None else None
     runs: list[tuple[str, Built]] = []
+    step = r.step if r.full_loop else engine.RESOLUTION
     if week_layout is not None:
         runs.append(("replayed", scenario.build(jobs, layout.with_priorities(week_layout, jobs),
-                                                week.start, week.end, r.step, r.seed)))
+                                                week.start, week.end, step, r.seed)))
     if proposed is not None and proposed != week_layout:
         runs.append(("proposed", scenario.build(jobs, layout.with_priorities(proposed, jobs),
-                                                week.start, week.end, r.step, r.seed)))
+                                                week.start, week.end, step, r.seed)))
     for label, built in runs:
         notes += [f"{label}: {n}" for n in built.notes]
-    done = replay_all(runs, week, out / "replays",
-                      cfg.prices.model_dump(mode="json", exclude_defaults=True))
+    if r.full_loop:
+        done = replay_all(runs, week, out / "replays",
+                          cfg.prices.model_dump(mode="json", exclude_defaults=True))
+    else:
+        done = play_all(runs, week, out / "replays",
+                        Pricing.load(cfg.prices, runs[0][1].scenario.region),
+                        engine.utilizations(jobs))
     by_name = {d.name: d for d in done}
     base = by_name.get("replayed")
     last = by_name.get("proposed", base)
@@ -191,8 +220,10 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
     page = render.Page(
         title=f"What if: {week.label} on {what}",
         lines=[f"{origin}, replayed from {week.start:%Y-%m-%d %H:%M} to "
-               f"{week.end:%Y-%m-%d %H:%M} UTC at {r.step:g} s steps.",
-               "; ".join(f"{d.name}: {d.built.jobs:,} jobs in {d.seconds:.0f} s"
+               f"{week.end:%Y-%m-%d %H:%M} UTC at {step:g} s steps"
+               + (", the simulator and the exporter a cycle a step." if r.full_loop else
+                  ", on the engine (the simulated cluster alone, in event time)."),
+               "; ".join(f"{d.name}: {d.built.jobs:,} jobs in {d.seconds:.1f} s"
                          for d in done) + ".",
                "Changes are the proposed replay less the week's own replay: the same jobs "
                "through the same simulator, on two layouts." if "proposed" in by_name and
@@ -253,11 +284,13 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
                                                 pairs.itertuples(index=False)])
     if not candidates:
         return pd.DataFrame(columns=cols)
-    prices = cfg.prices.model_dump(mode="json", exclude_defaults=True)
+    pricing = Pricing.load(cfg.prices, found.layout.region)
+    utilization = engine.utilizations(jobs)
     rows: list[tuple[object, ...]] = []
     with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:
-        [own] = replay_all([("replayed", scenario.build(jobs, base, week.start, week.end,
-                                                        step))], week, Path(tmp), prices)
+        [own] = play_all([("replayed", scenario.build(jobs, base, week.start, week.end,
+                                                      engine.RESOLUTION))], week, Path(tmp),
+                         pricing, utilization)
         fidelity = compare.fidelity(actual, own.measured, step)
         off = fidelity[~fidelity.ok.astype(bool)]
         told = "the week's own replay within its fidelity bounds" if off.empty else \
@@ -267,8 +300,9 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
                 rows.append((lever.action, lever.where, lever.change, *[None] * 7,
                              f"not replayed: over report.whatif_budget ({budget:g} s)"))
                 continue
-            built = scenario.build(jobs, lever.layout, week.start, week.end, step)
-            [done] = replay_all([("lever", built)], week, Path(tmp), prices)
+            built = scenario.build(jobs, lever.layout, week.start, week.end,
+                                   engine.RESOLUTION)
+            [done] = play_all([("lever", built)], week, Path(tmp), pricing, utilization)
             c = compare.compare(actual, own.measured, done.measured, step)
             s = c.summary.set_index("figure")
             worst = c.teams.dropna(subset=["wait_p90_seconds_delta"]) \

@@ -26,6 +26,7 @@ from simulator.placement import INSUFFICIENT, UNREACHABLE, untolerated_reason
 
 if TYPE_CHECKING:
     from simulator.cluster import Cluster, Node, Pod
+    from simulator.scenario import Pool
 
 PREEMPTION = "preemption: not eligible due to preemptionPolicy=Never."
 
@@ -36,25 +37,25 @@ def failed_message(nodes: int, reasons: dict[str, int]) -> str:
     return f"0/{nodes} nodes are available: {counted}. {PREEMPTION}"
 
 
-def _filtered(c: Cluster, node: Node, pod: Pod, free: dict[str, list[int]]) -> str | None:
-    """Why ``node`` cannot take ``pod`` now (None: it can)."""
-    if not node.ready:
-        return untolerated_reason(UNREACHABLE)
-    why = c.placement.reason(node.pool, pod.workload)
-    if why is not None:
-        return why
-    units = free.get(node.name)
-    if units is None:
-        units = free[node.name] = node.free_units()
-    return INSUFFICIENT if len(units) < pod.gpus else None
-
-
 def schedule(c: Cluster) -> None:
-    """One pass over the pending pods: bind those that fit, tell the others why not."""
+    """One pass over the pending pods: bind those that fit, tell the others why not.
+
+    A node not Ready is filtered as unreachable; the others of a pool the pod may not run
+    on are filtered for the pool's reason, all at once (the filters' verdict is the
+    pool's); on the rest, the GPUs free decide."""
     if not c.pending:
         return
     c.pending.sort(key=lambda p: (-p.priority, p.created_at, p.name))
-    nodes = sorted(c.live_nodes(), key=lambda n: n.name)
+    nodes = c.live_nodes()
+    pools: dict[str, tuple[Pool, list[Node], int]] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        pool, ready, unready = pools.get(node.pool.name, (node.pool, [], 0))
+        if node.ready:
+            ready.append(node)
+        else:
+            unready += 1
+        pools[node.pool.name] = (pool, ready, unready)
+    unreachable = untolerated_reason(UNREACHABLE)
     sign = 1 if c.scenario.placement == "compact" else -1
     free: dict[str, list[int]] = {}
     refused: dict[tuple[str, int], str] = {}  # nothing frees up during a pass
@@ -65,14 +66,24 @@ def schedule(c: Cluster) -> None:
         best: tuple[int, str, Node] | None = None
         if message is None:
             reasons: dict[str, int] = {}
-            for node in nodes:
-                why = _filtered(c, node, pod, free)
+            for pool, ready, unready in pools.values():
+                if unready:
+                    reasons[unreachable] = reasons.get(unreachable, 0) + unready
+                why = c.placement.reason(pool, pod.workload)
                 if why is not None:
-                    reasons[why] = reasons.get(why, 0) + 1
+                    if ready:
+                        reasons[why] = reasons.get(why, 0) + len(ready)
                     continue
-                cand = (sign * (len(free[node.name]) - pod.gpus), node.name, node)
-                if best is None or cand[:2] < best[:2]:
-                    best = cand
+                for node in ready:
+                    units = free.get(node.name)
+                    if units is None:
+                        units = free[node.name] = node.free_units()
+                    if len(units) < pod.gpus:
+                        reasons[INSUFFICIENT] = reasons.get(INSUFFICIENT, 0) + 1
+                        continue
+                    cand = (sign * (len(units) - pod.gpus), node.name, node)
+                    if best is None or cand[:2] < best[:2]:
+                        best = cand
             if best is None:
                 message = refused[shape] = failed_message(len(nodes), reasons)
         if best is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -142,3 +143,14 @@ def _insert(con: duckdb.DuckDBPyConnection, name: str, frame: pd.DataFrame) -> N
         con.execute(f"INSERT INTO {name} ({', '.join(cols)}) SELECT * FROM replayed")
     finally:
         con.unregister("replayed")
+
+
+def save(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """The replay's warehouse written to a DuckDB file at ``path`` (replaced)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    con.execute(f"ATTACH '{path}' AS saved")
+    try:
+        con.execute("COPY FROM DATABASE memory TO saved")
+    finally:
+        con.execute("DETACH saved")
