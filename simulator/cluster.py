@@ -250,12 +250,12 @@ class Cluster:
         self._traced_cursor = 0
         self._workloads = {w.name: w for w in scenario.workloads}
         self._rework = 0.0  # run time lost by the pods the fault being applied ends
-        self._next: float | None = None
-        """When something can next change (``advance_to``); None: nothing ever will."""
+        self._scaled = True
+        """The last step scaled a pool up (the next may scale another): ``advance_to``
+        takes the step after it. The first step is always taken."""
         self.kueue = KueueState(scenario.kueue, self.start, self.seed) \
             if scenario.kueue is not None else None
         self._bootstrap()
-        self._next = self.now + self.step
 
     # ----------------------------------------------------------------- public API
 
@@ -272,11 +272,13 @@ class Cluster:
         """Move to ``end`` (the first step boundary at or after it) by the steps at which
         something can change (``simulator.clock``): the state and truth ``advance`` makes
         step by step, without the quiet steps between. Returns the steps taken."""
+        if end <= self.now + 1e-9:
+            return 0
         end = clock.on_grid(self, end)
         taken = 0
         while self.now < end - 1e-9:
-            due = clock.on_grid(self, self._next) if self._next is not None else end
-            self._tick(min(due, end) - self.now)
+            due = self.now if self._scaled else clock.next_change(self)
+            self._tick(min(end, end if due is None else clock.on_grid(self, due)) - self.now)
             taken += 1
         return taken
 
@@ -364,9 +366,8 @@ class Cluster:
         self._schedule()
         self.autoscaler.run(t)
         self.events.tick(t)
-        scaled = len(self.autoscaler.attempts) > attempts
+        self._scaled = len(self.autoscaler.attempts) > attempts
         self._flush()
-        self._next = t + self.step if scaled else clock.next_change(self)
 
     # ----------------------------------------------------------------- bootstrap
 
