@@ -73,8 +73,9 @@ def agreement(loop: Measured, fast: Measured) -> list[str]:
     out.append(f"team wait p50/p90: largest gap {worst:,.0f} s over {len(teams)} teams")
     causes = loop.causes.merge(fast.causes, on="cause", how="outer",
                                suffixes=("", "_e")).fillna(0.0)
-    out.append("GPU-hours waited by cause (loop / engine): " + ", ".join(
-        f"{c.cause} {c.gpu_hours:,.1f} / {c.gpu_hours_e:,.1f}" for c in causes.itertuples()))
+    out.append("GPU-hours waited by cause (loop / engine): " + (", ".join(
+        f"{c.cause} {c.gpu_hours:,.1f} / {c.gpu_hours_e:,.1f}" for c in causes.itertuples())
+        or "none waited"))
     return out
 
 

@@ -90,12 +90,18 @@ def test_the_memory_soak_prints_the_rss_slope_with_the_warehouse_on_and_off() ->
     assert "external_file_cache" not in out
 
 
-def test_the_whatif_benchmark_prints_each_part_and_the_replays_pace() -> None:
+def test_the_whatif_benchmark_prints_the_engine_beside_the_full_loop() -> None:
     out = bench("benchmarks/whatif.py", "--days", "0.1", "--gpus", "16")
-    for part in ("the week, measured", "trace", "layout", "scenario", "replay (and measure)"):
+    for part in ("the week, measured", "trace", "layout", "full loop (and measure)"):
         assert len(re.findall(rf"  {re.escape(part)}\s+wall\s+[\d.]+ s\s+CPU\s+[\d.]+ s",
                               out)) == 2, part
-    paces = re.findall(r"the replay ([\d.]+) s per simulated day; fidelity (\d+) of (\d+)",
-                       out)
-    assert len(paces) == 2 and all(float(p) > 0 for p, _, _ in paces), out
+    engines = re.findall(r"  engine \(and measure\)\s+CPU\s+([\d.]+) s, ([\d,]+) steps of", out)
+    assert len(engines) == 2 and all(float(c) > 0 for c, _ in engines), out
+    ratios = re.findall(r"the engine ([\d,]+)x cheaper than the full loop \(CPU, same run\)",
+                        out)
+    assert len(ratios) == 2, out
+    fidelity = re.findall(r"the engine's fidelity to the week: (\d+) of (\d+) checks", out)
+    assert len(fidelity) == 2 and all(int(n) > 0 for _, n in fidelity), out
+    assert len(re.findall(r"cost_usd: loop [\d,.]+, engine [\d,.]+", out)) == 2, out
+    assert len(re.findall(r"GPU-hours waited by cause \(loop / engine\): \S", out)) == 2, out
     assert re.search(r"fleet: 2 nodes, 16 GPUs", out)
