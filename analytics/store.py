@@ -150,6 +150,40 @@ class ParquetStore(DuckDBStore):
         self._owner.close()
 
 
+class ArrowStore(DuckDBStore):
+    """Warehouse tables held in memory as Arrow tables (a replay's), queried in place by an
+    in-memory DuckDB. A table not given is empty."""
+
+    def __init__(self, tables: Mapping[str, pa.Table],
+                 memory_limit: str = MEMORY_LIMIT) -> None:
+        con = duck.connect(memory_limit=memory_limit)
+        super().__init__(con=con)
+        self._owner = con
+        self.tables = dict(tables)
+        for name, table in BY_NAME.items():
+            held = self.tables.get(name)
+            if held is None:
+                held = self.tables[name] = table.arrow_schema.empty_table()
+            self.con.register(name, held)
+
+    def save(self, path: Path) -> None:
+        """The tables written to a DuckDB file at ``path`` (replaced)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        self.con.execute(f"ATTACH {duck.quote(str(path))} AS saved")
+        try:
+            for name, table in BY_NAME.items():
+                self.con.execute(table.duckdb_ddl().replace(
+                    f"EXISTS {name} (", f"EXISTS saved.{name} (", 1))
+                self.con.execute(f"INSERT INTO saved.{name} SELECT * FROM {name}")
+        finally:
+            self.con.execute("DETACH saved")
+
+    def close(self) -> None:
+        super().close()
+        self._owner.close()
+
+
 def _parameter(name: str, value: Param) -> bigquery.ScalarQueryParameter | \
         bigquery.ArrayQueryParameter:
     from google.cloud import bigquery

@@ -123,8 +123,10 @@ def play_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path, pricing: 
     for name, built in runs:
         played = engine.play(built.scenario, week, pricing, utilization)
         path = out / name / WAREHOUSE
-        engine.save(played.con, path)
-        played.con.close()
+        try:
+            played.store.save(path)
+        finally:
+            played.store.close()
         done.append(Replayed(name, built, path, played.measured, played.seconds))
     return done
 

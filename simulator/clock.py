@@ -7,7 +7,8 @@ changed something. What can be due is a timer the cluster already holds:
 - a fault's end (an endpoint answering again, a node Ready again, a GPU's XID over) and
   the eviction of a NotReady node's pods;
 - a pod's containers started, a pod's run done, its graceful deletion or its removal after
-  ``completed_pod_ttl``, a Job's ``activeDeadlineSeconds``;
+  ``completed_pod_ttl`` (not in a headless cluster, where nothing lists it), a Job's
+  ``activeDeadlineSeconds``;
 - the autoscaler's resizes done (nodes joining, or a stockout's failure told), a group's
   backoff over, and a node idle for ``scale_down_delay``.
 
@@ -28,6 +29,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from simulator.cluster import Cluster
+
+
+ENDED = ("Succeeded", "Failed")
+"""A pod in these phases holds nothing: its removal after ``completed_pod_ttl`` changes only
+what the API lists, so a headless cluster does not step for it (it goes at a later step)."""
 
 
 def on_grid(c: Cluster, t: float) -> float:
@@ -55,7 +61,7 @@ def next_change(c: Cluster) -> float | None:
     for heap in (c._starting, c._ends, c._deadlines):
         if heap:
             due.append(heap[0][0])
-    due += [at for at, _ in c._to_delete]
+    due += [at for at, pod in c._to_delete if not (c.headless and pod.phase in ENDED)]
     a = c.autoscaler
     due += [attempt.due for attempt in a.attempts]
     due += [b.until for b in a.backoff.values()]

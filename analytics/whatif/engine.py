@@ -22,21 +22,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import duckdb
-import pandas as pd
-
-from analytics.store import DuckDBStore
+from analytics.store import ArrowStore
 from analytics.week import Week
 from analytics.whatif import truth_rows
 from analytics.whatif.measure import Measured, measure
 from analytics.whatif.scenario import pod_workloads
 from analytics.whatif.trace import Job
-from exporter import duck
 from exporter.config import Prices
 from exporter.model.prices import Commitment, PriceBook, effective_prices, load_price_book
-from exporter.sinks.schema import BY_NAME
 from simulator.cluster import Cluster
 from simulator.scenario import Scenario
 
@@ -56,7 +50,7 @@ class Played:
     """CPU seconds it took, measuring included."""
     steps: int
     """Steps the cluster took (of the ``RESOLUTION``-second steps of the window)."""
-    con: duckdb.DuckDBPyConnection
+    store: ArrowStore
     """Its warehouse (in memory): what ``measured`` was read from."""
 
 
@@ -106,19 +100,19 @@ def play(scenario: Scenario, week: Week, pricing: Pricing,
     window = truth_rows.Window(week.start.timestamp(), week.end.timestamp())
     steps = cluster.advance_to(window.end)
     cluster.close()
-    con = warehouse(cluster, window, pricing.pools(scenario), utilization)
-    measured = measure(DuckDBStore(con=con), week, scenario.cluster)
-    return Played(measured, time.process_time() - began, steps, con)
+    store = warehouse(cluster, window, pricing.pools(scenario), utilization)
+    measured = measure(store, week, scenario.cluster)
+    return Played(measured, time.process_time() - began, steps, store)
 
 
 def warehouse(cluster: Cluster, window: truth_rows.Window,
               prices: Mapping[str, float | None], utilization: Mapping[str, float]
-              ) -> duckdb.DuckDBPyConnection:
+              ) -> ArrowStore:
     """The cluster's truth over ``window`` as an in-memory warehouse."""
     truth, scenario = cluster.truth, cluster.scenario
     finished = {uid: w.finished_at for uid, w in cluster.kueue.workloads.items()
                 if w.finished_at is not None} if cluster.kueue is not None else {}
-    tables = {
+    frames = {
         "gpu_usage": truth_rows.usage(truth, scenario, window, prices, utilization),
         "gpu_pods": truth_rows.pods(truth, window),
         "kueue_workloads": truth_rows.workloads(truth, finished, window),
@@ -126,31 +120,5 @@ def warehouse(cluster: Cluster, window: truth_rows.Window,
         "gpu_free": truth_rows.free(truth, scenario, window, prices),
         "availability_events": truth_rows.incidents(truth, window),
     }
-    con = duck.connect(memory_limit=MEMORY_LIMIT)
-    for table in BY_NAME.values():
-        con.execute(table.duckdb_ddl())
-    for name, frame in tables.items():
-        _insert(con, name, truth_rows.ids(frame.assign(cluster=scenario.cluster), name))
-    return con
-
-
-def _insert(con: duckdb.DuckDBPyConnection, name: str, frame: pd.DataFrame) -> None:
-    if frame.empty:
-        return
-    cols = [c for c in BY_NAME[name].names if c in frame.columns]
-    con.register("replayed", frame[cols])
-    try:
-        con.execute(f"INSERT INTO {name} ({', '.join(cols)}) SELECT * FROM replayed")
-    finally:
-        con.unregister("replayed")
-
-
-def save(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """The replay's warehouse written to a DuckDB file at ``path`` (replaced)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    con.execute(f"ATTACH '{path}' AS saved")
-    try:
-        con.execute("COPY FROM DATABASE memory TO saved")
-    finally:
-        con.execute("DETACH saved")
+    return ArrowStore({name: truth_rows.arrow(name, frame, scenario.cluster)
+                       for name, frame in frames.items()}, MEMORY_LIMIT)

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from exporter.sinks.schema import BY_NAME
 from simulator.scenario import Scenario
 from simulator.truth import TruthLog
 
@@ -219,7 +221,16 @@ def incidents(truth: TruthLog, window: Window) -> pd.DataFrame:
     return f
 
 
-def ids(frame: pd.DataFrame, table: str) -> pd.DataFrame:
-    """Row ids unique within the replay's warehouse (it is written once, never merged)."""
-    width = max(1, math.ceil(math.log10(len(frame) + 1)))
-    return frame.assign(id=[f"{table}-{i:0{width}d}" for i in range(len(frame))])
+def arrow(name: str, frame: pd.DataFrame, cluster: str) -> pa.Table:
+    """``frame`` as the warehouse table ``name``: its columns in the table's types, the
+    table's other columns null, the ``cluster`` and row ids (unique within the replay's
+    warehouse: it is written once, never merged) added."""
+    schema = BY_NAME[name].arrow_schema
+    n = len(frame)
+    width = max(1, math.ceil(math.log10(n + 1)))
+    given = {"cluster": pa.array([cluster] * n, pa.string()),
+             "id": pa.array([f"{name}-{i:0{width}d}" for i in range(n)], pa.string())}
+    columns = [given[f.name] if f.name in given else
+               pa.array(frame[f.name], from_pandas=True).cast(f.type, safe=False)
+               if f.name in frame.columns else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
