@@ -29,8 +29,9 @@ ROWS = 15
 INTRO = {
     "actions": "Capacity is a saving only where no waiting pod could use it (hour by hour "
                "where the warehouse records why pods waited, else over the week); each "
-               "lever answers a cause pods waited for; the savings are upper bounds and "
-               "overlap.",
+               "lever answers a cause pods waited for. An action that changes the layout "
+               "is worth what its replay moves (What the actions do, replayed); waiting is "
+               "told in hours, never in dollars. The savings overlap.",
     "idle_offenders": f"Pods under {IDLE_CEILING:.0%} utilisation, the most idle GPU-hours "
                       "first (a busy job's idle share is not counted here).",
     "bottlenecks": "The largest workloads first; `healthy` ones are left out here.",

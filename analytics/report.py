@@ -144,10 +144,10 @@ def build(store: Store, week: Week,
         tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"],
                                     in_time)
         tables["actions"] = actions(unallocated, tables["queue"], tables["availability"],
-                                    tables["savings"], pricing.list_prices, w, in_time)
+                                    tables["savings"], w, in_time)
     else:  # a team's levers: for the causes its pods waited for, and its savings
         tables["savings"] = savings(spot, rightsize, unallocated, pods, tables["queue"])
-        tables["actions"] = team_actions(tables["savings"], pricing.list_prices, w)
+        tables["actions"] = team_actions(tables["savings"], w)
     if tables["kueue"].empty:  # a cluster without Kueue
         tables.pop("kueue")
     if team is not None:  # capacity, availability and incidents are the platform's

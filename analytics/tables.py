@@ -114,8 +114,9 @@ TABLES: tuple[ReportTable, ...] = (
                  _c("where", "text", "The pool, GPU model or ClusterQueue it concerns (`all "
                     "pools` for a lever)."),
                  _SAVING,
-                 _c("weekly_cost_usd", "usd", "For `add capacity`: the GPU-hours pending "
-                    "this week at the on-demand price."),
+                 _c("weekly_cost_usd", "usd", "What the action adds to the week's cost, "
+                    "from its replay (What the actions do, replayed); blank where it was "
+                    "not replayed. Waiting is never priced: its hours are in `why`."),
                  _c("why", "text", "The figures that call for it."),
                  _c("answers", "text", "What it answers: the cause pods waited for "
                     "(`quota`, `fragmented`, ... as in Why jobs waited), the uses of the "
@@ -124,10 +125,12 @@ TABLES: tuple[ReportTable, ...] = (
                     "warehouse that records no causes."))),
     ReportTable("replayed", "What the actions do, replayed",
                 "Each action that changes the cluster's layout, replayed: the week's jobs "
-                "through the simulator on the layout it implies, measured by the exporter, "
-                "less the week replayed on its own layout, so that no action trades a dollar "
-                "for a queue nobody sees (`report.whatif_budget`; `gke-gpu-exporter whatif` "
-                "replays any layout). Only in the platform report, when replays are on.",
+                "on the replay engine (the simulated cluster, in event time) on the layout "
+                "it implies, measured as the week is, less the week replayed on its own "
+                "layout, so that no action trades a dollar for a queue nobody sees. Its "
+                "dollars are the action's above. Every action is replayed unless "
+                "`report.whatif_budget` limits them (0: none); `gke-gpu-exporter whatif` "
+                "replays any layout. Only in the platform report.",
                 (_c("action", "text", "The action, as above."),
                  _c("where", "text", "Where, as above."),
                  _c("change", "text", "The layout replayed."),
@@ -138,11 +141,16 @@ TABLES: tuple[ReportTable, ...] = (
                     "least)."),
                  _c("wait_p90_change_seconds", "seconds", "That team's queue-wait p90, "
                     "likewise."),
+                 _c("wait_p90_seconds", "seconds", "That team's queue-wait p90 on that "
+                    "layout."),
                  _c("stranded_gpu_hours_change", "hours", "Free GPU-hours no waiting pod "
                     "could use, likewise."),
                  _c("min_availability", "ratio", "The least available pool's availability "
                     "on that layout (against `sla.target`)."),
                  _c("reclaims_change", "count", "Spot reclaims, likewise."),
+                 _c("tradeoff", "text", "The teams whose queue-wait p90 it pushes past "
+                    "their target (`report.wait_target`, `report.wait_targets`): a saving "
+                    "with such a cost is a trade-off, not a saving."),
                  _c("note", "text", "Why it was not replayed (the time budget), or how far "
                     "the week's own replay is from the week (its fidelity)."))),
     ReportTable("cost_by_cluster", "Cost by cluster",

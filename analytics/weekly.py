@@ -17,6 +17,7 @@ from analytics.figures.headline import Pricing
 from analytics.report import SECTIONS, WeeklyReport, build
 from analytics.store import Store
 from analytics.week import Week
+from analytics.whatif.priced import priced
 from exporter.config import Config
 from exporter.errors import ConfigError
 from exporter.logs import ctx
@@ -65,6 +66,8 @@ def reconcile_with_bill(report: WeeklyReport, store: Store, week: Week, cfg: Con
 
 Replays = Callable[[WeeklyReport], pd.DataFrame]
 """What the platform report's actions do, replayed (``exporter.whatif.replay_levers``)."""
+ReplaysOf = Callable[[Store, Week, Config], Replays]
+"""The replays of a week in a warehouse."""
 
 
 def run_weekly(store: Store, week: Week, cfg: Config,
@@ -118,10 +121,16 @@ def run_weekly(store: Store, week: Week, cfg: Config,
                                   error=f"{type(exc).__name__}: {exc}"[:500]))
     if replays is not None:
         step("replaying the actions")
-        replayed = replays(platform)
-        platform.tables = {name: replayed if name == "replayed" else platform.tables[name]
-                           for name in SECTIONS if name in platform.tables
-                           or name == "replayed"}
+        try:
+            replayed = replays(platform)
+        except Exception as exc:  # a week the engine cannot replay: the report goes out
+            log.warning("report without replays: the week could not be replayed",
+                        extra=ctx(week=week.label, error=f"{type(exc).__name__}: {exc}"[:500]))
+        else:
+            platform.tables = {name: replayed if name == "replayed" else platform.tables[name]
+                               for name in SECTIONS if name in platform.tables
+                               or name == "replayed"}
+            platform.tables["actions"] = priced(platform.frame("actions"), replayed)
     teams: dict[str, WeeklyReport] = {}
     for team in found:
         step(f"team {team}")

@@ -33,14 +33,18 @@ from datetime import timedelta
 from pathlib import Path
 
 import exporter_cycle
+import pandas as pd
 
+from analytics.report import WeeklyReport
 from analytics.store import DuckDBStore
 from analytics.week import Week
+from analytics.weekly import Replays, run_weekly
 from analytics.whatif import compare, engine, layout, scenario, trace
 from analytics.whatif.measure import Measured, measure
-from exporter.config import Prices
+from exporter.config import Config, Prices, load_config
 from exporter.demo import Progress
-from exporter.whatif import replay, replay_all
+from exporter.model.prices import load_price_book
+from exporter.whatif import replay, replay_all, replay_levers
 from simulator.scenario import Scenario, load_scenario
 
 
@@ -113,6 +117,32 @@ def bench(name: str, s: Scenario, days: float, out: Path) -> None:
           "bounds", flush=True)
     for line in agreement(done.measured, fast.measured):
         print(f"  {line}", flush=True)
+    report_with_replays(store, window, s)
+
+
+def report_with_replays(store: DuckDBStore, window: Week, s: Scenario) -> None:
+    """The weekly report's CPU without its replays and with every action replayed."""
+    cfg = load_config(None, overrides={"cluster": s.cluster, "prices": {"region": s.region}})
+    book = load_price_book(None, s.region)
+    used = cpu()
+    run_weekly(store, window, cfg, book, None, email=False, force=True)
+    alone = cpu() - used
+    used = cpu()
+    report, _ = run_weekly(store, window, cfg, book, None, email=False, force=True,
+                           replays=replay_levers_of(store, window, cfg))
+    both = cpu() - used
+    replayed = report.frame("replayed") if "replayed" in report.tables else None
+    count = 0 if replayed is None else int(replayed.cost_change_usd.notna().sum())
+    print(f"  the weekly report: CPU {alone:.1f} s without replays, {both:.1f} s with "
+          f"{count} actions replayed: the replays {(both - alone) / alone:.2f}x the report's "
+          "own CPU", flush=True)
+
+
+def replay_levers_of(store: DuckDBStore, window: Week, cfg: Config) -> Replays:
+    def replays(platform: WeeklyReport) -> pd.DataFrame:
+        return replay_levers(store, window, None, cfg, platform.frame("actions"),
+                             platform.frame("spot"), None, cfg.report.whatif_step)
+    return replays
 
 
 def main() -> None:

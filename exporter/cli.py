@@ -125,9 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     weekly.add_argument("--config", metavar="FILE", help="YAML config (cluster, SLA target, "
                         "prices, warehouse, report recipients and SMTP)")
     weekly.add_argument("--whatif-budget", type=_duration, metavar="DURATION",
-                        help="replay the week on the layout each action implies, for this "
-                             "long at most (default: the config's report.whatif_budget, 0: "
-                             "none)")
+                        help="replay the week on the layout each action implies for this "
+                             "long at most (default: the config's report.whatif_budget, "
+                             "unset: every action; 0: none)")
     weekly.add_argument("--outcome", metavar="FILE", type=Path,
                         help="also write the outcome as JSON: the week, ok or thin (a week "
                              "refused for its coverage), and the share of its hours covered")
@@ -271,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(run_demo(scenario, duration=args.duration, out=args.out,
                                     serve_after=args.serve,
-                                    bigquery_emulator=args.bigquery_emulator))
+                                    bigquery_emulator=args.bigquery_emulator,
+                                    replays=_demo_replays))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -484,8 +485,8 @@ def _report(args: argparse.Namespace) -> int:
         try:
             report, mailed = run_weekly(store, week, cfg, book, args.out, args.email, step,
                                         force=args.force, cluster=args.cluster,
-                                        replays=_replays(store, week, args.cluster, cfg,
-                                                         budget) if budget else None)
+                                        replays=None if budget == 0 else _replays(
+                                            store, week, args.cluster, cfg, budget))
         except ThinWeek as exc:
             _outcome(args.outcome, week.label, "thin", exc.coverage)
             print(f"error: {exc}", file=sys.stderr)
@@ -557,14 +558,19 @@ def _whatif(args: argparse.Namespace) -> int:
 
 
 def _replays(store: Store, week: Week, cluster: str | None, cfg: Config,
-             budget: float) -> Replays:
-    """The platform report's actions replayed within ``budget`` seconds."""
+             budget: float | None) -> Replays:
+    """The platform report's actions replayed (within ``budget`` seconds, if one)."""
     from exporter.whatif import replay_levers
 
     def replays(platform: WeeklyReport) -> pd.DataFrame:
         return replay_levers(store, week, cluster, cfg, platform.frame("actions"),
                              platform.frame("spot"), budget, cfg.report.whatif_step)
     return replays
+
+
+def _demo_replays(store: Store, week: Week, cfg: Config) -> Replays:
+    """The demo report's actions replayed, as ``report weekly`` replays them."""
+    return _replays(store, week, None, cfg, cfg.report.whatif_budget)
 
 
 def _outcome(path: Path | None, week: str, outcome: str, coverage: float) -> None:

@@ -504,12 +504,20 @@ class Report(_Section):
     timeout: Duration = Field(default=1800.0, gt=0)
     """Longest a scheduled report's child process may take (e.g. ``30m``): then it is
     killed, counted as failed and retried an hour later."""
-    whatif_budget: Duration = Field(default=0.0, ge=0)
+    whatif_budget: Duration | None = Field(default=None, ge=0)
     """How long the platform report may spend replaying the week on the layout each of its
     actions implies (``What the actions do, replayed``; e.g. ``10m``): the week on its own
-    layout first, then the actions in order while the budget lasts. 0: no replays."""
+    layout first, then the actions in order while the budget lasts. Unset (the default):
+    every action is replayed (on the replay engine, seconds each); 0: no replays."""
     whatif_step: Duration = Field(default=300.0, ge=30)
-    """The replays' step: the simulated time between the exporter's cycles."""
+    """The warehouse interval the replays' fidelity allows a wait to differ by (and, for a
+    replay through the full loop, its step)."""
+    wait_target: Duration = Field(default=14400.0, gt=0)
+    """The queue-wait p90 a team's pods should stay under (default 4 hours): a replayed
+    action that saves money but pushes a team's p90 past its target is a trade-off, not a
+    saving."""
+    wait_targets: dict[str, Duration] = Field(default_factory=dict)
+    """Per team: its own queue-wait p90 target (``research: 8h``), else ``wait_target``."""
     billing_table: BillingTable | None = None
     """The Cloud Billing detailed export (``PROJECT.DATASET.gcp_billing_export_resource_v1_
     <BILLING_ACCOUNT_ID>``): the platform report then reconciles the week's GPU cost with
@@ -518,7 +526,7 @@ class Report(_Section):
     @model_validator(mode="after")
     def _valid(self) -> Self:
         problems = []
-        if self.whatif_budget and self.whatif_budget >= self.timeout:
+        if self.whatif_budget is not None and self.whatif_budget >= self.timeout:
             problems.append(f"whatif_budget ({self.whatif_budget:g} s) must be shorter than "
                             f"timeout ({self.timeout:g} s), which the replays run within")
         try:

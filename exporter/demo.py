@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from analytics.store import DuckDBStore
 from analytics.week import week_containing
-from analytics.weekly import run_weekly
+from analytics.weekly import ReplaysOf, run_weekly
 from exporter.config import Config, load_config
 from exporter.google.bigquery_emulator import PROJECT, Emulator
 from exporter.model import compute
@@ -152,7 +152,8 @@ async def step_both(sim: SimulatorServer, exporter: Exporter, steps: int) -> Non
 
 
 async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_after: bool,
-                   bigquery_emulator: bool = False) -> int:
+                   bigquery_emulator: bool = False, replays: ReplaysOf | None = None) -> int:
+    """The demo; ``replays``: how its report replays its actions (none without it)."""
     if serve_after:  # the simulated days end now, for the cluster to go on in real time
         scenario = ending_now(scenario, duration, time.time())
     await asyncio.to_thread(_fresh_outputs, out)
@@ -160,14 +161,14 @@ async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_afte
     if emulator is not None:
         await asyncio.to_thread(emulator.start)
     try:
-        return await _run(scenario, duration, out, serve_after, emulator)
+        return await _run(scenario, duration, out, serve_after, emulator, replays)
     finally:
         if emulator is not None:
             await asyncio.to_thread(emulator.stop)
 
 
 async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool,
-               emulator: Emulator | None) -> int:
+               emulator: Emulator | None, replays: ReplaysOf | None) -> int:
     async with SimulatorServer(scenario) as sim:
         outputs = sim.write_outputs(out)
         cfg = demo_config(scenario, outputs.kubeconfig, out,
@@ -190,7 +191,7 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
             print()
             print(summary_table(exporter))
             print()
-            report = await asyncio.to_thread(write_report, exporter, scenario, out)
+            report = await asyncio.to_thread(write_report, exporter, scenario, out, replays)
             _, bill = await asyncio.to_thread(write_sample_bill, sim, exporter, out)
             print(f"Outputs in {out}/: warehouse.duckdb ({', '.join(written(exporter))}), "
                   "metrics.prom, kubeconfig, targets.txt")
@@ -234,15 +235,19 @@ def written(exporter: Exporter) -> list[str]:
             if wh.con.execute(f"SELECT count(*) FROM {t.name}").fetchone() != (0,)]
 
 
-def write_report(exporter: Exporter, scenario: Scenario, out: Path) -> str:
-    """The weekly report of the simulated week (the week the simulation starts in)."""
+def write_report(exporter: Exporter, scenario: Scenario, out: Path,
+                 replays: ReplaysOf | None = None) -> str:
+    """The weekly report of the simulated week (the week the simulation starts in), its
+    actions replayed with ``replays``."""
     wh = exporter.warehouse
     assert wh is not None
     wh.flush(exporter.last_cycle_time, partial=True)
     wh.checkpoint()  # the replay's one checkpoint: it wrote a week in less than its interval
     week = week_containing(scenario.start)
-    report, _ = run_weekly(DuckDBStore(con=wh.con), week, exporter.config, exporter.prices,
-                           out / "report", email=False, force=True)  # however short the run
+    store = DuckDBStore(con=wh.con)
+    report, _ = run_weekly(store, week, exporter.config, exporter.prices, out / "report",
+                           email=False, force=True,  # however short the run
+                           replays=replays(store, week, exporter.config) if replays else None)
     h = report.headline
     return (f"Weekly report {week.label}: ${h['cost_usd'] or 0:,.2f}, "
             f"{len(report.tables['bottlenecks'])} workloads diagnosed -> "

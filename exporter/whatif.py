@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -271,11 +270,12 @@ def _region(store: Store, week: Week, cfg: Config) -> str:
 
 
 def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
-                  actions: pd.DataFrame, spot: pd.DataFrame, budget: float, step: float,
-                  ) -> pd.DataFrame:
+                  actions: pd.DataFrame, spot: pd.DataFrame, budget: float | None,
+                  step: float) -> pd.DataFrame:
     """The ``replayed`` table of the platform report: the week on its own layout, then on
-    the layout each action implies (``analytics.whatif.levers``), in the actions' order
-    while ``budget`` seconds last (a replay is reckoned to take as long as the first)."""
+    the layout each action implies (``analytics.whatif.levers``), in the actions' order,
+    on the engine; with a ``budget``, while its seconds last (a replay reckoned to take as
+    long as the first). ``step``: the week's interval, which its fidelity allows."""
     began = time.monotonic()
     cols = [c.name for c in tables.BY_NAME["replayed"].columns]
     found = week_of(store, week, cluster, cfg, step)
@@ -286,34 +286,42 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
                                                 pairs.itertuples(index=False)])
     if not candidates:
         return pd.DataFrame(columns=cols)
-    pricing = Pricing.load(cfg.prices, found.layout.region)
+    pricing = Pricing.load(cfg.prices, base.region)
     utilization = engine.utilizations(jobs)
+    targets = cfg.report.wait_targets
+
+    def target(team: str) -> float:
+        return float(targets.get(team, cfg.report.wait_target))
+
+    def play(on: layout.Layout) -> tuple[Measured, float]:
+        built = scenario.build(jobs, on, week.start, week.end, engine.RESOLUTION)
+        played = engine.play(built.scenario, week, pricing, utilization)
+        played.store.close()
+        return played.measured, played.seconds
+
+    own, took = play(base)
+    fidelity = compare.fidelity(actual, own, step)
+    off = fidelity[~fidelity.ok.astype(bool)]
+    told = "the week's own replay within its fidelity bounds" if off.empty else \
+        "the week's own replay outside its bounds: " + ", ".join(off.check)
     rows: list[tuple[object, ...]] = []
-    with tempfile.TemporaryDirectory(prefix="whatif-") as tmp:
-        [own] = play_all([("replayed", scenario.build(jobs, base, week.start, week.end,
-                                                      engine.RESOLUTION))], week, Path(tmp),
-                         pricing, utilization)
-        fidelity = compare.fidelity(actual, own.measured, step)
-        off = fidelity[~fidelity.ok.astype(bool)]
-        told = "the week's own replay within its fidelity bounds" if off.empty else \
-            "the week's own replay outside its bounds: " + ", ".join(off.check)
-        for lever in candidates:
-            if time.monotonic() - began + own.seconds > budget:
-                rows.append((lever.action, lever.where, lever.change, *[None] * 7,
-                             f"not replayed: over report.whatif_budget ({budget:g} s)"))
-                continue
-            built = scenario.build(jobs, lever.layout, week.start, week.end,
-                                   engine.RESOLUTION)
-            [done] = play_all([("lever", built)], week, Path(tmp), pricing, utilization)
-            c = compare.compare(actual, own.measured, done.measured, step)
-            s = c.summary.set_index("figure")
-            worst = c.teams.dropna(subset=["wait_p90_seconds_delta"]) \
-                .sort_values("wait_p90_seconds_delta", ascending=False)
-            rows.append((lever.action, lever.where, lever.change,
-                         s.loc["Cost", "delta"], s.loc["GPU-hours waited", "delta"],
-                         str(worst.team.iloc[0]) if len(worst) else None,
-                         float(worst.wait_p90_seconds_delta.iloc[0]) if len(worst) else None,
-                         s.loc["Stranded GPU-hours (free, no waiting pod fits)", "delta"],
-                         s.loc["Lowest pool availability", "proposed"],
-                         s.loc["Spot reclaims", "delta"], told))
+    for lever in candidates:
+        if budget is not None and time.monotonic() - began + took > budget:
+            rows.append((lever.action, lever.where, lever.change, *[None] * 9,
+                         f"not replayed: over report.whatif_budget ({budget:g} s)"))
+            continue
+        measured, _ = play(lever.layout)
+        c = compare.compare(actual, own, measured, step)
+        s = c.summary.set_index("figure")
+        worst = c.teams.dropna(subset=["wait_p90_seconds_delta"]) \
+            .sort_values("wait_p90_seconds_delta", ascending=False)
+        past = compare.past_targets(c.teams, target)
+        rows.append((lever.action, lever.where, lever.change,
+                     s.loc["Cost", "delta"], s.loc["GPU-hours waited", "delta"],
+                     str(worst.team.iloc[0]) if len(worst) else None,
+                     float(worst.wait_p90_seconds_delta.iloc[0]) if len(worst) else None,
+                     float(worst.wait_p90_seconds_proposed.iloc[0]) if len(worst) else None,
+                     s.loc["Stranded GPU-hours (free, no waiting pod fits)", "delta"],
+                     s.loc["Lowest pool availability", "proposed"],
+                     s.loc["Spot reclaims", "delta"], "; ".join(past) or None, told))
     return pd.DataFrame(rows, columns=cols)

@@ -104,4 +104,6 @@ def test_the_whatif_benchmark_prints_the_engine_beside_the_full_loop() -> None:
     assert len(fidelity) == 2 and all(int(n) > 0 for _, n in fidelity), out
     assert len(re.findall(r"cost_usd: loop [\d,.]+, engine [\d,.]+", out)) == 2, out
     assert len(re.findall(r"GPU-hours waited by cause \(loop / engine\): \S", out)) == 2, out
+    assert len(re.findall(r"the weekly report: CPU [\d.]+ s without replays, [\d.]+ s with "
+                          r"\d+ actions replayed", out)) == 2, out
     assert re.search(r"fleet: 2 nodes, 16 GPUs", out)

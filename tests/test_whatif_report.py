@@ -50,8 +50,28 @@ def test_the_report_replays_its_actions_within_the_budget(
     actions, rows = doc["tables"]["actions"], doc["tables"]["replayed"]
     assert rows, "some action changes the layout"
     assert list(doc["tables"]).index("replayed") == list(doc["tables"]).index("actions") + 1
-    assert all((r["action"], r["where"]) in {(a["action"], a["where"]) for a in actions}
-               for r in rows)
+    listed = {(a["action"], a["where"]): a for a in actions}
+    for r in rows:
+        a = listed.get((r["action"], r["where"]))
+        if a is None:  # left out: its replay moved nothing
+            assert r["cost_change_usd"] == pytest.approx(0, abs=0.005), r
+            assert r["waited_gpu_hours_change"] == pytest.approx(0, abs=0.005), r
+            continue
+        change = r["cost_change_usd"]
+        if change is None:  # not replayed: a scale-down keeps the hours it matched
+            assert a["weekly_cost_usd"] is None, "waiting is never priced"
+        elif r["tradeoff"] and change < 0:
+            assert a["weekly_saving_usd"] is None and a["weekly_cost_usd"] is None, \
+                "a trade-off is no saving"
+            assert a["why"].startswith("Trade-off, replayed") and r["tradeoff"] in a["why"]
+        elif change < 0:
+            assert a["weekly_saving_usd"] == pytest.approx(-change, abs=0.005), \
+                "the action's saving is its replay's"
+            assert a["weekly_cost_usd"] is None
+        elif change > 0:
+            assert a["weekly_cost_usd"] == pytest.approx(change, abs=0.005), \
+                "the action's cost is its replay's"
+            assert a["weekly_saving_usd"] is None
     done = [r for r in rows if r["cost_change_usd"] is not None]
     if not replayed:
         assert done == []

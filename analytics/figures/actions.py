@@ -17,7 +17,7 @@ each with its dollars and its evidence.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -88,6 +88,9 @@ LEVERS: dict[Cause, Lever] = {
 
 SCALE_DOWN = "scale this pool down"
 """The action that removes a pool's free GPUs no waiting pod could use."""
+LAYOUT_CAUSES: tuple[Cause, ...] = ("no_capacity", "fragmented", "quota", "stockout")
+"""The causes whose levers change the cluster's layout (``analytics.whatif.levers``), so
+that a replay can price them; with the scale-downs and the move to spot."""
 
 LONG_WAIT_SECONDS = QUEUE_LONG_SECONDS
 """A cause calls for its lever when the worst team's 90th-percentile time waited for it, in
@@ -231,21 +234,18 @@ def _clause(cause: Cause, g: pd.DataFrame, w: Waited) -> str:
     return text
 
 
-def cause_levers(w: Waited, prices: Mapping[tuple[str, str], float]) -> list[Action]:
-    """A lever for each cause, and where, that pods waited for long, most GPU-hours first;
-    ``add capacity`` priced as the GPU-hours that waited, on demand."""
+def cause_levers(w: Waited) -> list[Action]:
+    """A lever for each cause, and where, that pods waited for long, most GPU-hours first.
+    Waiting is told in hours, never priced: what a lever that changes the layout costs or
+    saves is its replay's (``replayed_dollars``)."""
     out = []
     for cause, where, g in _long_causes(w.waits):
         lever = LEVERS[cause]
         gpu_hours = float(g.gpu_hours.sum())
-        cost = np.nan
-        if cause == "no_capacity":
-            price = prices.get((str(g.gpu_model.iloc[0]), "on-demand"))
-            cost = gpu_hours * price if price is not None else np.nan
         why = (f"{_teams(sorted(map(str, g.team.unique())))}: {_hours(gpu_hours)} GPU-hours "
                f"waited, {lever.waited} (p90 {fmt.duration(float(g.p90_seconds.max()))})"
                f"{_clause(cause, g, w)}: {lever.advice}")
-        out.append((gpu_hours, Action(lever.action, where, np.nan, cost, why, cause)))
+        out.append((gpu_hours, Action(lever.action, where, np.nan, np.nan, why, cause)))
     return [a for _, a in sorted(out, key=lambda x: -x[0])]
 
 
@@ -272,12 +272,12 @@ def _waited_for(model: str, queue: pd.DataFrame) -> str:
         "GPU-hours pending in all"
 
 
-def over_the_week(unallocated: pd.DataFrame, queue: pd.DataFrame,
-                  prices: Mapping[tuple[str, str], float]) -> tuple[list[Action], list[Action]]:
+def over_the_week(unallocated: pd.DataFrame, queue: pd.DataFrame
+                  ) -> tuple[list[Action], list[Action]]:
     """The fixes and savings of a warehouse that records no causes: capacity that sat
     unallocated while pods of its GPU model waited long (over the week) is never offered as
     a saving; a long queue with no unallocated capacity of its model says the pool is too
-    small (its cost: the GPU-hours pending, on demand)."""
+    small (the GPU-hours pending told, not priced)."""
     fixes: list[Action] = []
     saves: list[Action] = []
     waiting = long_queues(queue)
@@ -311,12 +311,10 @@ def over_the_week(unallocated: pd.DataFrame, queue: pd.DataFrame,
     for model, q in sorted(waiting.items()):
         if model in have_capacity:
             continue
-        price = prices.get((model, "on-demand"))
         quota = (f"; {q.admission_share:.0%} of the wait was for Kueue's admission: raise "
                  "the ClusterQueues' quota with it") if q.quota_bound else ""
         fixes.append(Action(
-            "add capacity", model, np.nan,
-            q.pending_gpu_hours * price if price is not None else np.nan,
+            "add capacity", model, np.nan, np.nan,
             f"p90 wait {fmt.duration(q.p90_seconds)}, {q.pending_gpu_hours:,.0f} GPU-hours "
             f"pending and no unallocated {model} capacity: the pool is too small — raise the "
             f"autoscaler's maximum, add nodes, or take spot or flex-start capacity{quota}"))
@@ -343,17 +341,17 @@ def _table(fixes: list[Action], saves: list[Action]) -> pd.DataFrame:
 
 
 def actions(unallocated: pd.DataFrame, queue: pd.DataFrame, availability: pd.DataFrame,
-            levers: pd.DataFrame, prices: Mapping[tuple[str, str], float],
-            waited: Waited | None = None, hours: pd.DataFrame | None = None) -> pd.DataFrame:
+            levers: pd.DataFrame, waited: Waited | None = None,
+            hours: pd.DataFrame | None = None) -> pd.DataFrame:
     """What to do this week on the platform, each with its dollars and its evidence: where
     the warehouse records why pods waited (``waited``, its ``hours`` as
     ``waits.pool_hours``), a lever per cause waited for long and the scale-downs matched in
     time; else the reconciliation over the week (``over_the_week``). A pool under the SLA
     target comes with its downtime. Problems first, then the savings, largest first."""
     if waited is not None and waited.recorded and hours is not None:
-        fixes, saves = cause_levers(waited, prices), scale_downs(hours)
+        fixes, saves = cause_levers(waited), scale_downs(hours)
     else:
-        fixes, saves = over_the_week(unallocated, queue, prices)
+        fixes, saves = over_the_week(unallocated, queue)
     for r in availability.itertuples():
         if not r.meets_target:
             fixes.append(Action(
@@ -363,11 +361,10 @@ def actions(unallocated: pd.DataFrame, queue: pd.DataFrame, availability: pd.Dat
     return _table(fixes, saves + _cost_levers(levers))
 
 
-def team_actions(levers: pd.DataFrame, prices: Mapping[tuple[str, str], float],
-                 waited: Waited) -> pd.DataFrame:
+def team_actions(levers: pd.DataFrame, waited: Waited) -> pd.DataFrame:
     """What to do this week for a team: the levers for the causes its pods waited for long
     (from the same figures as the platform's), then its savings, largest first."""
-    fixes = cause_levers(waited, prices) if waited.recorded else []
+    fixes = cause_levers(waited) if waited.recorded else []
     return _table(fixes, _cost_levers(levers))
 
 

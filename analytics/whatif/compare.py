@@ -9,10 +9,12 @@ is the fidelity (``FIDELITY``): every what-if prints it, so its reader can judge
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 
+from analytics import format as fmt
 from analytics.whatif.measure import Measured
 
 COST_TOLERANCE = 0.02
@@ -172,3 +174,23 @@ def fidelity(actual: Measured | None, replay: Measured | None, step: float) -> p
             rows.append((f"{team} wait {q} (s)", a, r, abs(r - a),
                          f"{allowed:.0f} s", abs(r - a) <= allowed + 1e-6))
     return pd.DataFrame(rows, columns=cols)
+
+
+def past_targets(teams: pd.DataFrame, target: Callable[[str], float]) -> list[str]:
+    """The teams of a comparison (``Comparison.teams``) whose queue-wait p90 the proposed
+    layout pushes past ``target(team)`` seconds: within it on the week's own replay and
+    past it on the proposed layout, or past it already and longer by more than
+    ``WAIT_TOLERANCE``; in words, the furthest past first."""
+    base = "replay" if "wait_p90_seconds_replay" in teams else "actual"
+    out = []
+    for t in teams.itertuples():
+        before, after = getattr(t, f"wait_p90_seconds_{base}"), t.wait_p90_seconds_proposed
+        if pd.isna(after):
+            continue
+        limit = target(str(t.team))
+        before = 0.0 if pd.isna(before) else float(before)
+        if after > limit and (before <= limit or after > before * (1 + WAIT_TOLERANCE)):
+            out.append((after - limit, f"{t.team}'s p90 {fmt.duration(before)} → "
+                                       f"{fmt.duration(float(after))}, past its "
+                                       f"{fmt.duration(limit)} target"))
+    return [text for _, text in sorted(out, reverse=True)]

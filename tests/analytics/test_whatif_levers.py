@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from analytics.figures.actions import LAYOUT_CAUSES
 from analytics.whatif import levers
 from tests.analytics.test_whatif import make_layout
 
@@ -88,3 +89,7 @@ def test_spot_candidates_move_to_a_spot_twin_and_leave_the_on_demand_pool_autosc
 ])
 def test_an_action_that_changes_no_layout_is_not_replayed(row: tuple[str, str, str]) -> None:
     assert levers.layouts(actions(row), make_layout(), []) == []
+
+
+def test_the_causes_a_replay_prices_are_those_a_layout_answers() -> None:
+    assert set(levers.BY_CAUSE) == set(LAYOUT_CAUSES)
