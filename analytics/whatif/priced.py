@@ -67,7 +67,7 @@ def priced(actions: pd.DataFrame, replayed: pd.DataFrame) -> pd.DataFrame:
             continue  # its layout change is the layout already: it changes nothing
         change = r["cost_change_usd"]
         if change is None or pd.isna(change):
-            rows.append(a)  # not replayed: its dollars unknown
+            rows.append(a)  # not replayed (a budget): as it was
             continue
         change = float(change)
         if _no_change(r):
