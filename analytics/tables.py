@@ -153,6 +153,25 @@ TABLES: tuple[ReportTable, ...] = (
                     "with such a cost is a trade-off, not a saving."),
                  _c("note", "text", "Why it was not replayed (the time budget), or how far "
                     "the week's own replay is from the week (its fidelity)."))),
+    ReportTable("settings", "One setting per pool, weighed",
+                "For each node pool, the settings replayed (the autoscaler's bounds, a larger "
+                "node shape) with every other pool as it is: the cheapest that keeps every "
+                "team's queue-wait p90 within its target (`report.wait_target`, "
+                "`report.wait_targets`) is recommended, else the one that leaves the worst "
+                "team least past its target. A pool whose choice is its setting as it is "
+                "gets no recommendation. Only in the platform report.",
+                (_POOL, _MODEL,
+                 _c("setting", "text", "The setting replayed (`as it is`: the pool as it "
+                    "was)."),
+                 _c("choice", "text", "`as it is` (the pool as the week had it), "
+                    "`recommended`, or blank."),
+                 _c("cost_change_usd", "usd", "The week's cost with that setting, less with "
+                    "the pool as it is."),
+                 _c("team", "text", "The team furthest past its target with that setting "
+                    "(else the one with the longest p90)."),
+                 _c("wait_p90_seconds", "seconds", "That team's queue-wait p90."),
+                 _c("past_target_seconds", "seconds", "How far past its target (0: every "
+                    "team within its target)."))),
     ReportTable("cost_by_cluster", "Cost by cluster",
                 "Per cluster, side by side: only in a report over a warehouse that several "
                 "clusters write to (`report weekly --cluster` reports one of them).",

@@ -64,8 +64,9 @@ def reconcile_with_bill(report: WeeklyReport, store: Store, week: Week, cfg: Con
                      for name in SECTIONS if name in report.tables or name == "reconciliation"}
 
 
-Replays = Callable[[WeeklyReport], pd.DataFrame]
-"""What the platform report's actions do, replayed (``exporter.whatif.replay_levers``)."""
+Replays = Callable[[WeeklyReport], dict[str, pd.DataFrame]]
+"""What the platform report's actions do, replayed, and the settings weighed per pool
+(``exporter.whatif.replay_levers``): the ``replayed`` and ``settings`` tables."""
 ReplaysOf = Callable[[Store, Week, Config], Replays]
 """The replays of a week in a warehouse."""
 
@@ -127,10 +128,11 @@ def run_weekly(store: Store, week: Week, cfg: Config,
             log.warning("report without replays: the week could not be replayed",
                         extra=ctx(week=week.label, error=f"{type(exc).__name__}: {exc}"[:500]))
         else:
-            platform.tables = {name: replayed if name == "replayed" else platform.tables[name]
-                               for name in SECTIONS if name in platform.tables
-                               or name == "replayed"}
-            platform.tables["actions"] = priced(platform.frame("actions"), replayed)
+            platform.tables = {name: replayed[name] if name in replayed
+                               else platform.tables[name] for name in SECTIONS
+                               if name in platform.tables or name in replayed}
+            platform.tables["actions"] = priced(platform.frame("actions"),
+                                                replayed["replayed"], replayed["settings"])
     teams: dict[str, WeeklyReport] = {}
     for team in found:
         step(f"team {team}")

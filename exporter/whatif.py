@@ -27,9 +27,10 @@ import pandas as pd
 from analytics import holdings, tables
 from analytics.store import DuckDBStore, Store
 from analytics.week import Week
-from analytics.whatif import compare, engine, layout, levers, render, scenario, trace
+from analytics.whatif import compare, engine, layout, levers, render, scenario, search, trace
 from analytics.whatif.engine import Pricing
 from analytics.whatif.measure import Measured, measure
+from analytics.whatif.priced import AS_IT_IS
 from analytics.whatif.scenario import Built
 from exporter.config import Config
 from exporter.demo import Progress, demo_config, run_steps
@@ -271,21 +272,21 @@ def _region(store: Store, week: Week, cfg: Config) -> str:
 
 def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
                   actions: pd.DataFrame, spot: pd.DataFrame, budget: float | None,
-                  step: float) -> pd.DataFrame:
-    """The ``replayed`` table of the platform report: the week on its own layout, then on
-    the layout each action implies (``analytics.whatif.levers``), in the actions' order,
+                  step: float) -> dict[str, pd.DataFrame]:
+    """The ``replayed`` and ``settings`` tables of the platform report: the week on its
+    own layout, then on the layout each action implies (``analytics.whatif.levers``), in
+    the actions' order, then each pool's candidate settings (``analytics.whatif.search``),
     on the engine; with a ``budget``, while its seconds last (a replay reckoned to take as
     long as the first). ``step``: the week's interval, which its fidelity allows."""
     began = time.monotonic()
     cols = [c.name for c in tables.BY_NAME["replayed"].columns]
+    weighed_cols = [c.name for c in tables.BY_NAME["settings"].columns]
     found = week_of(store, week, cluster, cfg, step)
     week, jobs, base, actual = found.week, found.jobs, found.layout, found.measured
     pairs = spot.sort_values("weekly_saving_usd", ascending=False)[
         ["namespace", "gpu_model"]].dropna().drop_duplicates() if not spot.empty else spot
     candidates = levers.layouts(actions, base, [(str(n), str(m)) for n, m in
                                                 pairs.itertuples(index=False)])
-    if not candidates:
-        return pd.DataFrame(columns=cols)
     pricing = Pricing.load(cfg.prices, base.region)
     utilization = engine.utilizations(jobs)
     targets = cfg.report.wait_targets
@@ -293,20 +294,30 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
     def target(team: str) -> float:
         return float(targets.get(team, cfg.report.wait_target))
 
+    played: dict[str, tuple[Measured, float]] = {}
+
     def play(on: layout.Layout) -> tuple[Measured, float]:
-        built = scenario.build(jobs, on, week.start, week.end, engine.RESOLUTION)
-        played = engine.play(built.scenario, week, pricing, utilization)
-        played.store.close()
-        return played.measured, played.seconds
+        """``on`` replayed, once: an action's layout and a setting weighed can be one."""
+        key = on.model_dump_json()
+        if key not in played:
+            built = scenario.build(jobs, on, week.start, week.end, engine.RESOLUTION)
+            done = engine.play(built.scenario, week, pricing, utilization)
+            done.store.close()
+            played[key] = done.measured, done.seconds
+        return played[key]
 
     own, took = play(base)
+
+    def over(budget: float | None) -> bool:
+        return budget is not None and time.monotonic() - began + took > budget
+
     fidelity = compare.fidelity(actual, own, step)
     off = fidelity[~fidelity.ok.astype(bool)]
     told = "the week's own replay within its fidelity bounds" if off.empty else \
         "the week's own replay outside its bounds: " + ", ".join(off.check)
     rows: list[tuple[object, ...]] = []
     for lever in candidates:
-        if budget is not None and time.monotonic() - began + took > budget:
+        if over(budget):
             rows.append((lever.action, lever.where, lever.change, *[None] * 9,
                          f"not replayed: over report.whatif_budget ({budget:g} s)"))
             continue
@@ -324,4 +335,19 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
                      s.loc["Stranded GPU-hours (free, no waiting pod fits)", "delta"],
                      s.loc["Lowest pool availability", "proposed"],
                      s.loc["Spot reclaims", "delta"], "; ".join(past) or None, told))
-    return pd.DataFrame(rows, columns=cols)
+    weighed: list[tuple[object, ...]] = []
+    for pool in base.pools:
+        settings = search.settings(base, pool)
+        weighs = [search.weigh(settings[0], own, target)]
+        for setting in settings[1:]:
+            if over(budget):
+                break
+            weighs.append(search.weigh(setting, play(setting.layout)[0], target))
+        best = search.choose(weighs)
+        weighed += [(pool.name, pool.accelerator, w.setting.label,
+                     AS_IT_IS if w is weighs[0] else
+                     "recommended" if w is best else None,
+                     w.cost_usd - weighs[0].cost_usd, w.team, w.wait_p90_seconds,
+                     w.over_seconds) for w in weighs]
+    return {"replayed": pd.DataFrame(rows, columns=cols),
+            "settings": pd.DataFrame(weighed, columns=weighed_cols)}

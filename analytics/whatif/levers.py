@@ -45,19 +45,19 @@ def _pool_name(where: str) -> str:
     return where.split(" (", 1)[0]
 
 
-def _with_pool(base: Layout, pool: Pool) -> Layout:
+def with_pool(base: Layout, pool: Pool) -> Layout:
     return base.model_copy(update={"pools": [pool if p.name == pool.name else p
                                              for p in base.pools]})
 
 
-def _autoscaled(pool: Pool, least: int, most: int) -> Pool:
+def autoscaled(pool: Pool, least: int, most: int) -> Pool:
     delay = pool.autoscaling.provisioning_delay if pool.autoscaling else 300.0
     return pool.model_copy(update={"nodes": max(least, min(pool.nodes, most)),
                                    "autoscaling": Autoscaling(min_nodes=least, max_nodes=most,
                                                               provisioning_delay=delay)})
 
 
-def _most(pool: Pool) -> int:
+def most_nodes(pool: Pool) -> int:
     return max(pool.nodes, pool.autoscaling.max_nodes if pool.autoscaling else 0, 1)
 
 
@@ -65,19 +65,19 @@ def scale_down(base: Layout, where: str) -> tuple[str, Layout] | None:
     pool = base.pool(_pool_name(where))
     if pool is None:
         return None
-    most = _most(pool)
+    most = most_nodes(pool)
     return (f"{pool.name} autoscaled from 0 to {most} nodes",
-            _with_pool(base, _autoscaled(pool, 0, most)))
+            with_pool(base, autoscaled(pool, 0, most)))
 
 
 def add_capacity(base: Layout, where: str) -> tuple[str, Layout] | None:
     pool = base.pool(_pool_name(where))
     if pool is None:
         return None
-    most = _most(pool)
+    most = most_nodes(pool)
     least = pool.autoscaling.min_nodes if pool.autoscaling else pool.nodes
     return (f"{pool.name}'s maximum from {most} to {2 * most} nodes",
-            _with_pool(base, _autoscaled(pool, least, 2 * most)))
+            with_pool(base, autoscaled(pool, least, 2 * most)))
 
 
 def larger_nodes(base: Layout, where: str) -> tuple[str, Layout] | None:
@@ -95,7 +95,7 @@ def larger_nodes(base: Layout, where: str) -> tuple[str, Layout] | None:
                 "max_nodes": max(1, -(-pool.autoscaling.max_nodes * pool.gpus_per_node
                                       // biggest))})
         return (f"{pool.name} in {shapes[biggest]} nodes ({biggest} GPUs each, {nodes} "
-                f"nodes)", _with_pool(base, pool.model_copy(update=update)))
+                f"nodes)", with_pool(base, pool.model_copy(update=update)))
     if base.placement != "compact":
         return "compact placement", base.model_copy(update={"placement": "compact"})
     return None
@@ -142,8 +142,8 @@ def spot_for(base: Layout, candidates: Sequence[tuple[str, str]]) -> tuple[str, 
             name = f"{twin.name}-spot"[:40]
             pools[name] = twin.model_copy(update={
                 "name": name, "spot": True, "nodes": 0,
-                "autoscaling": Autoscaling(min_nodes=0, max_nodes=_most(twin))})
-        pools[twin.name] = _autoscaled(twin, 0, _most(twin))
+                "autoscaling": Autoscaling(min_nodes=0, max_nodes=most_nodes(twin))})
+        pools[twin.name] = autoscaled(twin, 0, most_nodes(twin))
         moves.append(Move(match=JobMatch(namespace=namespace, spot=False,
                                          gpu_model=model),  # type: ignore[arg-type]
                           to=JobChange(spot=True)))

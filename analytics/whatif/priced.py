@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analytics import format as fmt
-from analytics.figures.actions import LAYOUT_CAUSES, LEVER_ACTIONS, SCALE_DOWN
+from analytics.figures.actions import LAYOUT_CAUSES, LEVER_ACTIONS, LEVERS, SCALE_DOWN
 
 TO_SPOT = LEVER_ACTIONS["spot"]
 
@@ -54,8 +54,60 @@ def _no_change(r: dict[str, Any]) -> bool:
                               ("reclaims_change", 0.5)))
 
 
-def priced(actions: pd.DataFrame, replayed: pd.DataFrame) -> pd.DataFrame:
-    """``actions`` with each replayed action's dollars from its replay (see above)."""
+AS_IT_IS = "as it is"
+"""A pool's setting as the week had it, in the ``settings`` table's ``choice``."""
+POOL_ACTIONS = (SCALE_DOWN, LEVERS["no_capacity"].action, LEVERS["fragmented"].action)
+"""The actions about one pool's size or shape: its weighed setting takes their place."""
+
+
+def _pool_of(where: str) -> str:
+    return where.split(" (", 1)[0]
+
+
+def recommendations(settings: pd.DataFrame) -> list[dict[str, Any]]:
+    """An action for each pool whose weighed setting is not the pool as it is."""
+    out = []
+    for pool, g in settings.groupby("node_pool", sort=False):
+        chosen = g[g.choice == "recommended"]
+        if chosen.empty:
+            continue
+        c = chosen.iloc[0]
+        base = g[g.choice == AS_IT_IS].iloc[0]
+        change = float(c.cost_change_usd)
+        within = float(c.past_target_seconds) == 0
+        wait = f"{c.team}'s p90 {fmt.duration(base.wait_p90_seconds)} → " \
+            f"{fmt.duration(c.wait_p90_seconds)}" if c.team == base.team and \
+            isinstance(c.team, str) else f"worst p90 {c.team} " \
+            f"{fmt.duration(c.wait_p90_seconds)}"
+        others = "; ".join(
+            f"{o.setting}: {'+' if o.cost_change_usd > 0 else '-'}"
+            f"${abs(float(o.cost_change_usd)):,.0f}, {o.team} p90 "
+            f"{fmt.duration(o.wait_p90_seconds)}"
+            for o in g.itertuples() if o.setting not in (base.setting, c.setting))
+        why = (f"Weighed {len(g) - 1} settings, replayed: {wait}, "
+               + ("every team within its wait target" if within else
+                  f"the least past its target ({fmt.duration(float(c.past_target_seconds))} "
+                  "over) of the settings weighed")
+               + f"; the pool was {base.setting.removeprefix(AS_IT_IS).strip(' ()')}. "
+               f"Also weighed: {others or 'nothing else'}.")
+        out.append({"action": f"set {pool} to {c.setting}",
+                    "where": f"{pool} ({c.gpu_model})",
+                    "weekly_saving_usd": -change if change < 0 else np.nan,
+                    "weekly_cost_usd": change if change > 0 else np.nan,
+                    "why": why, "answers": "setting"})
+    return out
+
+
+def priced(actions: pd.DataFrame, replayed: pd.DataFrame,
+           settings: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``actions`` with each replayed action's dollars from its replay (see above); the
+    pools ``settings`` weighed get one action each, in place of their size and shape
+    actions."""
+    weighed = settings.groupby("node_pool").size() if settings is not None and \
+        not settings.empty else pd.Series(dtype=int)
+    searched = set(weighed[weighed > 1].index)  # a setting replayed beside the pool as it is
+    actions = actions[~(actions.action.isin(POOL_ACTIONS)
+                        & actions["where"].map(_pool_of).isin(searched))]
     by_action = {(str(r["action"]), str(r["where"])): r for r in replayed.to_dict("records")}
     rows = []
     for a in actions.to_dict("records"):
@@ -87,4 +139,6 @@ def priced(actions: pd.DataFrame, replayed: pd.DataFrame) -> pd.DataFrame:
                 f"{'saves' if change < 0 else 'costs'} ${abs(change):,.2f} a week"
             a["why"] = f"Replayed ({r['change']}): {money}, {effect}. {a['why']}"
         rows.append(a)
+    if settings is not None and not settings.empty:
+        rows = recommendations(settings) + rows
     return pd.DataFrame(rows, columns=actions.columns).astype(actions.dtypes.to_dict())

@@ -45,10 +45,9 @@ SCHEMA_1 = {
 """The tables and columns of ``report.json`` schema version 1."""
 
 
-OPTIONAL = {"reconciliation", "replayed"}
+OPTIONAL = {"reconciliation", "replayed", "settings"}
 """Tables only some platform reports have: with ``report.billing_table``
-(``tests/bigquery/test_reconcile``), with ``report.whatif_budget``
-(``tests/test_whatif_report.py``)."""
+(``tests/bigquery/test_reconcile``), with replays (``tests/test_whatif_report.py``)."""
 
 
 def test_a_built_report_has_the_declared_tables_and_columns(shared_warehouse: Path) -> None:

@@ -1,0 +1,75 @@
+"""One setting per pool (``analytics.whatif.search``): the candidates a pool gets, and the
+rule that keeps one, as tables of cases."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analytics.whatif import search
+from analytics.whatif.measure import Measured
+from simulator.scenario import Autoscaling, Pool
+from tests.analytics.test_whatif import make_layout
+
+H100 = Pool(name="h100", accelerator="nvidia-h100-80gb", gpus_per_node=8, nodes=2)
+
+
+@pytest.mark.parametrize(("pool", "labels"), [
+    (H100, ["as it is (2 nodes of 8 GPUs)", "autoscale 0-2 nodes of 8 GPUs",
+            "autoscale 0-4 nodes of 8 GPUs", "autoscale 2-4 nodes of 8 GPUs",
+            "autoscale 0-3 nodes of 8 GPUs"]),
+    (H100.model_copy(update={"autoscaling": Autoscaling(min_nodes=0, max_nodes=2)}),
+     ["as it is (autoscale 0-2 nodes of 8 GPUs)", "autoscale 0-4 nodes of 8 GPUs",
+      "autoscale 0-3 nodes of 8 GPUs"]),
+    (Pool(name="a100", accelerator="nvidia-tesla-a100", gpus_per_node=8, nodes=2),
+     ["as it is (2 nodes of 8 GPUs)", "autoscale 0-2 nodes of 8 GPUs",
+      "autoscale 0-4 nodes of 8 GPUs", "autoscale 2-4 nodes of 8 GPUs",
+      "autoscale 0-3 nodes of 8 GPUs", "1 node of 16 GPUs (a2-megagpu-16g)"]),
+], ids=["fixed nodes", "autoscaled already: no setting twice", "a larger shape"])
+def test_a_pool_gets_its_setting_and_the_candidates_around_it(pool: Pool,
+                                                              labels: list[str]) -> None:
+    base = make_layout(pools=[pool])
+    found = search.settings(base, pool)
+    assert [s.label for s in found] == labels
+    assert found[0].layout == base
+    assert all(s.layout != base for s in found[1:]), "each candidate changes the layout"
+
+
+def measured(cost: float, waits: dict[str, float]) -> Measured:
+    teams = pd.DataFrame({"team": list(waits), "wait_p90_seconds": list(waits.values())})
+    empty = pd.DataFrame()
+    return Measured({"cost_usd": cost}, teams, empty, empty, 0, empty)
+
+
+def target(team: str) -> float:
+    return {"research": 4 * 3600.0}.get(team, 3600.0)
+
+
+H = 3600.0
+CASES = [
+    # (cost, waits) per setting, the pool as it is first; the index kept
+    ([(100.0, {"research": 26 * H}), (80.0, {"research": 26 * H}),
+      (120.0, {"research": 3 * H}), (110.0, {"research": 8 * H})], 2),
+    ([(100.0, {"research": 2 * H}), (80.0, {"research": 3 * H}),
+      (70.0, {"research": 5 * H})], 1),
+    ([(100.0, {"research": 26 * H}), (80.0, {"research": 26 * H + 30}),
+      (90.0, {"research": 20 * H})], 2),
+    ([(100.0, {"research": 26 * H}), (80.0, {"research": 26 * H + 30}),
+      (90.0, {"research": 30 * H})], 1),
+    ([(100.0, {"research": 2 * H}), (100.0 - 1e-9, {"research": 2 * H})], 0),
+    ([(100.0, {"research": 2 * H, "ranking": 0.5 * H}),
+      (60.0, {"research": 2 * H, "ranking": 2 * H})], 0),
+]
+
+
+@pytest.mark.parametrize(("weighed", "kept"), CASES, ids=[
+    "the cheapest within every target", "a cheaper one within the target",
+    "none within: the least past", "none within: a tie, then the cheapest",
+    "the same cost to the cent: the pool as it is", "another team pushed past its target"])
+def test_the_cheapest_within_every_target_is_kept(weighed: list[tuple[float, dict[str, float]]],
+                                                  kept: int) -> None:
+    base = make_layout(pools=[H100])
+    settings = [search.Setting("h100", f"s{i}", base) for i in range(len(weighed))]
+    ws = [search.weigh(s, measured(c, w), target) for s, (c, w) in zip(settings, weighed,
+                                                                        strict=True)]
+    assert search.choose(ws) is ws[kept]
