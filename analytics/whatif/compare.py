@@ -29,7 +29,8 @@ within 10 % or one interval."""
 class Comparison:
     summary: pd.DataFrame
     """``figure``, ``actual``, ``replay`` (the week's own layout), ``proposed``, ``delta``
-    (proposed - replay), ``delta_ratio``, ``delta_usd`` (its dollar value), ``unit``."""
+    (proposed - replay), ``delta_ratio``, ``delta_usd`` (the money it moves: a dollar
+    figure's delta; none for the others, waiting included, which is never priced), ``unit``."""
     teams: pd.DataFrame
     causes: pd.DataFrame
     pools: pd.DataFrame
@@ -70,10 +71,11 @@ SUMMARY = (
     ("utilization", "Utilisation", "ratio"),
     ("fleet_cost_usd_per_utilized_hour", "Cost per utilised GPU-hour", "usd"),
     ("idle_cost_usd", "Idle cost (held, not used)", "usd"),
+    ("unallocated_cost_usd", "Unallocated cost (free GPUs)", "usd"),
     ("stranded_gpu_hours", "Stranded GPU-hours (free, no waiting pod fits)", "hours"),
     ("stranded_cost_usd", "Stranded cost", "usd"),
-    ("wait_p50_seconds", "Queue wait p50", "seconds"),
-    ("wait_p90_seconds", "Queue wait p90", "seconds"),
+    ("wait_p50_seconds", "Queue wait p50, pods submitted in the week", "seconds"),
+    ("wait_p90_seconds", "Queue wait p90, pods submitted in the week", "seconds"),
     ("pending_gpu_hours", "GPU-hours waited", "hours"),
     ("reclaims", "Spot reclaims", "count"),
     ("min_availability", "Lowest pool availability", "ratio"),
@@ -94,14 +96,11 @@ def compare(actual: Measured | None, replay: Measured | None, proposed: Measured
     """Side by side: the measured week (None for a trace without one), its replay on its
     own layout (None without one) and the replay on the proposed layout."""
     base = replay if replay is not None else actual
-    waited = _get(proposed, "allocated_gpu_hours") or 0.0
-    price = (_get(proposed, "cost_usd") or 0.0) / waited if waited else 0.0
     rows = []
     for key, label, unit in SUMMARY:
         a, r, p = _get(actual, key), _get(replay, key), _get(proposed, key)
         d = _delta(_get(base, key), p)
-        usd = d if unit == "usd" and key != "fleet_cost_usd_per_utilized_hour" else \
-            d * price if key == "pending_gpu_hours" and d is not None else None
+        usd = d if unit == "usd" and key != "fleet_cost_usd_per_utilized_hour" else None
         rows.append((label, a, r, p, d, _ratio(d, _get(base, key)), usd, unit))
     summary = pd.DataFrame(rows, columns=["figure", "actual", "replay", "proposed", "delta",
                                           "delta_ratio", "delta_usd", "unit"])

@@ -64,15 +64,12 @@ def delta(v: object, unit: str) -> str:
 
 def summary_rows(c: Comparison, proposed: bool) -> tuple[list[str], list[list[str]]]:
     s = c.summary
-    head = ["", "the week", "replayed"] + (["proposed", "change", "change ($)"] if proposed
-                                           else [])
+    head = ["", "the week", "replayed"] + (["proposed", "change"] if proposed else [])
     rows = []
     for r in s.itertuples(index=False):
         row = [str(r.figure), value(r.actual, r.unit), value(r.replay, r.unit)]
         if proposed:
-            row += [value(r.proposed, r.unit), delta(r.delta, r.unit),
-                    fmt.signed_money(float(r.delta_usd)) if r.delta_usd is not None
-                    and not pd.isna(r.delta_usd) and r.delta_usd != 0 else "—"]
+            row += [value(r.proposed, r.unit), delta(r.delta, r.unit)]
         rows.append(row)
     return head, rows
 
@@ -168,9 +165,50 @@ def html_page(page: Page, png: bytes | None) -> str:
     return "\n".join(parts)
 
 
-def chart(c: Comparison, proposed: bool = True) -> bytes | None:
-    """Cost and queue-wait p90 by team: the week, its replay, the proposed layout."""
+UNALLOCATED = "(unallocated)"
+
+
+def _with_unallocated(c: Comparison) -> pd.DataFrame:
+    """The teams, and the cost of the GPUs no pod held (``UNALLOCATED``): a layout's new
+    node costs what it costs whether a team uses it or not."""
+    s = c.summary.set_index("figure")
+    row = s.loc["Unallocated cost (free GPUs)"] if "Unallocated cost (free GPUs)" in s.index \
+        else None
+    if row is None or c.teams.empty:
+        return c.teams
+    extra = {"team": UNALLOCATED, **{f"cost_usd_{side}": row[side] for side in
+                                     ("actual", "replay", "proposed")
+                                     if f"cost_usd_{side}" in c.teams}}
+    return pd.concat([c.teams, pd.DataFrame([extra])], ignore_index=True)
+
+
+def team_rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Each team's cost and queue-wait p90, replayed and proposed: what a fleet figure
+    hides."""
     t = c.teams
+    base = "replay" if "cost_usd_replay" in t else "actual"
+    head = ["team", "cost", "proposed", "change", "wait p90", "proposed", "change"]
+    rows = []
+    for r in t.itertuples(index=False):
+        cost, new = getattr(r, f"cost_usd_{base}"), r.cost_usd_proposed
+        p90, p90_new = getattr(r, f"wait_p90_seconds_{base}"), r.wait_p90_seconds_proposed
+        rows.append([str(r.team), value(cost, "usd"), value(new, "usd"),
+                     delta(_minus(new, cost), "usd"), value(p90, "seconds"),
+                     value(p90_new, "seconds"), delta(_minus(p90_new, p90), "seconds")])
+    return head, rows
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or pd.isna(a) or pd.isna(b):
+        return None
+    d = float(a) - float(b)
+    return 0.0 if abs(d) < 0.005 else d
+
+
+def chart(c: Comparison, proposed: bool = True) -> bytes | None:
+    """Cost and queue-wait p90 by team (and the unallocated GPUs' cost): the week, its
+    replay, the proposed layout."""
+    t = _with_unallocated(c)
     if t.empty:
         return None
     sides = [(s, label) for s, label in (("actual", "the week"), ("replay", "replayed"),
@@ -178,16 +216,16 @@ def chart(c: Comparison, proposed: bool = True) -> bytes | None:
              if f"cost_usd_{s}" in t and (proposed or s != "proposed")]
     fig = Figure(figsize=(9, 3.4))
     cost_ax, wait_ax = fig.subplots(1, 2)
-    x = np.arange(len(t))
     width = 0.8 / len(sides)
     for i, (side, label) in enumerate(sides):
-        cost_ax.bar(x + i * width, t[f"cost_usd_{side}"].fillna(0), width, label=label)
-        wait_ax.bar(x + i * width, t[f"wait_p90_seconds_{side}"].fillna(0) / 3600, width,
+        cost_ax.bar(np.arange(len(t)) + i * width, t[f"cost_usd_{side}"].fillna(0), width,
                     label=label)
-    for ax, title, unit in ((cost_ax, "Cost by team", "USD"),
-                            (wait_ax, "Queue wait p90 by team", "hours")):
-        ax.set_xticks(x + width * (len(sides) - 1) / 2,
-                      [fmt.text(str(v)) for v in t.team], rotation=30, ha="right")
+        wait_ax.bar(np.arange(len(c.teams)) + i * width,
+                    c.teams[f"wait_p90_seconds_{side}"].fillna(0) / 3600, width, label=label)
+    for ax, title, unit, names in ((cost_ax, "Cost by team", "USD", t.team),
+                                   (wait_ax, "Queue wait p90 by team", "hours", c.teams.team)):
+        ax.set_xticks(np.arange(len(names)) + width * (len(sides) - 1) / 2,
+                      [fmt.text(str(v)) for v in names], rotation=30, ha="right")
         ax.set_title(title)
         ax.set_ylabel(unit)
     cost_ax.legend(fontsize=8, frameon=False)
@@ -216,13 +254,21 @@ def write(page: Page, out: Path) -> list[Path]:
     return written
 
 
+def _aligned(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            for r in [head, *rows]]
+
+
 def terminal(page: Page) -> str:
     """The summary and the fidelity, as a terminal shows them."""
-    head, rows = summary_rows(page.comparison, page.proposed != "replayed")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-             for r in [head, *rows]]
+    proposed = page.proposed != "replayed"
+    lines = _aligned(*summary_rows(page.comparison, proposed))
+    teams = page.comparison.teams
+    if proposed and not teams.empty and ("cost_usd_replay" in teams or "cost_usd_actual" in teams):
+        lines += ["", "By team (the replay on the week's layout, and on the proposed one):",
+                  *_aligned(*team_rows(page.comparison))]
     f = page.comparison.fidelity
     if not f.empty:
         bad = f[~f.ok.astype(bool)]
