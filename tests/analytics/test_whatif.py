@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analytics.week import Week
-from analytics.whatif import compare, layout, scenario, trace
+from analytics.whatif import compare, layout, render, scenario, trace
 from analytics.whatif.measure import Measured
 from exporter.model.catalog import GPU_MODELS
 
@@ -356,3 +356,28 @@ def test_a_move_to_a_slice_or_a_shared_gpu_takes_only_jobs_it_fits(
     assert (after is not job) == moves
     built = scenario.build([job], lay, START, START + timedelta(days=1), 300)
     assert ("left where they were: their memory does not fit" in built.notes[0]) != moves
+
+
+def test_a_change_in_dollars_is_a_change_in_cost_and_each_team_shows_its_own() -> None:
+    """Waiting is never priced; a team's p90 that the fleet's hides is in the terminal."""
+    pools = pd.DataFrame({"node_pool": ["p"], "gpu_hours": [1000.0], "cost_usd": [1000.0],
+                          "availability": [1.0], "stranded_gpu_hours": [0.0],
+                          "stranded_cost_usd": [0.0]})
+
+    def side(cost: float, b: float) -> Measured:
+        m = measured(cost, 1000, {"a": [0] * 40, "b": [0] * 8 + [b] * 2})
+        return dataclasses.replace(m, pools=pools, teams=m.teams.assign(
+            cost_usd=[cost / 2, cost / 2], gpu_hours=[500.0, 500.0]))
+
+    week, faster = side(1000, 3600), side(1300, 600)
+    c = compare.compare(week, week, faster, step=300)
+    s = c.summary.set_index("figure")
+    assert s.loc["Cost", "delta_usd"] == pytest.approx(300)
+    assert s.loc["GPU-hours waited"].isna()["delta_usd"], "waiting is not priced"
+    assert s.loc["Queue wait p90, pods submitted in the week", "delta"] == 0, \
+        "the fleet's p90 hides b's"
+    page = render.Page(title="t", lines=[], comparison=c, notes=[], proposed="proposed")
+    text = render.terminal(page)
+    assert "change ($)" not in text
+    [b] = [line for line in text.splitlines() if line.startswith("b ")]
+    assert b.split()[-3:] == ["60m", "10m", "−50m"]
