@@ -227,21 +227,40 @@ longest AS (
   FROM waited
   GROUP BY cluster, namespace, what),
 latest AS (
-  SELECT cluster, namespace, what, team, gpu_model, node_pool, cause, evidence,
-         evidence_source
+  SELECT cluster, namespace, what, team, gpu_model, node_pool, cause AS latest_cause
   FROM waited
   WHERE TRUE
   QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, namespace, what
-                             ORDER BY time DESC, uid, cause) = 1)
+                             ORDER BY time DESC, uid, cause) = 1),
+by_cause AS (
+  SELECT cluster, namespace, what, cause, SUM(seconds) AS cause_seconds
+  FROM waited
+  GROUP BY cluster, namespace, what, cause),
+main AS (
+  SELECT cluster, namespace, what, cause
+  FROM by_cause
+  WHERE TRUE
+  QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, namespace, what
+                             ORDER BY cause_seconds DESC, cause) = 1),
+said AS (
+  SELECT w.cluster, w.namespace, w.what, w.evidence, w.evidence_source
+  FROM waited AS w JOIN main AS m
+    ON w.cluster = m.cluster AND w.namespace = m.namespace AND w.what = m.what
+   AND w.cause = m.cause
+  WHERE TRUE
+  QUALIFY ROW_NUMBER() OVER (PARTITION BY w.cluster, w.namespace, w.what
+                             ORDER BY w.time DESC, w.uid) = 1)
 SELECT namespace, what AS workload, team, gpu_model, node_pool, waiting, gpus, gpu_seconds,
-       wait_seconds, cause, evidence_source, evidence, last_unix
+       wait_seconds, cause, latest_cause, evidence_source, evidence, last_unix
 FROM longest JOIN latest USING (cluster, namespace, what)
+  JOIN main USING (cluster, namespace, what) JOIN said USING (cluster, namespace, what)
 ORDER BY wait_seconds DESC, namespace, workload
 LIMIT {TOP}
 """
 """The workloads (a pod's controller, the Job a Workload queues; else the pod) that waited
-longest in the week: how long, how many of their pods waited and with how many GPUs, and
-the cause and evidence of their latest interval waiting."""
+longest in the week: how long, how many of their pods waited and with how many GPUs, the
+cause that cost them the most time (its evidence, from its latest interval) and the cause
+of their latest interval waiting."""
 
 RECORDED = """
 SELECT (SELECT COUNT(*) FROM {gpu_pending}

@@ -45,9 +45,10 @@ INTRO = {
              "scale-up failed), fragmented (enough GPUs free, not on one node), scaling_up "
              "(nodes coming), no_capacity (the pools it fits full). p90: of the time each "
              "waited for the cause; p90 wait: of its whole wait.",
-    "stuck_workloads": "The longest waits, with the latest words their cause was decided "
-                       "on: the scheduler's, the cluster autoscaler's, Kueue's or the "
-                       "kubelet's.",
+    "stuck_workloads": "The longest waits, each with the cause that cost it the most time "
+                       "and the latest words that cause was decided on (the scheduler's, "
+                       "the cluster autoscaler's, Kueue's or the kubelet's), and the cause "
+                       "of its latest interval beside it.",
     "stranded": "Free GPUs by what a waiting pod could make of them, interval by interval: "
                 "usable, fragment (one fits, asks more), quota (only Jobs Kueue holds back "
                 "fit), mismatch (pods wait, none fits), no demand. All but usable are "

@@ -285,8 +285,9 @@ TABLES: tuple[ReportTable, ...] = (
                  _c("p90_wait_seconds", "seconds", "90th percentile of each one's whole wait, "
                     "every cause, as long as it got by the week's end."))),
     ReportTable("stuck_workloads", "Stuck workloads",
-                "The workloads that waited longest in the week, with the cause of their "
-                "latest interval waiting and the words it was decided on.",
+                "The workloads that waited longest in the week, with the cause that cost "
+                "them the most time and the words it was decided on, and the cause of their "
+                "latest interval waiting.",
                 (_NAMESPACE,
                  _c("workload", "text", "The pods' top-level owner (for a Job Kueue had not "
                     "admitted, the Job), else the pod."),
@@ -301,12 +302,13 @@ TABLES: tuple[ReportTable, ...] = (
                  _c("gpu_hours", "hours", "GPU-hours they waited in the week."),
                  _c("wait_seconds", "seconds", "Its longest wait, every cause, by the "
                     "week's end."),
-                 _c("cause", "text", "The cause of its latest interval waiting."),
+                 _c("cause", "text", "The cause it waited for longest in the week."),
+                 _c("latest_cause", "text", "The cause of its latest interval waiting."),
                  _c("source", "text", "Who said why: `default-scheduler`, "
                     "`cluster-autoscaler`, `kueue`, `kubelet`; `exporter` for a cause "
                     "decided from the free GPUs alone."),
-                 _c("message", "text", "The words the cause was decided on, as its source "
-                    "wrote them."),
+                 _c("message", "text", "The words the cause was decided on (at its latest "
+                    "interval of that cause), as its source wrote them."),
                  _c("last_waited", "time", "The end of its latest interval waiting in the "
                     "week."))),
     ReportTable("stranded", "Stranded GPUs by pool",

@@ -181,6 +181,9 @@ def test_every_format_carries_the_waits(platform: WeeklyReport, tmp_path: Path) 
     tables = json.loads((tmp_path / "report.json").read_text())["tables"]
     assert len(tables["stuck_workloads"]) == 7 and len(tables["waits"]) == 8
     assert tables["stuck_workloads"][0]["last_waited"] == "2026-11-18T12:00:00+00:00"
+    first = tables["stuck_workloads"][0]
+    assert (first["cause"], first["latest_cause"]) == ("fragmented", "no_capacity"), \
+        "the cause that cost it the most time, the latest beside it"
     stranded = (tmp_path / "stranded.csv").read_text().splitlines()
     assert stranded[0].startswith("week,cluster,node_pool,") and len(stranded) == 6
     assert (tmp_path / "waits.png").read_bytes()[:4] == b"\x89PNG"
