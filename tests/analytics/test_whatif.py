@@ -380,4 +380,4 @@ def test_a_change_in_dollars_is_a_change_in_cost_and_each_team_shows_its_own() -
     text = render.terminal(page)
     assert "change ($)" not in text
     [b] = [line for line in text.splitlines() if line.startswith("b ")]
-    assert b.split()[-3:] == ["60m", "10m", "−50m"]
+    assert b.split()[-3:] == ["60m", "10m", "\N{MINUS SIGN}50m"]
