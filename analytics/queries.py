@@ -233,34 +233,30 @@ latest AS (
   QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, namespace, what
                              ORDER BY time DESC, uid, cause) = 1),
 by_cause AS (
-  SELECT cluster, namespace, what, cause, SUM(seconds) AS cause_seconds
+  SELECT cluster, namespace, what, cause, SUM(seconds) AS cause_seconds,
+         MAX_BY(evidence, CONCAT(CAST(UNIX_SECONDS(time) AS STRING), '/', uid)) AS evidence,
+         MAX_BY(evidence_source, CONCAT(CAST(UNIX_SECONDS(time) AS STRING), '/', uid))
+           AS evidence_source
   FROM waited
   GROUP BY cluster, namespace, what, cause),
 main AS (
-  SELECT cluster, namespace, what, cause
+  SELECT cluster, namespace, what, cause, evidence, evidence_source
   FROM by_cause
   WHERE TRUE
   QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, namespace, what
-                             ORDER BY cause_seconds DESC, cause) = 1),
-said AS (
-  SELECT w.cluster, w.namespace, w.what, w.evidence, w.evidence_source
-  FROM waited AS w JOIN main AS m
-    ON w.cluster = m.cluster AND w.namespace = m.namespace AND w.what = m.what
-   AND w.cause = m.cause
-  WHERE TRUE
-  QUALIFY ROW_NUMBER() OVER (PARTITION BY w.cluster, w.namespace, w.what
-                             ORDER BY w.time DESC, w.uid) = 1)
+                             ORDER BY cause_seconds DESC, cause) = 1)
 SELECT namespace, what AS workload, team, gpu_model, node_pool, waiting, gpus, gpu_seconds,
        wait_seconds, cause, latest_cause, evidence_source, evidence, last_unix
 FROM longest JOIN latest USING (cluster, namespace, what)
-  JOIN main USING (cluster, namespace, what) JOIN said USING (cluster, namespace, what)
+  JOIN main USING (cluster, namespace, what)
 ORDER BY wait_seconds DESC, namespace, workload
 LIMIT {TOP}
 """
 """The workloads (a pod's controller, the Job a Workload queues; else the pod) that waited
 longest in the week: how long, how many of their pods waited and with how many GPUs, the
 cause that cost them the most time (its evidence, from its latest interval) and the cause
-of their latest interval waiting."""
+of their latest interval waiting. (The latest interval by its time as ten digits of unix
+seconds, then the pod's uid: the same order as numbers until 2286.)"""
 
 RECORDED = """
 SELECT (SELECT COUNT(*) FROM {gpu_pending}

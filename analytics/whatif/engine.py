@@ -10,11 +10,13 @@ time-sharing) and drops the rest:
   something can change (``Cluster.advance_to``), at ``RESOLUTION`` seconds: waits of less
   than a step of the measured week are measured;
 - its account of what happened (``simulator.truth``) is written as the warehouse's tables
-  (``analytics.whatif.truth_rows``) into an in-memory DuckDB;
+  (``analytics.whatif.truth_rows``), Arrow tables an in-memory DuckDB queries in place
+  (``analytics.store.ArrowStore``);
 - ``analytics.whatif.measure`` reads them as it reads the measured week's warehouse.
 
 So a replay's cost, waits, causes, stranded GPUs and availability keep the measured
-week's definitions. ``tests/test_whatif_engine.py`` holds the engine to the full replay.
+week's definitions. ``tests/test_whatif_end_to_end.py`` holds the engine to the full
+replay, ``tests/simulator/test_clock.py`` the event-time steps to every step.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ RESOLUTION = 1.0
 """Seconds of the engine's clock: a replay's times are whole seconds."""
 
 MEMORY_LIMIT = "2GB"
-"""The replay's in-memory warehouse: a week of 1,000 GPUs at hourly rows is ~100 MB."""
+"""What DuckDB may use for the queries over a replay's tables (held by Arrow, outside it)."""
 
 
 @dataclass(frozen=True, slots=True)
