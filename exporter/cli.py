@@ -549,7 +549,11 @@ def _whatif(args: argparse.Namespace) -> int:
         print(f"error: {exc}. Use a copy of the warehouse file, or BigQuery (--bigquery).",
               file=sys.stderr)
         return 2
-    except (ConfigError, LayoutError, TraceError, ScenarioError, ValueError) as exc:
+    except TraceError as exc:  # a line a bad row of the file, each named by line and column
+        print("\n".join(f"error: {line}" for line in str(exc).splitlines() if line.strip()),
+              file=sys.stderr)
+        return 2
+    except (ConfigError, LayoutError, ScenarioError, ValueError) as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except google as exc:

@@ -529,7 +529,11 @@ def parse_time(text: str, where: str) -> datetime:
         pass
     else:
         if math.isfinite(value):
-            return datetime.fromtimestamp(value, UTC)
+            try:
+                return datetime.fromtimestamp(value, UTC)
+            except (OverflowError, OSError, ValueError):
+                raise TraceError(f"{where}: {text!r} is out of range as Unix seconds") \
+                    from None
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -561,18 +565,32 @@ POD_COLUMNS: dict[str, str] = {
 """The columns ``of_pods_csv`` reads; unknown columns are ignored."""
 
 
+BAD_ROWS_TOLD = 20
+"""How many bad rows a ``TraceError`` of a pods CSV lists (it counts the rest)."""
+
+
 def of_pods_csv(path: Path) -> list[Job]:
-    """The jobs of a plain pods CSV (``POD_COLUMNS``); ``TraceError`` names the line of the
-    first row it cannot read."""
+    """The jobs of a plain pods CSV (``POD_COLUMNS``); ``TraceError`` names every row it
+    cannot read (the first ``BAD_ROWS_TOLD``, a line each, by file, line and column; then
+    how many more)."""
     rows = _rows(path, "pods")
     header = {k.strip().lower() for k in rows[0] if k}
     missing = [c for c in ("created", "gpus", "gpu_model", "team") if c not in header]
     if missing:
         raise TraceError(f"{path}: missing columns {', '.join(missing)} (a pods file has "
                          f"{', '.join(POD_COLUMNS)})")
-    pods = [_pod_row({k.strip().lower(): (v or "").strip() for k, v in row.items() if k},
-                     f"{path}:{line}", line)
-            for line, row in enumerate(rows, start=2)]
+    pods = []
+    bad: list[str] = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            pods.append(_pod_row({k.strip().lower(): (v or "").strip()
+                                  for k, v in row.items() if k}, f"{path}:{line}", line))
+        except TraceError as exc:
+            bad.append(str(exc))
+    if bad:
+        more = len(bad) - BAD_ROWS_TOLD
+        raise TraceError("\n".join(bad[:BAD_ROWS_TOLD] + (
+            [f"{path}: {more:,} more rows it cannot read"] if more > 0 else [])))
     groups: dict[tuple[str, str], list[dict[str, object]]] = {}
     for pod in pods:
         groups.setdefault((str(pod["namespace"]), str(pod["job"])), []).append(pod)

@@ -170,6 +170,22 @@ def test_a_bad_pod_row_is_named_by_line(tmp_path: Path, row: str, error: str) ->
         trace.of_pods_csv(path)
 
 
+def test_every_bad_row_of_a_pods_csv_is_told_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "pods.csv"
+    good = "2026-11-16T00:00:00Z,,,1,nvidia-l4,t"
+    path.write_text("created,scheduled,deleted,gpus,gpu_model,team\n" + "\n".join(
+        [good, "99999999999999999999,,,1,nvidia-l4,t", good, "2026-11-16T00:00:00Z,,,x,"
+         "nvidia-l4,t"] + ["y,,,1,nvidia-l4,t"] * (trace.BAD_ROWS_TOLD + 3)) + "\n")
+    with pytest.raises(trace.TraceError) as caught:
+        trace.of_pods_csv(path)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == (f"{path}:3: created: '99999999999999999999' is out of range as Unix "
+                        "seconds")
+    assert lines[1] == f"{path}:5: gpus 'x' is not a number"
+    assert len(lines) == trace.BAD_ROWS_TOLD + 1
+    assert lines[-1] == f"{path}: 5 more rows it cannot read"
+
+
 def test_a_pods_csv_missing_a_required_column_says_which(tmp_path: Path) -> None:
     path = tmp_path / "pods.csv"
     path.write_text("created,gpus,team\n2026-11-16T00:00:00Z,1,t\n")
