@@ -29,7 +29,7 @@ from analytics.store import DuckDBStore, Store
 from analytics.week import Week
 from analytics.whatif import compare, engine, layout, levers, render, scenario, search, trace
 from analytics.whatif.engine import Pricing
-from analytics.whatif.measure import Measured, measure
+from analytics.whatif.measure import Measured, measure, told_as
 from analytics.whatif.priced import AS_IT_IS
 from analytics.whatif.scenario import Built
 from exporter.config import Config
@@ -109,7 +109,8 @@ def replay_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path,
                     measured = measure(store, week)
                 finally:
                     store.close()
-                done.append(Replayed(name, built, path, measured, time.monotonic() - began))
+                done.append(Replayed(name, built, path, told_as(measured, built.names),
+                                     time.monotonic() - began))
     finally:
         service.setLevel(level)
     return done
@@ -127,7 +128,8 @@ def play_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path, pricing: 
             played.store.save(path)
         finally:
             played.store.close()
-        done.append(Replayed(name, built, path, played.measured, played.seconds))
+        done.append(Replayed(name, built, path, told_as(played.measured, built.names),
+                             played.seconds))
     return done
 
 

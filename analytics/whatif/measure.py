@@ -16,6 +16,8 @@ each replay's: what the report's queries read, summed over the week.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,3 +140,13 @@ def _pools(usage: pd.DataFrame, free: pd.DataFrame) -> pd.DataFrame:
         "stranded_gpu_hours": s.gpu_seconds.reindex(u.index).fillna(0).astype(float) / HOUR,
         "stranded_cost_usd": s.cost_usd.reindex(u.index).fillna(0).astype(float)})
     return out.reset_index(names="node_pool")[list(POOL_COLUMNS)]
+
+
+def told_as(m: Measured, names: Mapping[str, str]) -> Measured:
+    """``m`` with its teams under the names ``names`` gives them (a replay's DNS-label names
+    of teams the trace named otherwise, back to the trace's)."""
+    if not names:
+        return m
+    return dataclasses.replace(
+        m, teams=m.teams.assign(team=m.teams.team.replace(dict(names))),
+        waits=m.waits.assign(team=m.waits.team.replace(dict(names))))

@@ -44,6 +44,9 @@ class Built:
     """What the replay leaves out or changes, in a person's words."""
     jobs: int = 0
     """Traced jobs and always-on controllers in it."""
+    names: dict[str, str] = field(default_factory=dict)
+    """The teams and namespaces that are not DNS labels, as the scenario names them (a DNS
+    label each, ``_dns``), to their names in the trace: what the figures are told under."""
 
 
 def fits(job: Job, model: str, mig_profile: str | None, clients: int) -> bool:
@@ -125,6 +128,7 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
         jobs = after
     priorities = dict(layout.priority_classes)
     teams: dict[str, Counter[str]] = {}
+    names: dict[str, str] = {}
     templates: dict[tuple[object, ...], Workload] = {}
     traced: list[TracedJob] = []
     skipped: Counter[str] = Counter()
@@ -141,7 +145,9 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
             skipped_hours[what] = skipped_hours.get(what, 0.0) + \
                 j.pods * j.gpus_per_pod * (j.run_seconds or 0) / 3600
             continue
-        teams.setdefault(j.namespace, Counter())[j.team] += 1
+        namespace, team = _dns(j.namespace, 63), _dns(j.team, 63)
+        names.update({k: v for k, v in ((namespace, j.namespace), (team, j.team)) if k != v})
+        teams.setdefault(namespace, Counter())[team] += 1
         cls = j.priority_class or f"priority-{j.priority}"
         priorities.setdefault(cls, j.priority)
         queue = j.queue if (j.namespace, j.queue) in local and \
@@ -152,14 +158,14 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
         deadline = None if j.deadline_seconds is None else \
             max(step, math.ceil(j.deadline_seconds / step - 1e-9) * step)
         shape: tuple[object, ...] = (
-            j.namespace, j.gpu_model, j.spot, j.sharing, j.mig_profile, j.gpus_per_pod,
+            namespace, j.gpu_model, j.spot, j.sharing, j.mig_profile, j.gpus_per_pod,
             j.pods, queue, cls, startup, j.schedulable, deadline) + \
             ((j.job,) if always else ())
         template = templates.get(shape)
         if template is None:
-            name = _dns(j.job, 40) if always else f"w{len(templates)}-{_dns(j.namespace, 30)}"
+            name = _dns(j.job, 40) if always else f"w{len(templates)}-{_dns(namespace, 30)}"
             template = templates[shape] = Workload(
-                name=name, kind="serving" if always else "finetuning", namespace=j.namespace,
+                name=name, kind="serving" if always else "finetuning", namespace=namespace,
                 accelerator=j.gpu_model, spot=j.spot,  # type: ignore[arg-type]
                 sharing="time-sharing" if j.sharing else None,
                 mig_partition_size=j.mig_profile, gpus_per_pod=j.gpus_per_pod, pods=j.pods,
@@ -201,7 +207,7 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
         "placement": layout.placement,
     }, f"the replay of {layout.cluster}")
     return Built(scenario, notes, len(traced) + sum(1 for w in scenario.workloads
-                                                   if w.replicas is not None))
+                                                   if w.replicas is not None), names)
 
 
 def _describe(j: Job) -> str:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analytics.week import Week
-from analytics.whatif import compare, layout, render, scenario, trace
+from analytics.whatif import compare, layout, measure, render, scenario, trace
 from analytics.whatif.measure import Measured
 from exporter.model.catalog import GPU_MODELS
 
@@ -397,3 +397,18 @@ def test_a_change_in_dollars_is_a_change_in_cost_and_each_team_shows_its_own() -
     assert "change ($)" not in text
     [b] = [line for line in text.splitlines() if line.startswith("b ")]
     assert b.split()[-3:] == ["60m", "10m", "\N{MINUS SIGN}50m"]
+
+
+def test_teams_and_namespaces_that_are_not_dns_labels_replay_under_their_own_names() -> None:
+    job = make_job(namespace="Data Science", team="Data Science!")
+    built = scenario.build([job, make_job(job="train-2")], make_layout(), START,
+                           START + timedelta(days=1), 300)
+    [odd] = [n for n in built.scenario.namespaces if n.name != "ml"]
+    assert built.names == {odd.name: "Data Science", odd.team: "Data Science!"}
+    waits = pd.DataFrame({"team": [odd.team, "research"], "wait_seconds": [0.0, 0.0],
+                          "gpus": [8.0, 8.0]})
+    m = Measured({}, pd.DataFrame({"team": [odd.team, "research"]}), pd.DataFrame(),
+                 pd.DataFrame(), 0, waits)
+    told = measure.told_as(m, built.names)
+    assert list(told.teams.team) == ["Data Science!", "research"]
+    assert list(told.waits.team) == ["Data Science!", "research"]
