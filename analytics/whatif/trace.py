@@ -594,7 +594,9 @@ def of_pods_csv(path: Path) -> list[Job]:
     groups: dict[tuple[str, str], list[dict[str, object]]] = {}
     for pod in pods:
         groups.setdefault((str(pod["namespace"]), str(pod["job"])), []).append(pod)
-    return _estimate_runs([_csv_job(ns, name, g) for (ns, name), g in groups.items()])
+    until = max(t for p in pods for k in ("created", "scheduled", "ended")
+                if isinstance(t := p[k], datetime))
+    return _estimate_runs([_csv_job(ns, name, g, until) for (ns, name), g in groups.items()])
 
 
 def _pod_row(row: Mapping[str, str], where: str, line: int) -> dict[str, object]:
@@ -646,13 +648,21 @@ def _pod_row(row: Mapping[str, str], where: str, line: int) -> dict[str, object]
             "spot": spot, "utilization": util, "priority": priority}
 
 
-def _csv_job(namespace: str, name: str, pods: list[dict[str, object]]) -> Job:
+def _csv_job(namespace: str, name: str, pods: list[dict[str, object]],
+             until: datetime) -> Job:
+    """The job of a pods CSV's pods. ``until``: the file's latest time, where its record
+    ends: a pod still running then ran at least that long (``lower_bound``: it runs past
+    a replay's window); a job none of whose pods was ever scheduled, all deleted, was
+    withdrawn (``deadline_seconds``: its last deletion, from its submission)."""
     first = min(pods, key=lambda p: p["created"])  # type: ignore[arg-type,return-value]
     created: datetime = first["created"]  # type: ignore[assignment]
     wave = [p for p in pods if p["created"] == created]
-    runs = [(p["ended"] - p["scheduled"]).total_seconds()  # type: ignore[operator]
-            for p in pods if p["scheduled"] is not None and p["ended"] is not None]
+    runs = [((p["ended"] or until) - p["scheduled"]).total_seconds()  # type: ignore[operator]
+            for p in pods if p["scheduled"] is not None]
     running = any(p["scheduled"] is not None and p["ended"] is None for p in pods)
+    withdrawn = all(p["scheduled"] is None and p["ended"] is not None for p in pods)
+    deadline = max((p["ended"] - created).total_seconds()  # type: ignore[operator]
+                   for p in pods) if withdrawn else None
     utils = [u for p in pods if (u := p["utilization"]) is not None]
     util = float(np.mean(utils)) if utils else None  # type: ignore[arg-type]
     gpus = float(first["gpus"])  # type: ignore[arg-type]
@@ -666,7 +676,7 @@ def _csv_job(namespace: str, name: str, pods: list[dict[str, object]]) -> Job:
         run_seconds=max(1.0, sum(runs) / len(wave)) if runs else math.nan,
         run_basis=basis, startup_seconds=0.0, profile=profile_of(None, util),
         utilization=util, reclaims=0, restarts=max(0, len(pods) - len(wave)),
-        schedulable=True, node_pool=None)
+        schedulable=True, node_pool=None, deadline_seconds=deadline)
 
 
 def load(path: Path) -> list[Job]:

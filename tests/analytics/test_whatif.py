@@ -412,3 +412,26 @@ def test_teams_and_namespaces_that_are_not_dns_labels_replay_under_their_own_nam
     told = measure.told_as(m, built.names)
     assert list(told.teams.team) == ["Data Science!", "research"]
     assert list(told.waits.team) == ["Data Science!", "research"]
+
+
+def test_a_pods_csv_withdraws_pods_deleted_waiting_and_runs_on_those_still_running(
+        tmp_path: Path) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text("created,scheduled,deleted,gpus,gpu_model,team,pod\n"
+                    "2026-11-16T00:00:00Z,,2026-11-16T03:00:00Z,1,nvidia-l4,t,gave-up\n"
+                    "2026-11-16T01:00:00Z,2026-11-16T02:00:00Z,,1,nvidia-l4,t,running\n"
+                    "2026-11-16T01:00:00Z,2026-11-16T01:00:00Z,2026-11-16T05:00:00Z,1,"
+                    "nvidia-l4,t,done\n")
+    jobs = {j.job: j for j in trace.of_pods_csv(path)}
+    assert jobs["gave-up"].deadline_seconds == 3 * 3600, "withdrawn at its deletion"
+    assert jobs["running"].run_basis == "lower_bound"
+    assert jobs["running"].run_seconds == 3 * 3600, "at least to the file's last time"
+    assert (jobs["done"].run_basis, jobs["done"].deadline_seconds) == ("measured", None)
+    built = scenario.build(list(jobs.values()), make_layout(pools=[{
+        "name": "l4", "accelerator": "nvidia-l4", "gpus_per_node": 1, "nodes": 3}]),
+        START, START + timedelta(hours=5), 300)
+    by_name = {w.name: w for w in built.scenario.workloads}
+    [withdrawn] = [t for t in built.scenario.jobs if t.name == "gave-up"]
+    assert by_name[withdrawn.workload].active_deadline == 3 * 3600
+    [running] = [t for t in built.scenario.jobs if t.name == "running"]
+    assert running.run > 3 * 3600, "it does not end inside the window"
