@@ -326,6 +326,12 @@ def over_the_week(unallocated: pd.DataFrame, queue: pd.DataFrame
 
 LEVER_ACTIONS = {"spot": "move batch Jobs to spot", "sharing": "share lightly used GPUs",
                  "right-sizing": "right-size workloads"}
+TO_SPOT = LEVER_ACTIONS["spot"]
+
+
+def pool_of(where: str) -> str:
+    """The node pool an action's ``where`` names (``h100 (nvidia-h100-80gb, spot)``)."""
+    return where.split(" (", 1)[0]
 
 
 def _cost_levers(levers: pd.DataFrame) -> list[Action]:

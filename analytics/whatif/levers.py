@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analytics.figures.actions import LEVER_ACTIONS, SCALE_DOWN
+from analytics.figures.actions import SCALE_DOWN, TO_SPOT, pool_of
 from analytics.whatif.layout import JobChange, JobMatch, Layout, Move
 from exporter.model.catalog import GPU_MODELS
 from simulator.scenario import Autoscaling, Pool
@@ -39,10 +39,6 @@ class LeverLayout:
     change: str
     """What the layout replayed changes, in a person's words."""
     layout: Layout
-
-
-def _pool_name(where: str) -> str:
-    return where.split(" (", 1)[0]
 
 
 def with_pool(base: Layout, pool: Pool) -> Layout:
@@ -62,7 +58,7 @@ def most_nodes(pool: Pool) -> int:
 
 
 def scale_down(base: Layout, where: str) -> tuple[str, Layout] | None:
-    pool = base.pool(_pool_name(where))
+    pool = base.pool(pool_of(where))
     if pool is None:
         return None
     most = most_nodes(pool)
@@ -71,7 +67,7 @@ def scale_down(base: Layout, where: str) -> tuple[str, Layout] | None:
 
 
 def add_capacity(base: Layout, where: str) -> tuple[str, Layout] | None:
-    pool = base.pool(_pool_name(where))
+    pool = base.pool(pool_of(where))
     if pool is None:
         return None
     most = most_nodes(pool)
@@ -81,7 +77,7 @@ def add_capacity(base: Layout, where: str) -> tuple[str, Layout] | None:
 
 
 def larger_nodes(base: Layout, where: str) -> tuple[str, Layout] | None:
-    pool = base.pool(_pool_name(where))
+    pool = base.pool(pool_of(where))
     if pool is None:
         return None
     shapes = GPU_MODELS[pool.accelerator].machine_types
@@ -118,7 +114,7 @@ def raise_quota(base: Layout, where: str) -> tuple[str, Layout] | None:
 
 
 def no_stockouts(base: Layout, where: str) -> tuple[str, Layout] | None:
-    name = _pool_name(where)
+    name = pool_of(where)
     kept = [s for s in base.stockouts if s.pool != name]
     if len(kept) == len(base.stockouts):
         return None
@@ -156,7 +152,6 @@ def spot_for(base: Layout, candidates: Sequence[tuple[str, str]]) -> tuple[str, 
             base.model_copy(update={"pools": list(pools.values()), "moves": moves}))
 
 
-TO_SPOT = LEVER_ACTIONS["spot"]
 BY_CAUSE: dict[str, Callable[[Layout, str], tuple[str, Layout] | None]] = {
     "no_capacity": add_capacity, "fragmented": larger_nodes, "quota": raise_quota,
     "stockout": no_stockouts}

@@ -25,9 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analytics import format as fmt
-from analytics.figures.actions import LAYOUT_CAUSES, LEVER_ACTIONS, LEVERS, SCALE_DOWN
-
-TO_SPOT = LEVER_ACTIONS["spot"]
+from analytics.figures.actions import LAYOUT_CAUSES, LEVERS, SCALE_DOWN, TO_SPOT, pool_of
 
 
 def changes_layout(action: str, answers: object) -> bool:
@@ -58,10 +56,6 @@ AS_IT_IS = "as it is"
 """A pool's setting as the week had it, in the ``settings`` table's ``choice``."""
 POOL_ACTIONS = (SCALE_DOWN, LEVERS["no_capacity"].action, LEVERS["fragmented"].action)
 """The actions about one pool's size or shape: its weighed setting takes their place."""
-
-
-def _pool_of(where: str) -> str:
-    return where.split(" (", 1)[0]
 
 
 def recommendations(settings: pd.DataFrame) -> list[dict[str, Any]]:
@@ -107,7 +101,7 @@ def priced(actions: pd.DataFrame, replayed: pd.DataFrame,
         not settings.empty else pd.Series(dtype=int)
     searched = set(weighed[weighed > 1].index)  # a setting replayed beside the pool as it is
     actions = actions[~(actions.action.isin(POOL_ACTIONS)
-                        & actions["where"].map(_pool_of).isin(searched))]
+                        & actions["where"].map(pool_of).isin(searched))]
     by_action = {(str(r["action"]), str(r["where"])): r for r in replayed.to_dict("records")}
     rows = []
     for a in actions.to_dict("records"):
