@@ -215,7 +215,7 @@ WITH waited AS (
   SELECT cluster, COALESCE(namespace, '') AS namespace,
          COALESCE(NULLIF(workload, ''), name, uid) AS what, uid, team, gpu_model, node_pool,
          cause, evidence, evidence_source, gpus, gpu_seconds, seconds, wait_seconds, time,
-         interval_seconds
+         interval_seconds, expected_start, MAX(time) OVER () AS newest
   FROM {{gpu_pending}}
   WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
     AND (@team IS NULL OR team = @team)),
@@ -227,7 +227,8 @@ longest AS (
   FROM waited
   GROUP BY cluster, namespace, what),
 latest AS (
-  SELECT cluster, namespace, what, team, gpu_model, node_pool, cause AS latest_cause
+  SELECT cluster, namespace, what, team, gpu_model, node_pool, cause AS latest_cause,
+         CASE WHEN time = newest THEN UNIX_SECONDS(expected_start) END AS expected_unix
   FROM waited
   WHERE TRUE
   QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, namespace, what
@@ -246,7 +247,8 @@ main AS (
   QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, namespace, what
                              ORDER BY cause_seconds DESC, cause) = 1)
 SELECT namespace, what AS workload, team, gpu_model, node_pool, waiting, gpus, gpu_seconds,
-       wait_seconds, cause, latest_cause, evidence_source, evidence, last_unix
+       wait_seconds, cause, latest_cause, evidence_source, evidence, last_unix,
+       expected_unix
 FROM longest JOIN latest USING (cluster, namespace, what)
   JOIN main USING (cluster, namespace, what)
 ORDER BY wait_seconds DESC, namespace, workload

@@ -286,8 +286,9 @@ TABLES: tuple[ReportTable, ...] = (
                     "every cause, as long as it got by the week's end."))),
     ReportTable("stuck_workloads", "Stuck workloads",
                 "The workloads that waited longest in the week, with the cause that cost "
-                "them the most time and the words it was decided on, and the cause of their "
-                "latest interval waiting.",
+                "them the most time and the words it was decided on, the cause of their "
+                "latest interval waiting and, for those still waiting, when they are "
+                "expected to start.",
                 (_NAMESPACE,
                  _c("workload", "text", "The pods' top-level owner (for a Job Kueue had not "
                     "admitted, the Job), else the pod."),
@@ -310,7 +311,11 @@ TABLES: tuple[ReportTable, ...] = (
                  _c("message", "text", "The words the cause was decided on (at its latest "
                     "interval of that cause), as its source wrote them."),
                  _c("last_waited", "time", "The end of its latest interval waiting in the "
-                    "week."))),
+                    "week."),
+                 _c("expected_start", "time", "For one still waiting at the data's last "
+                    "interval, when the queue forecast then expected it to start (the live "
+                    "queue played forward); blank when it no longer waits, or no start was "
+                    "found within the forecast's horizon."))),
     ReportTable("stranded", "Stranded GPUs by pool",
                 "Per pool, the free GPUs of its Ready nodes by what a waiting pod could "
                 "make of them, interval by interval: `usable` (a waiting pod fits the node "

@@ -400,6 +400,17 @@ def queue() -> dict[str, Any]:
                        "pools are full).", "none",
                        (f"sum by (cause) (gke_gpu_pending_cause_gpus{{{TEAM}}})",
                         "{{cause}}"))),
+        columns(table("When will it start", "Each waiting pod or Kueue Workload (the longest "
+                      "waiting first, as many as queue_forecast.max_series): when the last "
+                      "queue forecast expects it to start, from "
+                      "now (the live queue played forward: running pods' remaining time "
+                      "from the run times of pods like them, the pools' maxima and "
+                      "scale-up delays, Kueue quotas, priorities). Work not submitted yet "
+                      "and preemption are left out: a start can come later than shown.",
+                      "s",
+                      f"clamp_min(max by (namespace, team, kind, name, pool, basis) ("
+                      f"gke_gpu_expected_start_timestamp_seconds{{{TEAM}}}) - time(), 0)",
+                      w=24), ("Starts in", "s")),
         series("Oldest wait by cause", "Wait so far of the longest-waiting pod or Workload, "
                "by cause.", "s",
                (f"max by (cause) (gke_gpu_pending_cause_oldest_seconds{{{TEAM}}})",

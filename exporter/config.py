@@ -246,6 +246,29 @@ class Sla(_Section):
     """The window the objective holds over."""
 
 
+class QueueForecast(_Section):
+    """When each waiting pod or Kueue Workload is expected to start: the queue played
+    forward from the cycle's state (``exporter.model.forecast``)."""
+
+    enabled: bool = True
+    interval: Duration = Field(default=60.0, ge=0.0)
+    """How often the forecast is made again (0: every cycle); between, the last one holds."""
+    horizon: Duration = Field(default=7 * 86400.0, gt=0.0)
+    """How far ahead it looks: a unit not started by then has no expected start."""
+    scale_up_delay: Duration = Field(default=600.0, ge=0.0)
+    """How long a scale-up takes to bring its nodes, until the exporter has seen one: then
+    the median of those it saw."""
+    arrivals: Duration = Field(default=0.0, ge=0.0)
+    """Work still to come taken to arrive as it did this long before (86400: the last
+    day's submissions again, a day later), competing with what waits; 0: none (on the
+    demo's scenarios it made the forecast worse: ``benchmarks/queue_forecast.py``)."""
+    max_nodes: dict[str, int] = Field(default_factory=dict)
+    """Pool -> the most nodes its autoscaler may run; else what the cluster autoscaler's
+    ``TriggeredScaleUp`` events say (``max: N``); a pool with neither grows no further."""
+    max_series: int = Field(default=1000, ge=0)
+    """The most waiting units exported with an expected start (the longest waiting first)."""
+
+
 class Carbon(_Section):
     """How GPU energy becomes CO2e: location-based, energy x PUE x the grid carbon
     intensity of the zone's region, from the shipped data (``exporter/data/carbon.yaml``:
@@ -601,6 +624,7 @@ class Config(BaseSettings):
     kubernetes: Kubernetes = Kubernetes()
     prices: Prices = Prices()
     sla: Sla = Sla()
+    queue_forecast: QueueForecast = QueueForecast()
     carbon: Carbon = Carbon()
     warehouse: Warehouse = Warehouse()
     report: Report = Report()

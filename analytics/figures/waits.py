@@ -102,6 +102,7 @@ def stuck_workloads(stuck: pd.DataFrame) -> pd.DataFrame:
         gpu_hours=s.gpu_seconds.astype(float) / HOUR,
         source=s.evidence_source, message=s.evidence,
         last_waited=pd.to_datetime(s.last_unix.astype(float), unit="s", utc=True),
+        expected_start=pd.to_datetime(s.expected_unix.astype(float), unit="s", utc=True),
     ).astype({"waiting": int})[cols].reset_index(drop=True)
 
 

@@ -40,6 +40,7 @@ from exporter.metrics.health import (
 from exporter.model import compute
 from exporter.model.carbon import region_of_zone
 from exporter.model.energy import ENERGY_BASES, Carbon
+from exporter.model.forecast import Forecast
 from exporter.model.pending import CAUSES, STRANDED, WaitFigures
 from exporter.model.prices import CommitmentUse, ListPrice
 from exporter.model.records import (
@@ -140,6 +141,10 @@ class MetricsView:
     """Files the warehouse set aside, by reason (``health.QUARANTINE_REASONS``)."""
     waits: WaitFigures = field(default_factory=WaitFigures)
     """What waits and why, and the free GPUs no waiting pod could use."""
+    forecast: Forecast = field(default_factory=Forecast)
+    """The last queue forecast: each waiting unit's expected start."""
+    forecast_series: int = 1000
+    """The most waiting units given an expected start series."""
     carbon: Carbon | None = None
     """The carbon factors in force."""
 
@@ -438,6 +443,28 @@ def _longest_waiting(v: MetricsView) -> list[Sample]:
         key = (v.cluster, *w.key)
         out[key] = max(out.get(key, 0.0), w.wait_seconds)
     return sorted(out.items())
+
+
+def _expected_starts(v: MetricsView) -> list[Sample]:
+    """The waiting units the forecast started, the longest waiting first, as many as
+    ``forecast_series``."""
+    starts = v.forecast.starts
+    found = sorted((w for w in v.waits.waiting
+                    if (e := starts.get(w.uid)) is not None and e.start is not None),
+                   key=lambda w: (-w.wait_seconds, w.uid))[:v.forecast_series]
+    out = []
+    for w in found:
+        e = starts[w.uid]
+        assert e.start is not None
+        out.append(((v.cluster, w.namespace, w.team, w.kind, w.name, w.workload,
+                     w.verdict.pool, e.basis), e.start))
+    return sorted(out)
+
+
+def _forecast_counts(v: MetricsView) -> list[Sample]:
+    if v.forecast.made_unix is None:
+        return []
+    return [((v.cluster, basis), float(n)) for basis, n in v.forecast.counts().items()]
 
 
 def _waited(v: MetricsView) -> list[Sample]:
@@ -856,6 +883,20 @@ FAMILIES: tuple[AnyFamily, ...] = (
       ("cluster", "pool", "reason"),
       lambda v: [((v.cluster, pool, reason), float(n))
                  for (pool, reason), n in sorted(v.waits.scale_up_failures.items())]),
+    F("expected_start_timestamp_seconds", "gauge", "seconds", "When each waiting GPU pod "
+      "or Kueue Workload is expected to start (Unix seconds): the live queue played forward "
+      "from the last forecast (running pods' remaining time from the run times of pods like "
+      "them, pools' maxima and scale-up delays, Kueue quotas, priorities); basis: starting "
+      "(bound to a node) or forecast. Absent when none was found within the horizon.",
+      ("cluster", "namespace", "team", "kind", "name", "workload", "pool", "basis"),
+      _expected_starts),
+    F("queue_forecast_units", "gauge", "", "Waiting units of the last queue forecast, by "
+      "outcome (basis: starting, forecast, beyond_horizon, no_room).",
+      ("cluster", "basis"), _forecast_counts),
+    F("queue_forecast_timestamp_seconds", "gauge", "seconds", "When the last queue "
+      "forecast was made.", ("cluster",),
+      lambda v: [] if v.forecast.made_unix is None else [((v.cluster,),
+                                                          v.forecast.made_unix)]),
     F("queue_wait_seconds", "histogram", "seconds", "Time from pod creation to "
       "PodScheduled=True, GPU pods scheduled since start; for a pod of a Job Kueue queued, "
       "from its Workload's creation (admission included).", QUEUE_LABELS, _queue_waits),

@@ -406,6 +406,9 @@ class PendingRow:
     start: float
     seconds: float
     waiting: Waiting
+    expected_start: float | None = None
+    """When the queue forecast at the stretch's start expected it to start (Unix
+    seconds; ``exporter.model.forecast``), if it did."""
 
 
 @dataclass(frozen=True, slots=True)

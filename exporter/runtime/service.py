@@ -42,6 +42,7 @@ from exporter.model.snapshot import Snapshot, place_answers
 from exporter.model.totals import Totals
 from exporter.runtime.bottlenecks import Bottlenecks
 from exporter.runtime.cycles import CycleRecord
+from exporter.runtime.forecasts import Forecasts
 from exporter.runtime.incidents import Incidents
 from exporter.runtime.inventory import Inventory
 from exporter.runtime.memory import MemoryTuning, glibc
@@ -109,6 +110,7 @@ class Exporter:
         self.queues = Queues(config, kube)
         self.bottlenecks = Bottlenecks(config.bottleneck_window)
         self.waits = Waits()
+        self.forecasts = Forecasts(config.queue_forecast)
         self.pricing = PriceState(config, prices, log)
         self.recording = Recording(kube, self.owners, self.queues, self.scrapes.health,
                                    episodes, log, warehouse, bigquery, warehouse_opening)
@@ -259,6 +261,10 @@ class Exporter:
         waited, free = self.waits.observe(snap, self.owners.team, self.queues.workload_team,
                                           self.queues.cluster_queue_of,
                                           lambda wl: wl.uid in with_pods, states)
+        forecast = self.forecasts.observe(snap, self.waits.figures, self.waits.shapes,
+                                          self.queues.workload_of,
+                                          self.queues.cluster_queue_of)
+        self.waits.expect({uid: e.start for uid, e in forecast.starts.items()})
         self.bottlenecks.update(now, states)
         self.inventory.forget_gone(totals, states, nodes)
         self.incidents.forget_pools(nodes, snap.pods.values())
@@ -380,6 +386,8 @@ class Exporter:
                        for w in snap.workloads.values()],
             cluster_queues=dict(snap.cluster_queues),
             waits=self.waits.figures,
+            forecast=self.forecasts.last,
+            forecast_series=config.queue_forecast.max_series,
             carbon=self.carbon,
         )
 

@@ -89,6 +89,17 @@ class Waits:
         self.figures = WaitFigures()
         """The last cycle's."""
         self._time: float | None = None
+        self._expected: Mapping[str, float | None] = {}
+        """Waiting uid -> its expected start, as the last forecast had it."""
+
+    @property
+    def shapes(self) -> Mapping[str, NodeInfo]:
+        """Pool -> the last node of it seen."""
+        return self._shapes
+
+    def expect(self, starts: Mapping[str, float | None]) -> None:
+        """The expected starts the rows of what waits now will carry."""
+        self._expected = starts
 
     def observe(self, snap: Snapshot, team: Callable[[PodInfo], str],
                 workload_team: Callable[[WorkloadInfo], str],
@@ -106,7 +117,7 @@ class Waits:
             start, seconds = self._time, now - self._time
             for w in last.waiting:
                 self._gpu_seconds[w.key] += w.gpus * seconds
-                rows.append(PendingRow(start, seconds, w))
+                rows.append(PendingRow(start, seconds, w, self._expected.get(w.uid)))
             for pf in last.pools.values():
                 for use in pf.gpus:
                     free_rows.append(FreeRow(start, seconds, pf, use))

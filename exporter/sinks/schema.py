@@ -297,6 +297,10 @@ GPU_PENDING = Table(
         _c("evidence_source", STRING, "Who said them (default-scheduler, cluster-autoscaler, "
            "kueue, kubelet), or exporter: decided from the free GPUs alone."),
         _c("cluster_queue", STRING, "Kueue ClusterQueue, when Kueue queued it."),
+        _c("expected_start", TIMESTAMP, "When the queue forecast made at the interval's "
+           "start expected it to start (the live queue played forward: "
+           "``exporter.model.forecast``); null when it found no start within its horizon, "
+           "or made none."),
     ),
     partition_by="time",
     cluster_by=("cluster", "namespace", "team"),

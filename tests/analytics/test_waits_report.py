@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,7 @@ from analytics.store import DuckDBStore, ParquetStore
 from analytics.week import reads
 from analytics.workspace import Table
 from exporter import duck
+from exporter.sinks.schema import GPU_PENDING
 from exporter.sinks.warehouse import Warehouse
 from tests.analytics.conftest import HOSTILE
 from tests.analytics.test_report import BOOK, report
@@ -237,3 +239,31 @@ def test_a_team_that_waited_for_nothing_is_told_so(waits_warehouse: Path) -> Non
         render.markdown(r)
     page = render.html_page(r, {k: f"{k}.png" for k in CHARTS})
     assert HOSTILE not in page and "waited for a GPU this week." in page
+
+
+def test_a_workload_still_waiting_shows_when_the_forecast_expects_it(tmp_path: Path) -> None:
+    """The stuck table's expected start is the latest forecast of a workload waiting at the
+    data's last interval; one that stopped waiting earlier shows none, whatever its rows
+    said then."""
+    from analytics.figures.waits import stuck_workloads
+    from analytics.queries import STUCK
+    from tests.analytics.conftest import add_rows, at, build_warehouse
+    from tests.analytics.conftest import pending as rows_of
+
+    path = build_warehouse(tmp_path / "w.duckdb")
+    expected = at(6, 9)
+    add_rows(path, GPU_PENDING, [
+        *rows_of("uid-done", at(5, 0), 3, "no_capacity", workload="done",
+                 expected_start=datetime.fromtimestamp(at(5, 4), UTC)),
+        *rows_of("uid-late", at(5, 0), 6, "no_capacity", workload="late",
+                 expected_start=datetime.fromtimestamp(expected, UTC)),
+    ])
+    store = DuckDBStore(path)
+    try:
+        found = stuck_workloads(store.query(STUCK, {
+            "start": W47.start, "end": W47.end, "cluster": None, "team": None}))
+    finally:
+        store.close()
+    starts = dict(zip(found.workload, found.expected_start, strict=True))
+    assert starts["late"] == pd.Timestamp(expected, unit="s", tz="UTC")
+    assert pd.isna(starts["done"])

@@ -62,12 +62,14 @@ class WaitRows:
                         "gpu_model": w.model, "node_pool": v.pool, "cause": v.cause,
                         "seconds": 0.0, "gpu_seconds": 0.0, "wait_seconds": 0.0,
                         "evidence": None, "evidence_source": None,
-                        "cluster_queue": w.cluster_queue or None}
+                        "cluster_queue": w.cluster_queue or None, "expected_start": None}
                 row["seconds"] += seconds
                 row["gpu_seconds"] += w.gpus * seconds
                 row["wait_seconds"] = w.wait_seconds + r.seconds
                 if v.said is not None:
                     row["evidence"], row["evidence_source"] = v.said.words, v.said.source
+                if r.expected_start is not None:
+                    row["expected_start"] = _ts(r.expected_start)
         for f in free:
             pf = f.pool
             gpus = pf.gpus.get(f.use, 0.0)
