@@ -107,3 +107,14 @@ def test_the_whatif_benchmark_prints_the_engine_beside_the_full_loop() -> None:
     assert len(re.findall(r"the weekly report: CPU [\d.]+ s without replays, [\d.]+ s with "
                           r"\d+ actions replayed", out)) == 2, out
     assert re.search(r"fleet: 2 nodes, 16 GPUs", out)
+
+
+def test_the_forecast_benchmark_prints_the_error_against_the_truth() -> None:
+    """A day of the Kueue scenario: some units wait over an hour, and each is given a start
+    whose error is printed beside the plain guess's."""
+    out = bench("benchmarks/queue_forecast.py", "--scenario", "kueue", "--days", "1")
+    found = re.search(r"kueue, 1 days: (\d+) units waited over an hour .*; (\d+) given", out)
+    assert found is not None, out
+    assert int(found.group(1)) > 0
+    assert re.search(r"forecast error: median [\d.]+ h, p90 [\d.]+ h", out), out
+    assert re.search(r"plain guess .*: median [\d.]+ h", out), out
