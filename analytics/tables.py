@@ -216,11 +216,14 @@ TABLES: tuple[ReportTable, ...] = (
                 "Per pool, all of its GPUs' energy: held, idle or unallocated.",
                 _energy_by(_POOL)),
     ReportTable("queue", "Queue wait by team and GPU model",
-                "Wait from creation to scheduling of the pods scheduled in the week; for a "
-                "pod of a Job Kueue queued, from the Job's submission (its Workload's "
-                "creation): the wait for admission, then for a node.",
+                "The waits that began in the week: of each pod submitted in it, from its "
+                "creation (for a pod of a Job Kueue queued, from the Job's submission: the "
+                "wait for admission, then for a node) to its scheduling, or, never "
+                "scheduled, to its deletion or the week's end (a lower bound); and of each "
+                "Job Kueue never admitted. The console and `whatif` count the same waits.",
                 (_TEAM, _MODEL,
-                 _c("pods", "count", "Pods scheduled in the week."),
+                 _c("pods", "count", "Waits that began in the week: pods submitted in it, "
+                    "and Jobs Kueue had not admitted by its end (one each)."),
                  _c("p50_seconds", "seconds", "Median wait."),
                  _c("p90_seconds", "seconds", "90th percentile of the wait."),
                  _c("p99_seconds", "seconds", "99th percentile of the wait."),

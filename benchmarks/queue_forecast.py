@@ -44,8 +44,10 @@ class Seen:
     basis: str
 
 
-async def run(name: str, days: float, arrivals: float | None = None) -> tuple[dict[str, Seen], dict[str, float],
-                                               dict[str, list[tuple[float, float]]], float]:
+Truth = tuple[dict[str, Seen], dict[str, float], dict[str, list[tuple[float, float]]], float]
+
+
+async def run(name: str, days: float, arrivals: float | None = None) -> Truth:
     """Each unit's first forecast, each unit's true start, each namespace's (start, wait)
     in the truth, and the forecasts' CPU seconds."""
     scenario = load_scenario(name).model_copy(update={"step": 300.0})

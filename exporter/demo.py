@@ -20,11 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from tqdm import tqdm
 
-from analytics.store import DuckDBStore
-from analytics.week import week_containing
+from analytics import queries
+from analytics.store import DuckDBStore, Param
+from analytics.week import POD_LOOKBACK, Week, week_containing
 from analytics.weekly import ReplaysOf, run_weekly
+from analytics.whatif.measure import pod_waits
 from exporter.config import Config, load_config
 from exporter.google.bigquery_emulator import PROJECT, Emulator
 from exporter.model import compute
@@ -189,7 +192,7 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
                   f"{len(exporter.states)} GPUs and MIG slices, "
                   f"{len(exporter.totals.pod_seconds)} GPU pods.")
             print()
-            print(summary_table(exporter))
+            print(summary_table(exporter, week_containing(scenario.start)))
             print()
             report = await asyncio.to_thread(write_report, exporter, scenario, out, replays)
             _, bill = await asyncio.to_thread(write_sample_bill, sim, exporter, out)
@@ -337,8 +340,9 @@ async def live(sim: SimulatorServer, exporter: Exporter, until: Awaitable[None],
         done.cancel()
 
 
-def summary_table(exporter: Exporter) -> str:
-    """Per-team GPU-hours, utilisation, cost, effective cost, queue wait, availability."""
+def summary_table(exporter: Exporter, week: Week) -> str:
+    """Per-team GPU-hours, utilisation, cost, effective cost, queue wait (of the pods
+    submitted in ``week``, as the report's), availability."""
     t = exporter.totals
     hours: dict[str, float] = defaultdict(float)
     used: dict[str, float] = defaultdict(float)
@@ -349,7 +353,7 @@ def summary_table(exporter: Exporter) -> str:
             hours[team] += secs / 3600
             used[team] += t.utilized_seconds.get(key, 0.0)
             cost[team] += t.cost_usd.get(key, 0.0)
-    waits = _queue_percentiles(exporter)
+    waits = _queue_percentiles(exporter, week)
     lines = [f"{'team':<12} {'GPU-hours':>10} {'util':>6} {'cost $':>10} {'$/util-h':>9} "
              f"{'wait p50':>9} {'wait p90':>9}"]
     for team in sorted(hours, key=lambda k: -cost[k]):
@@ -357,8 +361,10 @@ def summary_table(exporter: Exporter) -> str:
         eff = compute.effective_cost_per_utilized_hour(cost[team], used[team])
         p50, p90 = waits.get(team, (0.0, 0.0))
         lines.append(f"{team:<12} {hours[team]:>10.1f} {util:>6.1%} {cost[team]:>10.2f} "
-                     f"{eff if eff is not None else 0:>9.2f} {p50 / 60:>8.1f}m "
-                     f"{p90 / 60:>8.1f}m")
+                     f"{eff if eff is not None else 0:>9.2f} {_wait(p50):>9} "
+                     f"{_wait(p90):>9}")
+    lines.append(f"wait: of the pods submitted in {week.label} by the run's end (one still "
+                 "waiting counts until then), as the report and whatif count them")
     idle = sum(v for k, v in t.cost_usd.items() if k[0] == "unallocated")
     down = sum(v for k, v in t.cost_usd.items() if k[0] == "unavailable")
     lines.append(f"unallocated capacity ${idle:,.2f}, unavailable GPUs ${down:,.2f}, "
@@ -383,14 +389,28 @@ def summary_table(exporter: Exporter) -> str:
     return "\n".join(lines)
 
 
-def _queue_percentiles(exporter: Exporter) -> dict[str, tuple[float, float]]:
-    """Queue wait p50 and p90 per team, from the warehouse's pod table."""
+def _wait(seconds: float) -> str:
+    return f"{seconds / 60:.1f}m" if seconds < 3600 else f"{seconds / 3600:.1f}h"
+
+
+def _queue_percentiles(exporter: Exporter, week: Week) -> dict[str, tuple[float, float]]:
+    """Queue wait p50 and p90 per team of the waits that began in ``week`` (up to the last
+    cycle): the report's and ``whatif``'s waits (``analytics.figures.queue.waits_begun``)."""
     wh = exporter.warehouse
     if wh is None:
         return {}
     wh.flush(exporter.last_cycle_time, partial=True)
-    rows = wh.con.execute(
-        "SELECT team, quantile_cont(queue_wait_seconds, 0.5), "
-        "quantile_cont(queue_wait_seconds, 0.9) FROM gpu_pods_current "
-        "WHERE queue_wait_seconds IS NOT NULL GROUP BY team").fetchall()
-    return {team: (p50, p90) for team, p50, p90 in rows}
+    ran = _ran(exporter, week)
+    store = DuckDBStore(con=wh.con)
+    base: dict[str, Param] = {"start": ran.start, "end": ran.end, "cluster": None,
+                              "team": None, "lookback": ran.start - POD_LOOKBACK}
+    waits = pod_waits(store.query(queries.POD_STATES, base),
+                      store.query(queries.AWAITING_ADMISSION, base), ran)
+    return {str(team): (float(np.percentile(w, 50)), float(np.percentile(w, 90)))
+            for team, w in waits.groupby("team").wait_seconds}
+
+
+def _ran(exporter: Exporter, week: Week) -> Week:
+    """``week`` up to the last cycle."""
+    last = datetime.fromtimestamp(exporter.last_cycle_time, UTC)
+    return Week(week.start, min(week.end, max(last, week.start)))

@@ -290,7 +290,10 @@ def test_the_reports_pending_gpu_hours_count_jobs_not_admitted_yet(day: Run) -> 
 
 async def demo_day(out: Path) -> tuple[dict[str, tuple[float, float]], dict[str, list[float]]]:
     """A day of the embedded ``kueue`` scenario, as ``demo --scenario kueue`` runs it: the
-    per-team wait p50/p90 it prints, and the truth's waits per team."""
+    per-team wait p50/p90 it prints, and the truth's waits per team: of each pod submitted
+    in the day (a pod of a Job Kueue queued: from the Job's submission), to its scheduling
+    or the day's end, and of each Job Kueue never admitted, once."""
+    from analytics.week import week_containing
     from exporter.demo import _queue_percentiles
     from simulator.scenario import load_scenario
 
@@ -302,12 +305,19 @@ async def demo_day(out: Path) -> tuple[dict[str, tuple[float, float]], dict[str,
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
             await step_both(sim, exporter, round(86400 / scenario.step))
-            printed = _queue_percentiles(exporter)
+            printed = _queue_percentiles(exporter, week_containing(scenario.start))
             truth = sim.cluster.truth.report(sim.cluster.start, sim.cluster.now)
     waits: dict[str, list[float]] = {}
+    with_pods = set()
     for uid, rec in truth.pods.items():
-        if rec.scheduled_at is not None:
+        wl = truth.workloads.get(rec.workload_uid or "")
+        with_pods.add(rec.workload_uid)
+        if (wl.created_at if wl is not None else rec.created_at) >= truth.start and \
+                rec.phase != "Deleted":
             waits.setdefault(rec.team or rec.namespace, []).append(truth.total_wait(uid) or 0.0)
+    for uid, wl in truth.workloads.items():
+        if uid not in with_pods and not wl.admissions:
+            waits.setdefault(wl.team or wl.namespace, []).append(truth.end - wl.created_at)
     return printed, waits
 
 

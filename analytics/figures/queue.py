@@ -1,9 +1,14 @@
 """How long pods waited for a GPU: wait percentiles and pending GPU-hours by team and GPU
 model, Kueue's ClusterQueues, the longest waits, and the GPU models whose queue is long.
 
-- queue wait: creation to scheduling, of the pods scheduled in the week; pending GPU-hours
-  are the GPUs requested x the time pods waited within the week, until they were scheduled
-  or ended unscheduled (deleted while pending: phase ``Deleted``, ``finished`` set).
+- queue wait (``waits_begun``): of the pods submitted in the week (a pod of a Job Kueue
+  queued: from its Workload's creation or last requeue) and the Jobs Kueue never admitted
+  (one wait each), from submission to scheduling, or, for one never scheduled, to its end
+  unscheduled or the week's end (a lower bound: a queue that starves a team shows its waits
+  rather than hiding them). The console's and ``whatif``'s percentiles are of the same waits.
+- pending GPU-hours are the GPUs requested x the time pods waited within the week, until
+  they were scheduled or ended unscheduled (deleted while pending: phase ``Deleted``,
+  ``finished`` set).
 """
 
 from __future__ import annotations
@@ -43,16 +48,34 @@ def _as_pod_states(awaiting: pd.DataFrame | None) -> pd.DataFrame:
                            admission_wait_seconds=np.nan)
 
 
-def queue(pod_states: pd.DataFrame, week: Week,
-          awaiting: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Wait percentiles (seconds) by team and GPU model, of the pods scheduled in the week,
-    and the GPU-hours pods spent pending in the week, Jobs ``awaiting`` Kueue's admission
-    (no pod yet) included."""
-    cols = columns("queue")
+def waits_begun(p: pd.DataFrame, week: Week) -> pd.DataFrame:
+    """The waits that began in the week, ``p``'s rows (pod states, and Jobs awaiting
+    admission as ``_as_pod_states`` gives them, with ``queued``) with ``wait_seconds``."""
+    start, end = week.start.timestamp(), week.end.timestamp()
+    queued = unix_seconds(p.queued)
+    until = unix_seconds(p.scheduled).fillna(unix_seconds(p.finished)).fillna(end) \
+        .clip(upper=end)
+    keep = (queued >= start) & (queued < end) & p.gpus.fillna(0).gt(0)
+    return p[keep].assign(wait_seconds=(until - queued)[keep].clip(lower=0))
+
+
+def queued_pods(pod_states: pd.DataFrame, awaiting: pd.DataFrame | None) -> pd.DataFrame:
+    """Pod states and the Jobs ``awaiting`` Kueue's admission as one frame of pod states."""
     frames = [f for f in (pod_states, _as_pod_states(awaiting)) if not f.empty]
     if not frames:
+        return pd.DataFrame()
+    return pd.concat([_with_kueue(f) for f in frames], ignore_index=True)
+
+
+def queue(pod_states: pd.DataFrame, week: Week,
+          awaiting: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Wait percentiles (seconds) by team and GPU model of the waits that began in the week
+    (``waits_begun``), and the GPU-hours pods spent pending in the week, Jobs ``awaiting``
+    Kueue's admission (no pod yet) included."""
+    cols = columns("queue")
+    p = queued_pods(pod_states, awaiting)
+    if p.empty:
         return pd.DataFrame(columns=cols)
-    p = pd.concat([_with_kueue(f) for f in frames], ignore_index=True)
     p = p.assign(team=p.team.fillna("(none)"), gpu_model=p.gpu_model.fillna("(any)"))
     start, end = week.start.timestamp(), week.end.timestamp()
     created = unix_seconds(p.queued)
@@ -61,18 +84,16 @@ def queue(pod_states: pd.DataFrame, week: Week,
         .clip(upper=end)
     waited = (until.clip(lower=start) - created.clip(lower=start)).clip(lower=0)
     p = p.assign(pending_gpu_hours=waited * p.gpus.fillna(0) / HOUR)
-    sched = p[p.scheduled.notna()]
-    scheduled = unix_seconds(sched.scheduled)
-    in_week = sched[(scheduled >= start) & (scheduled < end)]
+    begun = waits_begun(p, week)
     rows = []
     for (team, model), grp in p.groupby(["team", "gpu_model"]):
-        waits = in_week[(in_week.team == team) & (in_week.gpu_model == model)] \
-            .queue_wait_seconds.dropna().to_numpy()
+        ours = begun[(begun.team == team) & (begun.gpu_model == model)]
+        waits = ours.wait_seconds.to_numpy()
         pending = float(grp.pending_gpu_hours.sum())
         if not len(waits) and not pending:
             continue
         q = np.percentile(waits, [50, 90, 99]) if len(waits) else [np.nan] * 3
-        mine = in_week[(in_week.team == team) & (in_week.gpu_model == model)]
+        mine = ours[ours.scheduled.notna()]
         total = float(mine.queue_wait_seconds.sum())
         share = float(mine.admission_wait_seconds.fillna(0).clip(upper=mine.queue_wait_seconds)
                       .sum()) / total if total > 0 and mine.admission_wait_seconds.notna().any() \

@@ -26,6 +26,7 @@ import pandas as pd
 from analytics import queries
 from analytics.figures import HOUR, unix_seconds
 from analytics.figures.headline import headline
+from analytics.figures.queue import queued_pods, waits_begun
 from analytics.store import Param, Store
 from analytics.week import POD_LOOKBACK, Week
 
@@ -85,24 +86,16 @@ def measure(store: Store, week: Week, cluster: str | None = None) -> Measured:
 
 def pod_waits(states: pd.DataFrame, awaiting: pd.DataFrame, week: Week) -> pd.DataFrame:
     """Each wait that began in the week (``queries.POD_STATES``, and
-    ``queries.AWAITING_ADMISSION`` for Jobs Kueue never admitted), in seconds."""
-    start, end = week.start.timestamp(), week.end.timestamp()
-    frames = []
-    for f, scheduled in ((states, True), (awaiting, False)):
-        if f.empty:
-            continue
-        queued = unix_seconds(f.queued)
-        until = (unix_seconds(f.scheduled) if scheduled else pd.Series(np.nan, index=f.index)) \
-            .fillna(unix_seconds(f.finished)).fillna(end).clip(upper=end)
-        keep = (queued >= start) & (queued < end) & f.gpus.fillna(0).gt(0)
-        frames.append(pd.DataFrame({
-            "team": f.team.fillna(f.namespace)[keep],
-            "wait_seconds": (until - queued)[keep].clip(lower=0),
-            "gpus": f.gpus[keep].astype(float)}))
-    if not frames:
+    ``queries.AWAITING_ADMISSION`` for Jobs Kueue never admitted), in seconds: the report's
+    queue waits (``analytics.figures.queue.waits_begun``)."""
+    p = queued_pods(states, awaiting)
+    if p.empty:
         return pd.DataFrame({"team": pd.Series(dtype=str), "wait_seconds": pd.Series(
             dtype=float), "gpus": pd.Series(dtype=float)})
-    return pd.concat(frames, ignore_index=True)
+    begun = waits_begun(p, week)
+    return pd.DataFrame({"team": begun.team.fillna(begun.namespace),
+                         "wait_seconds": begun.wait_seconds,
+                         "gpus": begun.gpus.astype(float)}).reset_index(drop=True)
 
 
 def _teams(usage: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:

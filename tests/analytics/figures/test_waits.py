@@ -141,15 +141,18 @@ def test_stranded_gpus_by_pool() -> None:
 def test_stuck_workloads_name_their_pool_model_and_last_wait() -> None:
     stuck = pd.DataFrame([("ns", "train", None, "", "", 2, 4, 8 * H, 4 * H, "unschedulable",
                            "starting", "default-scheduler", "0/3 nodes are available",
-                           T("2026-11-16 04:00", tz="UTC").timestamp())],
+                           T("2026-11-16 04:00", tz="UTC").timestamp(),
+                           T("2026-11-16 09:30", tz="UTC").timestamp())],
                          columns=["namespace", "workload", "team", "gpu_model", "node_pool",
                                   "waiting", "gpus", "gpu_seconds", "wait_seconds", "cause",
-                                  "latest_cause", "evidence_source", "evidence", "last_unix"])
+                                  "latest_cause", "evidence_source", "evidence", "last_unix",
+                                  "expected_unix"])
     row = stuck_workloads(stuck).iloc[0]
     assert (row.team, row.gpu_model, row.node_pool, row.gpu_hours) == \
         ("(none)", ANY_MODEL, NO_POOL, 8.0)
     assert (row.source, row.message) == ("default-scheduler", "0/3 nodes are available")
     assert row.last_waited == T("2026-11-16 04:00", tz="UTC")
+    assert row.expected_start == T("2026-11-16 09:30", tz="UTC")
 
 
 @pytest.mark.parametrize(("recorded", "team", "says"), [
