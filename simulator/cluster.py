@@ -107,28 +107,46 @@ class Node:
     endpoint_mode: EndpointMode = "ok"
     endpoint_until: float = 0.0
     dcgm_pod_name: str = ""
+    per_gpu: int = field(init=False)
+    """``nvidia.com/gpu`` units one of its GPUs advertises (its pool's)."""
+    down_gpus: int = 0
+    """Its GPUs with a ``down_reason`` (``set_down`` keeps it)."""
+
+    def __post_init__(self) -> None:
+        self.per_gpu = self.pool.units_per_gpu
 
     def unit_gpu(self, unit: int) -> Gpu:
-        return self.gpus[unit // self.pool.units_per_gpu]
+        return self.gpus[unit // self.per_gpu]
 
     def unit_device(self, unit: int) -> Device:
         gpu = self.unit_gpu(unit)
         if self.pool.mig_partition_size is not None:
-            return gpu.devices[unit % self.pool.units_per_gpu]
+            return gpu.devices[unit % self.per_gpu]
         return gpu.devices[0]
 
     def healthy_unit(self, unit: int) -> bool:
         return self.unit_gpu(unit).down_reason is None
 
+    def set_down(self, gpu: Gpu, reason: str | None) -> None:
+        """``gpu`` (one of this node's) down for ``reason``, or up again (None)."""
+        self.down_gpus += (reason is not None) - (gpu.down_reason is not None)
+        gpu.down_reason = reason
+
     @property
     def allocatable(self) -> int:
         """``nvidia.com/gpu`` the device plugin offers: units on healthy GPUs."""
-        return self.pool.units_per_gpu * sum(1 for g in self.gpus if g.down_reason is None)
+        return self.per_gpu * (len(self.gpus) - self.down_gpus)
 
     def free_units(self) -> list[int]:
-        per, gpus = self.pool.units_per_gpu, self.gpus
+        if not self.down_gpus:
+            return [u for u, p in enumerate(self.units) if p is None]
+        per, gpus = self.per_gpu, self.gpus
         return [u for u, p in enumerate(self.units)
                 if p is None and gpus[u // per].down_reason is None]
+
+    def free_count(self) -> int:
+        """``len(free_units())``."""
+        return self.units.count(None) if not self.down_gpus else len(self.free_units())
 
     @property
     def schedulable(self) -> bool:
@@ -250,6 +268,13 @@ class Cluster:
         self._traced_cursor = 0
         self._workloads = {w.name: w for w in scenario.workloads}
         self._rework = 0.0  # run time lost by the pods the fault being applied ends
+        self.freed = 0
+        """Counts the changes that may let a pod the scheduler refused in: GPUs freed, nodes
+        added or deleted, Ready or not, GPUs down or back."""
+        self.refused: dict[tuple[str, int], str] = {}
+        """The scheduler's message to each shape of pod (workload, GPUs) no node could take,
+        as of ``refused_since``."""
+        self.refused_since = -1
         self._scaled = True
         """The last step scaled a pool up (the next may scale another): ``advance_to``
         takes the step after it. The first step is always taken."""
@@ -426,6 +451,7 @@ class Cluster:
         node.units = [None] * (pool.gpus_per_node * pool.units_per_gpu)
         node.empty_since = self.now
         self.nodes[name] = node
+        self.freed += 1
         self._dirty_nodes[name] = node
         return node
 
@@ -440,6 +466,7 @@ class Cluster:
             if gpu.down_reason is not None:
                 self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, self.now)
         node.deleted = True
+        self.freed += 1
         self._dirty_nodes[node.name] = node
 
     def _node_in_pool(self, pool_name: str, index: int) -> Node | None:
@@ -501,6 +528,13 @@ class Cluster:
 
     # ----------------------------------------------------------------- jobs and pods
 
+    def _job_name(self, w: Workload, owner_kind: str, ordinal: int) -> str:
+        if owner_kind == "Job":
+            return f"{w.name}-{_suffix(self.seed, key(w.name), ordinal)}"
+        if owner_kind == "ReplicaSet":
+            return f"{w.name}-{_suffix(self.seed, key(w.name), length=10)}"
+        return w.name
+
     def _new_job(self, w: Workload, owner_kind: str, ordinal: int) -> Job:
         rng = random.Random(mix(self.seed, key(w.name), ordinal, 17))
         profiles = sorted(w.profiles)
@@ -508,12 +542,7 @@ class Cluster:
         assert profile in PROFILES
         lo, hi = w.duration
         run = math.ceil(rng.uniform(lo, hi) / self.step) * self.step
-        if owner_kind == "Job":
-            name = f"{w.name}-{_suffix(self.seed, key(w.name), ordinal)}"
-        elif owner_kind == "ReplicaSet":
-            name = f"{w.name}-{_suffix(self.seed, key(w.name), length=10)}"
-        else:
-            name = w.name
+        name = self._job_name(w, owner_kind, ordinal)
         return Job(name=name, uid=uuid_str(self.seed, key(name)), workload=w,
                    owner_kind=owner_kind, profile=profile, run_seconds=float(run),
                    key=mix(self.seed, key(name), ordinal))
@@ -575,11 +604,13 @@ class Cluster:
                 self.start + self._traced[self._traced_cursor].at <= t + 1e-9:
             traced = self._traced[self._traced_cursor]
             self._traced_cursor += 1
-            job = self._new_job(self._workloads[traced.workload], "Job", self._pod_counter)
-            job.name = traced.name
-            job.uid = uuid_str(self.seed, key(traced.name), 2)
-            job.profile = traced.profile
-            job.run_seconds = float(math.ceil(traced.run / self.step - 1e-9) * self.step)
+            w = self._workloads[traced.workload]
+            ordinal = self._pod_counter
+            drawn = self._job_name(w, "Job", ordinal)  # its pods' keys are a drawn job's
+            job = Job(name=traced.name, uid=uuid_str(self.seed, key(traced.name), 2),
+                      workload=w, owner_kind="Job", profile=traced.profile,
+                      run_seconds=float(math.ceil(traced.run / self.step - 1e-9) * self.step),
+                      key=mix(self.seed, key(drawn), ordinal))
             if traced.at < 0:
                 job.submitted_at = self.start + traced.at
             self._start_job(job)
@@ -684,6 +715,7 @@ class Cluster:
             d.occupants.remove(pod)
         for u in pod.units:
             node.units[u] = None
+        self.freed += 1
         if all(p is None for p in node.units):
             node.empty_since = self.now
         self._dirty_nodes[node.name] = node
@@ -859,6 +891,7 @@ class Cluster:
                 for gpu in node.gpus:
                     self._close_gpu(gpu)
                 node.ready = False
+                self.freed += 1
                 node.ready_since = self.now
                 self.truth.down_start(node.name, [g.uuid for g in node.gpus], "node_not_ready",
                                       self.now)
@@ -872,7 +905,8 @@ class Cluster:
             gpu.fault_until = max(gpu.fault_until, until)
             if fault.code in FATAL_XIDS and gpu.down_reason is None:
                 reason = "gpu_missing" if fault.code == 79 else "xid"
-                gpu.down_reason = reason
+                node.set_down(gpu, reason)
+                self.freed += 1
                 self.truth.down_start(node.name, [gpu.uuid], reason, self.now, xid=fault.code)
                 victims = {d_pod for d in gpu.devices for d_pod in d.occupants}
                 for pod in sorted(victims, key=lambda p: p.name):
@@ -891,6 +925,7 @@ class Cluster:
                 for gpu in node.gpus:
                     self._close_gpu(gpu)
                 node.ready = True
+                self.freed += 1
                 node.ready_since = t
                 self.truth.down_end(node.name, [g.uuid for g in node.gpus], "node_not_ready", t)
                 self._reset_counters(node, "node_restart")  # its driver loaded at boot
@@ -900,7 +935,8 @@ class Cluster:
                     self._close_gpu(gpu)
                     if gpu.down_reason is not None:
                         self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, t)
-                    gpu.down_reason = None
+                    node.set_down(gpu, None)
+                    self.freed += 1
                     gpu.xid = 0
                     self._dirty_nodes[node.name] = node
             if node.ready and node.endpoint_mode == "ok" and not any(g.xid for g in node.gpus):

@@ -37,15 +37,9 @@ def failed_message(nodes: int, reasons: dict[str, int]) -> str:
     return f"0/{nodes} nodes are available: {counted}. {PREEMPTION}"
 
 
-def schedule(c: Cluster) -> None:
-    """One pass over the pending pods: bind those that fit, tell the others why not.
-
-    A node not Ready is filtered as unreachable; the others of a pool the pod may not run
-    on are filtered for the pool's reason, all at once (the filters' verdict is the
-    pool's); on the rest, the GPUs free decide."""
-    if not c.pending:
-        return
-    c.pending.sort(key=lambda p: (-p.priority, p.created_at, p.name))
+def _pools(c: Cluster) -> tuple[int, list[tuple[Pool, list[Node], int]]]:
+    """The live nodes, counted, and by pool: its Ready nodes by name and how many are not
+    Ready."""
     nodes = c.live_nodes()
     pools: dict[str, tuple[Pool, list[Node], int]] = {}
     for node in sorted(nodes, key=lambda n: n.name):
@@ -55,18 +49,38 @@ def schedule(c: Cluster) -> None:
         else:
             unready += 1
         pools[node.pool.name] = (pool, ready, unready)
+    return len(nodes), list(pools.values())
+
+
+def schedule(c: Cluster) -> None:
+    """One pass over the pending pods: bind those that fit, tell the others why not.
+
+    A node not Ready is filtered as unreachable; the others of a pool the pod may not run
+    on are filtered for the pool's reason, all at once (the filters' verdict is the
+    pool's); on the rest, the GPUs free decide.
+
+    A shape of pod (workload, GPUs) no node could take keeps its verdict, and its message,
+    until GPUs are freed or the nodes change (``Cluster.freed``): binding only takes GPUs,
+    so until then the same nodes turn it away for the same reasons. A pass with nothing
+    new to try tells the pods waiting what it told them last."""
+    if not c.pending:
+        return
+    c.pending.sort(key=lambda p: (-p.priority, p.created_at, p.name))
+    refused = c.refused if c.refused_since == c.freed else {}
     unreachable = untolerated_reason(UNREACHABLE)
     sign = 1 if c.scenario.placement == "compact" else -1
+    live: tuple[int, list[tuple[Pool, list[Node], int]]] | None = None
     free: dict[str, list[int]] = {}
-    refused: dict[tuple[str, int], str] = {}  # nothing frees up during a pass
     still: list[Pod] = []
     for pod in c.pending:
         shape = (pod.workload.name, pod.gpus)
         message = refused.get(shape)
         best: tuple[int, str, Node] | None = None
         if message is None:
+            if live is None:
+                live = _pools(c)
             reasons: dict[str, int] = {}
-            for pool, ready, unready in pools.values():
+            for pool, ready, unready in live[1]:
                 if unready:
                     reasons[unreachable] = reasons.get(unreachable, 0) + unready
                 why = c.placement.reason(pool, pod.workload)
@@ -85,7 +99,7 @@ def schedule(c: Cluster) -> None:
                     if best is None or cand[:2] < best[:2]:
                         best = cand
             if best is None:
-                message = refused[shape] = failed_message(len(nodes), reasons)
+                message = refused[shape] = failed_message(live[0], reasons)
         if best is None:
             assert message is not None
             c._unschedulable(pod, message)
@@ -96,3 +110,4 @@ def schedule(c: Cluster) -> None:
         c._bind(pod, node, units[: pod.gpus])
         free[node.name] = units[pod.gpus:]
     c.pending = still
+    c.refused, c.refused_since = refused, c.freed
