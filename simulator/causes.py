@@ -73,12 +73,12 @@ class Rooms:
         self.cluster = c
         self.nodes = c.live_nodes()
         self.free = [n.free_count() if n.schedulable else 0 for n in self.nodes]
-        self._pools: dict[str, tuple[Pool, list[tuple[int, int]]]] = {}
+        self._pools: dict[str, list[tuple[int, int]]] = {}
         for n, f in zip(self.nodes, self.free, strict=True):
             held = self._pools.get(n.pool.name)
             if held is None:
-                held = self._pools[n.pool.name] = (n.pool, [])
-            held[1].append((n.allocatable, f))
+                held = self._pools[n.pool.name] = []
+            held.append((n.allocatable, f))
         self._shapes: dict[tuple[str, int], tuple[int, int]] = {}
 
     def of(self, w: Workload, gpus: int) -> tuple[int, int]:
@@ -87,8 +87,8 @@ class Rooms:
         shape = (w.name, gpus)
         found = self._shapes.get(shape)
         if found is None:
-            eligible = self.cluster.placement.eligible
-            room = [f for pool, nodes in self._pools.values() if eligible(pool, w)
+            whys = self.cluster.placement.reasons(w)
+            room = [f for name, nodes in self._pools.items() if whys[name] is None
                     for allocatable, f in nodes if allocatable >= gpus]
             found = self._shapes[shape] = (sum(room), max(room, default=0))
         return found
@@ -131,7 +131,13 @@ def free_uses(c: Cluster, rooms: Rooms, held: list[QueuedWorkload]
     (its units on healthy GPUs, never fewer than those free); ``quota`` when the smallest
     held Workload of its model asks no more per pod."""
     pods = c.pending
-    eligible = c.placement.eligible
+    asks: dict[str, tuple[Workload, int]] = {}
+    """Workload -> the fewest GPUs a pod of it waiting asks."""
+    for p in pods:
+        had = asks.get(p.workload.name)
+        if had is None or p.gpus < had[1]:
+            asks[p.workload.name] = (p.workload, p.gpus)
+    reasons = c.placement.reasons
     smallest: dict[str, int | None] = {}
     """Pool -> the fewest GPUs a waiting pod that may run on it asks."""
     quota: dict[str, int | None] = {}
@@ -145,7 +151,8 @@ def free_uses(c: Cluster, rooms: Rooms, held: list[QueuedWorkload]
             least = smallest[pool.name]
         else:
             least = smallest[pool.name] = min(
-                (p.gpus for p in pods if eligible(pool, p.workload)), default=None)
+                (gpus for w, gpus in asks.values() if reasons(w)[pool.name] is None),
+                default=None)
         use: Use
         if least is not None and least <= units:
             use = "usable"
