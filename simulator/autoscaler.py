@@ -172,10 +172,8 @@ class Autoscaler:
     def run(self, t: float) -> None:
         if not self.pools:
             return  # no node pool autoscales: GKE runs no cluster autoscaler
-        alive: dict[str, list[Node]] = {p.name: [] for p in self.pools}
-        for n in self.cluster.nodes.values():
-            if not n.deleted and n.pool.name in alive:
-                alive[n.pool.name].append(n)
+        by_pool = self.cluster.nodes_by_pool()
+        alive = {p.name: by_pool.get(p.name, []) for p in self.pools}
         waiting = self._not_covered(self.cluster.pending)
         if waiting:
             options = {p.name: self._option(p, waiting, t, len(alive[p.name]))
@@ -280,8 +278,10 @@ class Autoscaler:
         return MAX_REACHED
 
     def _say(self, pod: Pod, reason: str, message: str, t: float, warning: bool = False) -> None:
-        self.cluster.events.record(Involved("Pod", pod.namespace, pod.name, pod.uid), reason,
-                                   message, component=AUTOSCALER, now=t, warning=warning)
+        if self.cluster.events.kept:
+            self.cluster.events.record(Involved("Pod", pod.namespace, pod.name, pod.uid), reason,
+                                       message, component=AUTOSCALER, now=t,
+                                       warning=warning)
 
     def _scale_down(self, t: float, nodes: dict[str, list[Node]]) -> None:
         """Pools no waiting pod needs lose the nodes idle for ``scale_down_delay``;

@@ -72,13 +72,7 @@ class Rooms:
     def __init__(self, c: Cluster) -> None:
         self.cluster = c
         self.nodes = c.live_nodes()
-        self.free = [n.free_count() if n.schedulable else 0 for n in self.nodes]
-        self._pools: dict[str, list[tuple[int, int]]] = {}
-        for n, f in zip(self.nodes, self.free, strict=True):
-            held = self._pools.get(n.pool.name)
-            if held is None:
-                held = self._pools[n.pool.name] = []
-            held.append((n.allocatable, f))
+        self.free = [n.free_count() if n.ready else 0 for n in self.nodes]
         self._shapes: dict[tuple[str, int], tuple[int, int]] = {}
 
     def of(self, w: Workload, gpus: int) -> tuple[int, int]:
@@ -88,8 +82,9 @@ class Rooms:
         found = self._shapes.get(shape)
         if found is None:
             whys = self.cluster.placement.reasons(w)
-            room = [f for name, nodes in self._pools.items() if whys[name] is None
-                    for allocatable, f in nodes if allocatable >= gpus]
+            room = [n.free_count() if n.ready else 0
+                    for name, nodes in self.cluster.nodes_by_pool().items()
+                    if whys[name] is None for n in nodes if n.allocatable >= gpus]
             found = self._shapes[shape] = (sum(room), max(room, default=0))
         return found
 

@@ -269,8 +269,12 @@ class Cluster:
         self._workloads = {w.name: w for w in scenario.workloads}
         self._rework = 0.0  # run time lost by the pods the fault being applied ends
         self.freed = 0
-        """Counts the changes that may let a pod the scheduler refused in: GPUs freed, nodes
-        added or deleted, Ready or not, GPUs down or back."""
+        """Counts the changes that may let a pod the scheduler refused in: GPUs freed, and
+        every change ``reshaped`` counts."""
+        self.reshaped = 0
+        """Counts the changes to the nodes: added or deleted, Ready or not, GPUs down or
+        back."""
+        self._by_pool: tuple[int, dict[str, list[Node]]] = (-1, {})
         self.refused: dict[tuple[str, int], str] = {}
         """The scheduler's message to each shape of pod (workload, GPUs) no node could take,
         as of ``refused_since``."""
@@ -309,6 +313,21 @@ class Cluster:
 
     def live_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if not n.deleted]
+
+    def nodes_by_pool(self) -> dict[str, list[Node]]:
+        """The live nodes of each pool that has any, by name (kept until the nodes change:
+        not to be changed)."""
+        if self._by_pool[0] != self.reshaped:
+            groups: dict[str, list[Node]] = {}
+            for n in sorted(self.live_nodes(), key=lambda n: n.name):
+                groups.setdefault(n.pool.name, []).append(n)
+            self._by_pool = (self.reshaped, groups)
+        return self._by_pool[1]
+
+    def _reshape(self) -> None:
+        """The nodes changed (and so may their free GPUs)."""
+        self.reshaped += 1
+        self.freed += 1
 
     def pending_pods(self) -> list[Pod]:
         """Pods in phase Pending: waiting for a node, then bound and being started."""
@@ -451,7 +470,7 @@ class Cluster:
         node.units = [None] * (pool.gpus_per_node * pool.units_per_gpu)
         node.empty_since = self.now
         self.nodes[name] = node
-        self.freed += 1
+        self._reshape()
         self._dirty_nodes[name] = node
         return node
 
@@ -466,7 +485,7 @@ class Cluster:
             if gpu.down_reason is not None:
                 self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, self.now)
         node.deleted = True
-        self.freed += 1
+        self._reshape()
         self._dirty_nodes[node.name] = node
 
     def _node_in_pool(self, pool_name: str, index: int) -> Node | None:
@@ -768,8 +787,9 @@ class Cluster:
                 self.now - pod.failed_scheduling_at < RETRY_SECONDS - 1e-9:
             return
         pod.failed_scheduling_at = self.now
-        self.events.record(_involved(pod), "FailedScheduling", message, component=SCHEDULER,
-                           now=self.now, warning=True)
+        if self.events.kept:
+            self.events.record(_involved(pod), "FailedScheduling", message,
+                               component=SCHEDULER, now=self.now, warning=True)
 
     def _bind(self, pod: Pod, node: Node, units: list[int]) -> None:
         touched: dict[int, Device] = {}
@@ -788,14 +808,16 @@ class Cluster:
         startup = math.ceil(pod.workload.startup / self.step - 1e-9) * self.step
         pod.running_at = self.now + startup
         pod.phase = "Running" if startup <= 0 else "Pending"
-        self.events.record(_involved(pod), "Scheduled",
-                           events.scheduled(pod.namespace, pod.name, node.name),
-                           component=SCHEDULER, now=self.now)
+        if self.events.kept:
+            self.events.record(_involved(pod), "Scheduled",
+                               events.scheduled(pod.namespace, pod.name, node.name),
+                               component=SCHEDULER, now=self.now)
         if startup > 0:
             heapq.heappush(self._starting, (pod.running_at, next(self._end_seq), pod))
-            self.events.record(_involved(pod, container=True), "Pulling",
-                               events.pulling(objects.image(pod.workload, self.scenario)),
-                               component=KUBELET, now=self.now, host=node.name)
+            if self.events.kept:
+                self.events.record(_involved(pod, container=True), "Pulling",
+                                   events.pulling(objects.image(pod.workload, self.scenario)),
+                                   component=KUBELET, now=self.now, host=node.name)
         if pod.remaining_seconds is not None:
             heapq.heappush(self._ends, (pod.running_at + pod.remaining_seconds,
                                         next(self._end_seq), pod))
@@ -822,6 +844,8 @@ class Cluster:
                 self._close_segment(d)
             pod.phase = "Running"
             self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+            if not self.events.kept:
+                continue
             took = t - (pod.scheduled_at or t)
             image = objects.image(pod.workload, self.scenario)
             self.events.record(_involved(pod, container=True), "Pulled",
@@ -891,7 +915,7 @@ class Cluster:
                 for gpu in node.gpus:
                     self._close_gpu(gpu)
                 node.ready = False
-                self.freed += 1
+                self._reshape()
                 node.ready_since = self.now
                 self.truth.down_start(node.name, [g.uuid for g in node.gpus], "node_not_ready",
                                       self.now)
@@ -906,7 +930,7 @@ class Cluster:
             if fault.code in FATAL_XIDS and gpu.down_reason is None:
                 reason = "gpu_missing" if fault.code == 79 else "xid"
                 node.set_down(gpu, reason)
-                self.freed += 1
+                self._reshape()
                 self.truth.down_start(node.name, [gpu.uuid], reason, self.now, xid=fault.code)
                 victims = {d_pod for d in gpu.devices for d_pod in d.occupants}
                 for pod in sorted(victims, key=lambda p: p.name):
@@ -925,7 +949,7 @@ class Cluster:
                 for gpu in node.gpus:
                     self._close_gpu(gpu)
                 node.ready = True
-                self.freed += 1
+                self._reshape()
                 node.ready_since = t
                 self.truth.down_end(node.name, [g.uuid for g in node.gpus], "node_not_ready", t)
                 self._reset_counters(node, "node_restart")  # its driver loaded at boot
@@ -936,7 +960,7 @@ class Cluster:
                     if gpu.down_reason is not None:
                         self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, t)
                     node.set_down(gpu, None)
-                    self.freed += 1
+                    self._reshape()
                     gpu.xid = 0
                     self._dirty_nodes[node.name] = node
             if node.ready and node.endpoint_mode == "ok" and not any(g.xid for g in node.gpus):

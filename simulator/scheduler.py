@@ -84,17 +84,14 @@ class _Pool:
 
 def _pools(c: Cluster) -> tuple[int, list[_Pool]]:
     """The live nodes, counted, and by pool."""
-    nodes = c.live_nodes()
-    pools: dict[str, _Pool] = {}
-    for node in sorted(nodes, key=lambda n: n.name):
-        held = pools.get(node.pool.name)
-        if held is None:
-            held = pools[node.pool.name] = _Pool(node.pool)
-        if node.ready:
-            held.ready.append(node)
-        else:
-            held.unready += 1
-    return len(nodes), list(pools.values())
+    count, pools = 0, []
+    for nodes in c.nodes_by_pool().values():
+        held = _Pool(nodes[0].pool)
+        held.ready = [n for n in nodes if n.ready]
+        held.unready = len(nodes) - len(held.ready)
+        pools.append(held)
+        count += len(nodes)
+    return count, pools
 
 
 def schedule(c: Cluster) -> None:
