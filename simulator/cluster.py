@@ -2,9 +2,10 @@
 
 ``Cluster`` is a deterministic state machine over virtual time. ``advance`` moves it in
 whole steps; within a step, things happen in a fixed order (why things wait during the
-step that ends, then faults, containers started, completions, deletions, Job deadlines,
-evictions, new nodes, arrivals, Kueue, scheduling (``simulator.scheduler``), autoscaling
-(``simulator.autoscaler``), Events (``simulator.events``)), always at a step boundary.
+step that ends, then faults (``simulator.faults``), containers started, completions,
+deletions, Job deadlines, evictions, new nodes, arrivals, Kueue, scheduling
+(``simulator.scheduler``), autoscaling (``simulator.autoscaler``), Events
+(``simulator.events``)), always at a step boundary.
 Every change is written to the ``ApiStore`` as Kubernetes objects, and every change to what
 a GPU does, and why each waiting pod waits (``simulator.causes``), to the ``TruthLog``, so
 the ground truth comes from this state, never from what the HTTP side shows.
@@ -32,8 +33,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from exporter.model.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
-from simulator import causes, clock, events, objects, scheduler
+from exporter.model.catalog import GPU_MODELS, GpuModel
+from simulator import causes, clock, events, faults, objects, scheduler
 from simulator.autoscaler import Autoscaler, CaWords, instance_group
 from simulator.events import KUBELET, SCHEDULER, EventLog, Involved, SilentLog
 from simulator.kueue import KueueState, QueuedWorkload
@@ -380,7 +381,7 @@ class Cluster:
 
     def inject(self, fault: Fault) -> None:
         """Apply a fault now (on-demand injection); ``fault.at`` is ignored."""
-        self._apply_fault(fault)
+        faults.apply(self, fault)
         self._flush()
 
     # ----------------------------------------------------------------- the step
@@ -394,8 +395,8 @@ class Cluster:
         self.now += span
         t = self.now
         attempts = len(self.autoscaler.attempts)
-        self._faults_due(t)
-        self._end_faults(t)
+        faults.due(self, t)
+        faults.end(self, t)
         self._start_due(t)
         while self._ends and self._ends[0][0] <= t + 1e-9:
             _, _, pod = heapq.heappop(self._ends)
@@ -403,7 +404,7 @@ class Cluster:
                 self._finish(pod, "Succeeded", "Completed", 0, None)
         self._delete_due(t)
         self._deadlines_due(t)
-        self._evict_not_ready(t)
+        faults.evict_not_ready(self, t)
         self.autoscaler.due(t)
         self._arrive(t)
         self._admit()
@@ -421,7 +422,7 @@ class Cluster:
         for pool in self.scenario.pools:
             for _ in range(pool.nodes):
                 self._add_node(pool)
-        self._faults_due(self.now)  # a fault at offset 0 holds from the start
+        faults.due(self, self.now)  # a fault at offset 0 holds from the start
         for w in self.scenario.workloads:
             if w.replicas is not None:
                 owner = "ReplicaSet" if w.kind == "serving" else "StatefulSet"
@@ -871,109 +872,6 @@ class Cluster:
                 self._remove(pod)
             if job.queued is not None and self.kueue is not None:
                 self.kueue.finish(job.queued, t, "Failed")
-
-    # ----------------------------------------------------------------- faults
-
-    def _faults_due(self, t: float) -> None:
-        """Apply the scenario's faults whose offset has come by ``t``."""
-        while self._fault_cursor < len(self._faults) and \
-                self.start + self._faults[self._fault_cursor][1].at <= t + 1e-9:
-            self._apply_fault(self._faults[self._fault_cursor][1])
-            self._fault_cursor += 1
-
-    def _apply_fault(self, fault: Fault) -> None:
-        until = self.now + fault.duration
-        pool = self._pools[fault.pool_name]
-        if fault.kind == "spot_preemption":
-            node = self._node_in_pool(pool.name, fault.node_index)
-            if node is None:
-                return
-            self.truth.interruption(node.name, pool.name, self.now,
-                                    sorted({p.uid for p in node.units if p is not None}))
-            self._rework = fault.restart_cost
-            try:
-                self._delete_node(node, "Terminated")
-            finally:
-                self._rework = 0.0
-            if pool.autoscaling is None:
-                self.autoscaler.recreate(pool, self.now + pool.recreate_delay)
-            return
-        node = self._node_in_pool(pool.name, fault.node_index)
-        if node is None:
-            return
-        if fault.kind == "driver_reload":
-            if node.ready:  # a powered-off node's driver loads when it boots
-                self._reset_counters(node, "driver_reload")
-            return
-        self._faulty[node.name] = node
-        if fault.kind == "endpoint":
-            assert fault.mode is not None
-            node.endpoint_mode = fault.mode
-            node.endpoint_until = until
-        elif fault.kind == "node_not_ready":
-            if node.ready:
-                for gpu in node.gpus:
-                    self._close_gpu(gpu)
-                node.ready = False
-                self._reshape()
-                node.ready_since = self.now
-                self.truth.down_start(node.name, [g.uuid for g in node.gpus], "node_not_ready",
-                                      self.now)
-            node.not_ready_until = max(node.not_ready_until, until)
-            self._dirty_nodes[node.name] = node
-        elif fault.kind == "xid":
-            assert fault.code is not None
-            gpu = node.gpus[fault.gpu]
-            self._close_gpu(gpu)
-            gpu.xid = fault.code
-            gpu.fault_until = max(gpu.fault_until, until)
-            if fault.code in FATAL_XIDS and gpu.down_reason is None:
-                reason = "gpu_missing" if fault.code == 79 else "xid"
-                node.set_down(gpu, reason)
-                self._reshape()
-                self.truth.down_start(node.name, [gpu.uuid], reason, self.now, xid=fault.code)
-                victims = {d_pod for d in gpu.devices for d_pod in d.occupants}
-                for pod in sorted(victims, key=lambda p: p.name):
-                    self._finish(pod, "Failed", "Error", 1,
-                                 f"CUDA error: unspecified launch failure (Xid {fault.code})")
-                self._dirty_nodes[node.name] = node
-
-    def _end_faults(self, t: float) -> None:
-        for node in [self._faulty[k] for k in sorted(self._faulty)]:
-            if node.deleted:
-                del self._faulty[node.name]
-                continue
-            if node.endpoint_mode != "ok" and node.endpoint_until <= t + 1e-9:
-                node.endpoint_mode = "ok"
-            if not node.ready and node.not_ready_until <= t + 1e-9:
-                for gpu in node.gpus:
-                    self._close_gpu(gpu)
-                node.ready = True
-                self._reshape()
-                node.ready_since = t
-                self.truth.down_end(node.name, [g.uuid for g in node.gpus], "node_not_ready", t)
-                self._reset_counters(node, "node_restart")  # its driver loaded at boot
-                self._dirty_nodes[node.name] = node
-            for gpu in node.gpus:
-                if gpu.xid and gpu.fault_until <= t + 1e-9:
-                    self._close_gpu(gpu)
-                    if gpu.down_reason is not None:
-                        self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, t)
-                    node.set_down(gpu, None)
-                    self._reshape()
-                    gpu.xid = 0
-                    self._dirty_nodes[node.name] = node
-            if node.ready and node.endpoint_mode == "ok" and not any(g.xid for g in node.gpus):
-                del self._faulty[node.name]
-
-    def _evict_not_ready(self, t: float) -> None:
-        for node in [self._faulty[k] for k in sorted(self._faulty)]:
-            if node.ready or t - node.ready_since < self.scenario.not_ready_eviction - 1e-9:
-                continue
-            for pod in sorted({p for p in node.units if p is not None}, key=lambda p: p.name):
-                self._finish(pod, "Failed", "NodeLost", 137,
-                             f"Node {node.name} which was running pod {pod.name} "
-                             "is unresponsive")
 
     # ----------------------------------------------------------------- API objects
 
