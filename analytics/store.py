@@ -155,8 +155,8 @@ class ArrowStore(DuckDBStore):
     in-memory DuckDB. A table not given is empty."""
 
     def __init__(self, tables: Mapping[str, pa.Table],
-                 memory_limit: str = MEMORY_LIMIT) -> None:
-        con = duck.connect(memory_limit=memory_limit)
+                 memory_limit: str = MEMORY_LIMIT, threads: int | None = None) -> None:
+        con = duck.connect(memory_limit=memory_limit, threads=threads)
         super().__init__(con=con)
         self._owner = con
         self.tables = dict(tables)

@@ -172,19 +172,24 @@ class Autoscaler:
     def run(self, t: float) -> None:
         if not self.pools:
             return  # no node pool autoscales: GKE runs no cluster autoscaler
-        waiting = self._not_covered(list(self.cluster.pending))
-        options = {p.name: self._option(p, waiting, t) for p in self.pools}
-        best = self.pools[0]
-        for pool in self.pools[1:]:  # the group that helps the most pods, the first by name
-            if len(options[pool.name][0]) > len(options[best.name][0]):
-                best = pool
-        helped, nodes = options[best.name]
-        if helped:
-            self._scale_up(best, helped, nodes, t)
-        else:
-            for pod in waiting:
-                self._refuse(pod, t)
-        self._scale_down(t)
+        by_pool = self.cluster.nodes_by_pool()
+        alive = {p.name: by_pool.get(p.name, []) for p in self.pools}
+        waiting = self._not_covered(self.cluster.pending)
+        if waiting:
+            options = {p.name: self._option(p, waiting, t, len(alive[p.name]))
+                       for p in self.pools}
+            best = self.pools[0]
+            for pool in self.pools[1:]:  # the group that helps the most pods, the first by name
+                if len(options[pool.name][0]) > len(options[best.name][0]):
+                    best = pool
+            helped, nodes = options[best.name]
+            if helped:
+                self._scale_up(best, helped, nodes, t, len(alive[best.name]))
+            else:
+                said: dict[tuple[str, int], str] = {}
+                for pod in waiting:
+                    self._refuse(pod, t, said)
+        self._scale_down(t, alive)
 
     def _not_covered(self, pods: list[Pod]) -> list[Pod]:
         """The pods no upcoming node will take (the others wait for those, unspoken to)."""
@@ -202,15 +207,14 @@ class Autoscaler:
             slots[i] -= pod.gpus
         return out
 
-    def _alive(self, pool: Pool) -> int:
-        return sum(1 for n in self.cluster.nodes.values() if n.pool is pool and not n.deleted)
-
-    def _option(self, pool: Pool, pods: list[Pod], t: float) -> tuple[list[Pod], int]:
-        """The pods new nodes of ``pool`` would take now, and how many nodes (first fit)."""
+    def _option(self, pool: Pool, pods: list[Pod], t: float, alive: int
+                ) -> tuple[list[Pod], int]:
+        """The pods new nodes of ``pool`` (``alive`` nodes now) would take now, and how many
+        nodes (first fit)."""
         assert pool.autoscaling is not None
         if self.backoff[pool.name].until > t + 1e-9:
             return [], 0
-        room = pool.autoscaling.max_nodes - self._alive(pool) - self.coming(pool)
+        room = pool.autoscaling.max_nodes - alive - self.coming(pool)
         per_node = pool.gpus_per_node * pool.units_per_gpu
         packs: list[int] = []
         helped = []
@@ -227,9 +231,10 @@ class Autoscaler:
             helped.append(pod)
         return helped, len(packs)
 
-    def _scale_up(self, pool: Pool, pods: list[Pod], nodes: int, t: float) -> None:
+    def _scale_up(self, pool: Pool, pods: list[Pod], nodes: int, t: float, alive: int
+                  ) -> None:
         assert pool.autoscaling is not None
-        current = self._alive(pool) + self.coming(pool)
+        current = alive + self.coming(pool)
         short = self.stockout(pool, t)
         delay = FAILURE_SECONDS if short is not None else pool.autoscaling.provisioning_delay
         step = self.cluster.step
@@ -241,12 +246,17 @@ class Autoscaler:
             pod.ca.triggered_at = t
             self._say(pod, "TriggeredScaleUp", message, t)
 
-    def _refuse(self, pod: Pod, t: float) -> None:
-        reasons: dict[str, int] = {}
-        for pool in self.pools:
-            reason = self._reason(pool, pod, t)
-            reasons[reason] = reasons.get(reason, 0) + 1
-        message = not_triggered_message(reasons)
+    def _refuse(self, pod: Pod, t: float, said: dict[tuple[str, int], str]) -> None:
+        """Tell ``pod`` no group helps it; ``said`` keeps this loop's message to each shape
+        of pod (workload, GPUs)."""
+        shape = (pod.workload.name, pod.gpus)
+        message = said.get(shape)
+        if message is None:
+            reasons: dict[str, int] = {}
+            for pool in self.pools:
+                reason = self._reason(pool, pod, t)
+                reasons[reason] = reasons.get(reason, 0) + 1
+            message = said[shape] = not_triggered_message(reasons)
         ca = pod.ca
         if ca.refused == message and ca.refused_at is not None and \
                 t - ca.refused_at < REPEAT_SECONDS - 1e-9 and ca.refused_at >= max(
@@ -268,16 +278,19 @@ class Autoscaler:
         return MAX_REACHED
 
     def _say(self, pod: Pod, reason: str, message: str, t: float, warning: bool = False) -> None:
-        self.cluster.events.record(Involved("Pod", pod.namespace, pod.name, pod.uid), reason,
-                                   message, component=AUTOSCALER, now=t, warning=warning)
+        if self.cluster.events.kept:
+            self.cluster.events.record(Involved("Pod", pod.namespace, pod.name, pod.uid), reason,
+                                       message, component=AUTOSCALER, now=t,
+                                       warning=warning)
 
-    def _scale_down(self, t: float) -> None:
-        """Pools no waiting pod needs lose the nodes idle for ``scale_down_delay``."""
+    def _scale_down(self, t: float, nodes: dict[str, list[Node]]) -> None:
+        """Pools no waiting pod needs lose the nodes idle for ``scale_down_delay``;
+        ``nodes``: each pool's live nodes."""
         c = self.cluster
         for pool in self.pools:
             scaling = pool.autoscaling
             assert scaling is not None
-            alive: list[Node] = [n for n in c.nodes.values() if n.pool is pool and not n.deleted]
+            alive = nodes[pool.name]
             if len(alive) <= scaling.min_nodes or any(
                     c.placement.fits(pool, p.workload, p.gpus) for p in c.pending):
                 continue

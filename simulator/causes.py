@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Literal
 from exporter.model.catalog import GPU_MODELS
 
 if TYPE_CHECKING:
-    from simulator.cluster import Cluster, Node, Pod
-    from simulator.scenario import Pool
+    from simulator.cluster import Cluster, Pod
+    from simulator.kueue import QueuedWorkload
+    from simulator.scenario import Pool, Workload
 
 Cause = Literal["starting", "preempted", "quota", "unschedulable", "stockout", "fragmented",
                 "scaling_up", "no_capacity"]
@@ -64,15 +65,32 @@ def unit_gpus(pool: Pool) -> float:
     return 1.0 / pool.units_per_gpu
 
 
-def _free(node: Node) -> int:
-    """Units a pod could take now: none on a node not Ready."""
-    return len(node.free_units()) if node.schedulable else 0
+class Rooms:
+    """The live nodes' free units during one step (none on a node not Ready), and what
+    each shape of pod (workload, GPUs) finds of them."""
+
+    def __init__(self, c: Cluster) -> None:
+        self.cluster = c
+        self.nodes = c.live_nodes()
+        self.free = [n.free_count() if n.ready else 0 for n in self.nodes]
+        self._shapes: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def of(self, w: Workload, gpus: int) -> tuple[int, int]:
+        """Free units, in all and on one node, of the nodes a pod of ``w`` asking ``gpus``
+        may use and fits on."""
+        shape = (w.name, gpus)
+        found = self._shapes.get(shape)
+        if found is None:
+            whys = self.cluster.placement.reasons(w)
+            room = [n.free_count() if n.ready else 0
+                    for name, nodes in self.cluster.nodes_by_pool().items()
+                    if whys[name] is None for n in nodes if n.allocatable >= gpus]
+            found = self._shapes[shape] = (sum(room), max(room, default=0))
+        return found
 
 
-def pod_cause(c: Cluster, pod: Pod, free: dict[str, int],
-              rooms: dict[tuple[str, int], tuple[int, int]] | None = None) -> Cause:
-    """Why ``pod`` (Pending) waits now; ``free`` is each live node's free units; ``rooms``
-    keeps, for one ``free``, each shape's free units in all and on one node."""
+def pod_cause(c: Cluster, pod: Pod, rooms: Rooms) -> Cause:
+    """Why ``pod`` (Pending) waits now."""
     if pod.node is not None:
         return "starting"
     if pod.replaces_disrupted:
@@ -83,58 +101,69 @@ def pod_cause(c: Cluster, pod: Pod, free: dict[str, int],
         return "unschedulable"
     if ca.stocked_out:
         return "stockout"
-    shape = (w.name, pod.gpus)
-    found = rooms.get(shape) if rooms is not None else None
-    if found is None:
-        room = [free[n.name] for n in c.live_nodes()
-                if c.placement.eligible(n.pool, w) and n.allocatable >= pod.gpus]
-        found = (sum(room), max(room, default=0))
-        if rooms is not None:
-            rooms[shape] = found
-    if found[0] >= pod.gpus and found[1] < pod.gpus:
+    total, most = rooms.of(w, pod.gpus)
+    if total >= pod.gpus and most < pod.gpus:
         return "fragmented"
     return "scaling_up" if ca.scaling_up else "no_capacity"
 
 
-def waiting(c: Cluster, free: dict[str, int]) -> Iterator[Waiting]:
-    """Everything that waits now: pods not running yet, Workloads Kueue has not admitted."""
-    rooms: dict[tuple[str, int], tuple[int, int]] = {}
+def waiting(c: Cluster, rooms: Rooms, held: list[QueuedWorkload]) -> Iterator[Waiting]:
+    """Everything that waits now: pods not running yet, and ``held``, the Workloads Kueue
+    has not admitted."""
     for pod in c.pending_pods():
-        yield Waiting(pod.uid, "pod", pod.namespace, pod.gpus, pod_cause(c, pod, free, rooms))
-    if c.kueue is not None:
-        for wl in c.kueue.workloads.values():
-            if wl.pending:
-                yield Waiting(wl.uid, "workload", wl.namespace, wl.gpus,
-                              "preempted" if wl.evicted_at is not None else "quota")
+        yield Waiting(pod.uid, "pod", pod.namespace, pod.gpus, pod_cause(c, pod, rooms))
+    for wl in held:
+        yield Waiting(wl.uid, "workload", wl.namespace, wl.gpus,
+                      "preempted" if wl.evicted_at is not None else "quota")
 
 
-def free_uses(c: Cluster, free: dict[str, int]) -> dict[tuple[str, str], float]:
-    """Free physical GPUs now by node pool and use."""
+def free_uses(c: Cluster, rooms: Rooms, held: list[QueuedWorkload]
+              ) -> dict[tuple[str, str], float]:
+    """Free physical GPUs now by node pool and use.
+
+    A node's free units are ``usable`` when the smallest waiting pod that may run on its
+    pool asks no more than them, a ``fragment`` when it asks no more than the node has
+    (its units on healthy GPUs, never fewer than those free); ``quota`` when the smallest
+    held Workload of its model asks no more per pod."""
     pods = c.pending
-    held = [wl for wl in c.kueue.workloads.values() if wl.pending] if c.kueue else []
+    asks: dict[str, tuple[Workload, int]] = {}
+    """Workload -> the fewest GPUs a pod of it waiting asks."""
+    for p in pods:
+        had = asks.get(p.workload.name)
+        if had is None or p.gpus < had[1]:
+            asks[p.workload.name] = (p.workload, p.gpus)
+    reasons = c.placement.reasons
+    smallest: dict[str, int | None] = {}
+    """Pool -> the fewest GPUs a waiting pod that may run on it asks."""
+    quota: dict[str, int | None] = {}
+    """Accelerator -> the fewest GPUs a pod of a held Workload of it asks."""
     out: dict[tuple[str, str], float] = {}
-    by_pool: dict[str, list[Pod]] = {}
-    for node in c.live_nodes():
-        units = free[node.name]
+    for node, units in zip(rooms.nodes, rooms.free, strict=True):
         if not units:
             continue
         pool = node.pool
-        eligible = by_pool.get(pool.name)
-        if eligible is None:
-            eligible = by_pool[pool.name] = [p for p in pods
-                                             if c.placement.eligible(pool, p.workload)]
-        allocatable = node.allocatable
-        fitting = [p for p in eligible if allocatable >= p.gpus]
-        use: Use
-        if any(p.gpus <= units for p in fitting):
-            use = "usable"
-        elif fitting:
-            use = "fragment"
-        elif any(wl.accelerator == pool.accelerator and wl.gpus_per_pod <= units
-                 for wl in held):
-            use = "quota"
+        if pool.name in smallest:
+            least = smallest[pool.name]
         else:
-            use = "mismatch" if pods or held else "no_demand"
+            least = smallest[pool.name] = min(
+                (gpus for w, gpus in asks.values() if reasons(w)[pool.name] is None),
+                default=None)
+        use: Use
+        if least is not None and least <= units:
+            use = "usable"
+        elif least is not None and least <= node.allocatable:
+            use = "fragment"
+        else:
+            if pool.accelerator in quota:
+                asked = quota[pool.accelerator]
+            else:
+                asked = quota[pool.accelerator] = min(
+                    (wl.gpus_per_pod for wl in held if wl.accelerator == pool.accelerator),
+                    default=None)
+            if asked is not None and asked <= units:
+                use = "quota"
+            else:
+                use = "mismatch" if pods or held else "no_demand"
         k = (pool.name, use)
         out[k] = out.get(k, 0.0) + units * unit_gpus(pool)
     return out
@@ -142,5 +171,6 @@ def free_uses(c: Cluster, free: dict[str, int]) -> dict[tuple[str, str], float]:
 
 def observe(c: Cluster) -> tuple[list[Waiting], dict[tuple[str, str], float]]:
     """What waits and why, and the free GPUs' uses, for the step starting now."""
-    free = {n.name: _free(n) for n in c.live_nodes()}
-    return list(waiting(c, free)), free_uses(c, free)
+    rooms = Rooms(c)
+    held = [wl for wl in c.kueue.workloads.values() if wl.pending] if c.kueue else []
+    return list(waiting(c, rooms, held)), free_uses(c, rooms, held)

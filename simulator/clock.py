@@ -65,10 +65,7 @@ def next_change(c: Cluster) -> float | None:
     a = c.autoscaler
     due += [attempt.due for attempt in a.attempts]
     due += [b.until for b in a.backoff.values()]
-    for pool in a.pools:
-        assert pool.autoscaling is not None
-        delay = pool.autoscaling.scale_down_delay
-        due += [n.empty_since + delay for n in c.nodes.values()
-                if n.pool is pool and not n.deleted and n.empty_since is not None]
+    due += [n.empty_since + n.pool.autoscaling.scale_down_delay for n in c.nodes.values()
+            if n.empty_since is not None and not n.deleted and n.pool.autoscaling is not None]
     later = [t for t in due if t > c.now + 1e-9]
     return min(later) if later else None

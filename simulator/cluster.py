@@ -2,9 +2,10 @@
 
 ``Cluster`` is a deterministic state machine over virtual time. ``advance`` moves it in
 whole steps; within a step, things happen in a fixed order (why things wait during the
-step that ends, then faults, containers started, completions, deletions, Job deadlines,
-evictions, new nodes, arrivals, Kueue, scheduling (``simulator.scheduler``), autoscaling
-(``simulator.autoscaler``), Events (``simulator.events``)), always at a step boundary.
+step that ends, then faults (``simulator.faults``), containers started, completions,
+deletions, Job deadlines, evictions, new nodes, arrivals, Kueue, scheduling
+(``simulator.scheduler``), autoscaling (``simulator.autoscaler``), Events
+(``simulator.events``)), always at a step boundary.
 Every change is written to the ``ApiStore`` as Kubernetes objects, and every change to what
 a GPU does, and why each waiting pod waits (``simulator.causes``), to the ``TruthLog``, so
 the ground truth comes from this state, never from what the HTTP side shows.
@@ -32,8 +33,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from exporter.model.catalog import FATAL_XIDS, GPU_MODELS, GpuModel
-from simulator import causes, clock, events, objects, scheduler
+from exporter.model.catalog import GPU_MODELS, GpuModel
+from simulator import causes, clock, events, faults, objects, scheduler
 from simulator.autoscaler import Autoscaler, CaWords, instance_group
 from simulator.events import KUBELET, SCHEDULER, EventLog, Involved, SilentLog
 from simulator.kueue import KueueState, QueuedWorkload
@@ -107,28 +108,46 @@ class Node:
     endpoint_mode: EndpointMode = "ok"
     endpoint_until: float = 0.0
     dcgm_pod_name: str = ""
+    per_gpu: int = field(init=False)
+    """``nvidia.com/gpu`` units one of its GPUs advertises (its pool's)."""
+    down_gpus: int = 0
+    """Its GPUs with a ``down_reason`` (``set_down`` keeps it)."""
+
+    def __post_init__(self) -> None:
+        self.per_gpu = self.pool.units_per_gpu
 
     def unit_gpu(self, unit: int) -> Gpu:
-        return self.gpus[unit // self.pool.units_per_gpu]
+        return self.gpus[unit // self.per_gpu]
 
     def unit_device(self, unit: int) -> Device:
         gpu = self.unit_gpu(unit)
         if self.pool.mig_partition_size is not None:
-            return gpu.devices[unit % self.pool.units_per_gpu]
+            return gpu.devices[unit % self.per_gpu]
         return gpu.devices[0]
 
     def healthy_unit(self, unit: int) -> bool:
         return self.unit_gpu(unit).down_reason is None
 
+    def set_down(self, gpu: Gpu, reason: str | None) -> None:
+        """``gpu`` (one of this node's) down for ``reason``, or up again (None)."""
+        self.down_gpus += (reason is not None) - (gpu.down_reason is not None)
+        gpu.down_reason = reason
+
     @property
     def allocatable(self) -> int:
         """``nvidia.com/gpu`` the device plugin offers: units on healthy GPUs."""
-        return self.pool.units_per_gpu * sum(1 for g in self.gpus if g.down_reason is None)
+        return self.per_gpu * (len(self.gpus) - self.down_gpus)
 
     def free_units(self) -> list[int]:
-        per, gpus = self.pool.units_per_gpu, self.gpus
+        if not self.down_gpus:
+            return [u for u, p in enumerate(self.units) if p is None]
+        per, gpus = self.per_gpu, self.gpus
         return [u for u, p in enumerate(self.units)
                 if p is None and gpus[u // per].down_reason is None]
+
+    def free_count(self) -> int:
+        """``len(free_units())``."""
+        return self.units.count(None) if not self.down_gpus else len(self.free_units())
 
     @property
     def schedulable(self) -> bool:
@@ -250,6 +269,17 @@ class Cluster:
         self._traced_cursor = 0
         self._workloads = {w.name: w for w in scenario.workloads}
         self._rework = 0.0  # run time lost by the pods the fault being applied ends
+        self.freed = 0
+        """Counts the changes that may let a pod the scheduler refused in: GPUs freed, and
+        every change ``reshaped`` counts."""
+        self.reshaped = 0
+        """Counts the changes to the nodes: added or deleted, Ready or not, GPUs down or
+        back."""
+        self._by_pool: tuple[int, dict[str, list[Node]]] = (-1, {})
+        self.refused: dict[tuple[str, int], str] = {}
+        """The scheduler's message to each shape of pod (workload, GPUs) no node could take,
+        as of ``refused_since``."""
+        self.refused_since = -1
         self._scaled = True
         """The last step scaled a pool up (the next may scale another): ``advance_to``
         takes the step after it. The first step is always taken."""
@@ -284,6 +314,21 @@ class Cluster:
 
     def live_nodes(self) -> list[Node]:
         return [n for n in self.nodes.values() if not n.deleted]
+
+    def nodes_by_pool(self) -> dict[str, list[Node]]:
+        """The live nodes of each pool that has any, by name (kept until the nodes change:
+        not to be changed)."""
+        if self._by_pool[0] != self.reshaped:
+            groups: dict[str, list[Node]] = {}
+            for n in sorted(self.live_nodes(), key=lambda n: n.name):
+                groups.setdefault(n.pool.name, []).append(n)
+            self._by_pool = (self.reshaped, groups)
+        return self._by_pool[1]
+
+    def _reshape(self) -> None:
+        """The nodes changed (and so may their free GPUs)."""
+        self.reshaped += 1
+        self.freed += 1
 
     def pending_pods(self) -> list[Pod]:
         """Pods in phase Pending: waiting for a node, then bound and being started."""
@@ -336,7 +381,7 @@ class Cluster:
 
     def inject(self, fault: Fault) -> None:
         """Apply a fault now (on-demand injection); ``fault.at`` is ignored."""
-        self._apply_fault(fault)
+        faults.apply(self, fault)
         self._flush()
 
     # ----------------------------------------------------------------- the step
@@ -350,8 +395,8 @@ class Cluster:
         self.now += span
         t = self.now
         attempts = len(self.autoscaler.attempts)
-        self._faults_due(t)
-        self._end_faults(t)
+        faults.due(self, t)
+        faults.end(self, t)
         self._start_due(t)
         while self._ends and self._ends[0][0] <= t + 1e-9:
             _, _, pod = heapq.heappop(self._ends)
@@ -359,7 +404,7 @@ class Cluster:
                 self._finish(pod, "Succeeded", "Completed", 0, None)
         self._delete_due(t)
         self._deadlines_due(t)
-        self._evict_not_ready(t)
+        faults.evict_not_ready(self, t)
         self.autoscaler.due(t)
         self._arrive(t)
         self._admit()
@@ -377,7 +422,7 @@ class Cluster:
         for pool in self.scenario.pools:
             for _ in range(pool.nodes):
                 self._add_node(pool)
-        self._faults_due(self.now)  # a fault at offset 0 holds from the start
+        faults.due(self, self.now)  # a fault at offset 0 holds from the start
         for w in self.scenario.workloads:
             if w.replicas is not None:
                 owner = "ReplicaSet" if w.kind == "serving" else "StatefulSet"
@@ -426,6 +471,7 @@ class Cluster:
         node.units = [None] * (pool.gpus_per_node * pool.units_per_gpu)
         node.empty_since = self.now
         self.nodes[name] = node
+        self._reshape()
         self._dirty_nodes[name] = node
         return node
 
@@ -440,6 +486,7 @@ class Cluster:
             if gpu.down_reason is not None:
                 self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, self.now)
         node.deleted = True
+        self._reshape()
         self._dirty_nodes[node.name] = node
 
     def _node_in_pool(self, pool_name: str, index: int) -> Node | None:
@@ -501,6 +548,13 @@ class Cluster:
 
     # ----------------------------------------------------------------- jobs and pods
 
+    def _job_name(self, w: Workload, owner_kind: str, ordinal: int) -> str:
+        if owner_kind == "Job":
+            return f"{w.name}-{_suffix(self.seed, key(w.name), ordinal)}"
+        if owner_kind == "ReplicaSet":
+            return f"{w.name}-{_suffix(self.seed, key(w.name), length=10)}"
+        return w.name
+
     def _new_job(self, w: Workload, owner_kind: str, ordinal: int) -> Job:
         rng = random.Random(mix(self.seed, key(w.name), ordinal, 17))
         profiles = sorted(w.profiles)
@@ -508,12 +562,7 @@ class Cluster:
         assert profile in PROFILES
         lo, hi = w.duration
         run = math.ceil(rng.uniform(lo, hi) / self.step) * self.step
-        if owner_kind == "Job":
-            name = f"{w.name}-{_suffix(self.seed, key(w.name), ordinal)}"
-        elif owner_kind == "ReplicaSet":
-            name = f"{w.name}-{_suffix(self.seed, key(w.name), length=10)}"
-        else:
-            name = w.name
+        name = self._job_name(w, owner_kind, ordinal)
         return Job(name=name, uid=uuid_str(self.seed, key(name)), workload=w,
                    owner_kind=owner_kind, profile=profile, run_seconds=float(run),
                    key=mix(self.seed, key(name), ordinal))
@@ -575,11 +624,13 @@ class Cluster:
                 self.start + self._traced[self._traced_cursor].at <= t + 1e-9:
             traced = self._traced[self._traced_cursor]
             self._traced_cursor += 1
-            job = self._new_job(self._workloads[traced.workload], "Job", self._pod_counter)
-            job.name = traced.name
-            job.uid = uuid_str(self.seed, key(traced.name), 2)
-            job.profile = traced.profile
-            job.run_seconds = float(math.ceil(traced.run / self.step - 1e-9) * self.step)
+            w = self._workloads[traced.workload]
+            ordinal = self._pod_counter
+            drawn = self._job_name(w, "Job", ordinal)  # its pods' keys are a drawn job's
+            job = Job(name=traced.name, uid=uuid_str(self.seed, key(traced.name), 2),
+                      workload=w, owner_kind="Job", profile=traced.profile,
+                      run_seconds=float(math.ceil(traced.run / self.step - 1e-9) * self.step),
+                      key=mix(self.seed, key(drawn), ordinal))
             if traced.at < 0:
                 job.submitted_at = self.start + traced.at
             self._start_job(job)
@@ -684,6 +735,7 @@ class Cluster:
             d.occupants.remove(pod)
         for u in pod.units:
             node.units[u] = None
+        self.freed += 1
         if all(p is None for p in node.units):
             node.empty_since = self.now
         self._dirty_nodes[node.name] = node
@@ -736,8 +788,9 @@ class Cluster:
                 self.now - pod.failed_scheduling_at < RETRY_SECONDS - 1e-9:
             return
         pod.failed_scheduling_at = self.now
-        self.events.record(_involved(pod), "FailedScheduling", message, component=SCHEDULER,
-                           now=self.now, warning=True)
+        if self.events.kept:
+            self.events.record(_involved(pod), "FailedScheduling", message,
+                               component=SCHEDULER, now=self.now, warning=True)
 
     def _bind(self, pod: Pod, node: Node, units: list[int]) -> None:
         touched: dict[int, Device] = {}
@@ -756,14 +809,16 @@ class Cluster:
         startup = math.ceil(pod.workload.startup / self.step - 1e-9) * self.step
         pod.running_at = self.now + startup
         pod.phase = "Running" if startup <= 0 else "Pending"
-        self.events.record(_involved(pod), "Scheduled",
-                           events.scheduled(pod.namespace, pod.name, node.name),
-                           component=SCHEDULER, now=self.now)
+        if self.events.kept:
+            self.events.record(_involved(pod), "Scheduled",
+                               events.scheduled(pod.namespace, pod.name, node.name),
+                               component=SCHEDULER, now=self.now)
         if startup > 0:
             heapq.heappush(self._starting, (pod.running_at, next(self._end_seq), pod))
-            self.events.record(_involved(pod, container=True), "Pulling",
-                               events.pulling(objects.image(pod.workload, self.scenario)),
-                               component=KUBELET, now=self.now, host=node.name)
+            if self.events.kept:
+                self.events.record(_involved(pod, container=True), "Pulling",
+                                   events.pulling(objects.image(pod.workload, self.scenario)),
+                                   component=KUBELET, now=self.now, host=node.name)
         if pod.remaining_seconds is not None:
             heapq.heappush(self._ends, (pod.running_at + pod.remaining_seconds,
                                         next(self._end_seq), pod))
@@ -790,6 +845,8 @@ class Cluster:
                 self._close_segment(d)
             pod.phase = "Running"
             self._dirty_pods[f"{pod.namespace}/{pod.name}"] = pod
+            if not self.events.kept:
+                continue
             took = t - (pod.scheduled_at or t)
             image = objects.image(pod.workload, self.scenario)
             self.events.record(_involved(pod, container=True), "Pulled",
@@ -815,105 +872,6 @@ class Cluster:
                 self._remove(pod)
             if job.queued is not None and self.kueue is not None:
                 self.kueue.finish(job.queued, t, "Failed")
-
-    # ----------------------------------------------------------------- faults
-
-    def _faults_due(self, t: float) -> None:
-        """Apply the scenario's faults whose offset has come by ``t``."""
-        while self._fault_cursor < len(self._faults) and \
-                self.start + self._faults[self._fault_cursor][1].at <= t + 1e-9:
-            self._apply_fault(self._faults[self._fault_cursor][1])
-            self._fault_cursor += 1
-
-    def _apply_fault(self, fault: Fault) -> None:
-        until = self.now + fault.duration
-        pool = self._pools[fault.pool_name]
-        if fault.kind == "spot_preemption":
-            node = self._node_in_pool(pool.name, fault.node_index)
-            if node is None:
-                return
-            self.truth.interruption(node.name, pool.name, self.now,
-                                    sorted({p.uid for p in node.units if p is not None}))
-            self._rework = fault.restart_cost
-            try:
-                self._delete_node(node, "Terminated")
-            finally:
-                self._rework = 0.0
-            if pool.autoscaling is None:
-                self.autoscaler.recreate(pool, self.now + pool.recreate_delay)
-            return
-        node = self._node_in_pool(pool.name, fault.node_index)
-        if node is None:
-            return
-        if fault.kind == "driver_reload":
-            if node.ready:  # a powered-off node's driver loads when it boots
-                self._reset_counters(node, "driver_reload")
-            return
-        self._faulty[node.name] = node
-        if fault.kind == "endpoint":
-            assert fault.mode is not None
-            node.endpoint_mode = fault.mode
-            node.endpoint_until = until
-        elif fault.kind == "node_not_ready":
-            if node.ready:
-                for gpu in node.gpus:
-                    self._close_gpu(gpu)
-                node.ready = False
-                node.ready_since = self.now
-                self.truth.down_start(node.name, [g.uuid for g in node.gpus], "node_not_ready",
-                                      self.now)
-            node.not_ready_until = max(node.not_ready_until, until)
-            self._dirty_nodes[node.name] = node
-        elif fault.kind == "xid":
-            assert fault.code is not None
-            gpu = node.gpus[fault.gpu]
-            self._close_gpu(gpu)
-            gpu.xid = fault.code
-            gpu.fault_until = max(gpu.fault_until, until)
-            if fault.code in FATAL_XIDS and gpu.down_reason is None:
-                reason = "gpu_missing" if fault.code == 79 else "xid"
-                gpu.down_reason = reason
-                self.truth.down_start(node.name, [gpu.uuid], reason, self.now, xid=fault.code)
-                victims = {d_pod for d in gpu.devices for d_pod in d.occupants}
-                for pod in sorted(victims, key=lambda p: p.name):
-                    self._finish(pod, "Failed", "Error", 1,
-                                 f"CUDA error: unspecified launch failure (Xid {fault.code})")
-                self._dirty_nodes[node.name] = node
-
-    def _end_faults(self, t: float) -> None:
-        for node in [self._faulty[k] for k in sorted(self._faulty)]:
-            if node.deleted:
-                del self._faulty[node.name]
-                continue
-            if node.endpoint_mode != "ok" and node.endpoint_until <= t + 1e-9:
-                node.endpoint_mode = "ok"
-            if not node.ready and node.not_ready_until <= t + 1e-9:
-                for gpu in node.gpus:
-                    self._close_gpu(gpu)
-                node.ready = True
-                node.ready_since = t
-                self.truth.down_end(node.name, [g.uuid for g in node.gpus], "node_not_ready", t)
-                self._reset_counters(node, "node_restart")  # its driver loaded at boot
-                self._dirty_nodes[node.name] = node
-            for gpu in node.gpus:
-                if gpu.xid and gpu.fault_until <= t + 1e-9:
-                    self._close_gpu(gpu)
-                    if gpu.down_reason is not None:
-                        self.truth.down_end(node.name, [gpu.uuid], gpu.down_reason, t)
-                    gpu.down_reason = None
-                    gpu.xid = 0
-                    self._dirty_nodes[node.name] = node
-            if node.ready and node.endpoint_mode == "ok" and not any(g.xid for g in node.gpus):
-                del self._faulty[node.name]
-
-    def _evict_not_ready(self, t: float) -> None:
-        for node in [self._faulty[k] for k in sorted(self._faulty)]:
-            if node.ready or t - node.ready_since < self.scenario.not_ready_eviction - 1e-9:
-                continue
-            for pod in sorted({p for p in node.units if p is not None}, key=lambda p: p.name):
-                self._finish(pod, "Failed", "NodeLost", 137,
-                             f"Node {node.name} which was running pod {pod.name} "
-                             "is unresponsive")
 
     # ----------------------------------------------------------------- API objects
 

@@ -91,6 +91,10 @@ class _Recorded:
 class EventLog:
     """The cluster's Events: recorded, deduplicated, refreshed and expired."""
 
+    kept = True
+    """Whether it keeps what it is told: a caller need not word an Event for a log that
+    keeps none."""
+
     def __init__(self, store: ApiStore, seed: int, scheduler_instance: str,
                  ttl: float = EVENT_TTL) -> None:
         self.store = store
@@ -246,6 +250,8 @@ def scheduled(namespace: str, pod: str, node: str) -> str:
 
 class SilentLog(EventLog):
     """The Events of a cluster no one watches (``Cluster(headless=True)``): none kept."""
+
+    kept = False
 
     def record(self, involved: Involved, reason: str, message: str, *, component: str,
                now: float, warning: bool = False, host: str | None = None) -> None:

@@ -190,6 +190,7 @@ class Placement:
         self._constraints: dict[str, Constraints] = {}
         self._reasons: dict[tuple[str, str], str | None] = {}
         self._fits_any: dict[tuple[str, int], bool] = {}
+        self._by_workload: dict[str, dict[str, str | None]] = {}
 
     def constraints(self, w: Workload) -> Constraints:
         c = self._constraints.get(w.name)
@@ -207,6 +208,14 @@ class Placement:
 
     def eligible(self, pool: Pool, w: Workload) -> bool:
         return self.reason(pool, w) is None
+
+    def reasons(self, w: Workload) -> dict[str, str | None]:
+        """``reason`` for each pool, by name."""
+        found = self._by_workload.get(w.name)
+        if found is None:
+            found = self._by_workload[w.name] = {p.name: self.reason(p, w)
+                                                 for p in self.scenario.pools}
+        return found
 
     def fits_any(self, w: Workload, gpus: int) -> bool:
         """Whether a node of any pool, empty, could take a pod of ``w`` asking ``gpus``."""

@@ -14,7 +14,12 @@ _MASK = (1 << 64) - 1
 
 def mix(*values: int) -> int:
     """A well-spread 64-bit hash of a sequence of integers."""
-    h = 0x9E3779B97F4A7C15
+    return _mixed(0x9E3779B97F4A7C15, values)
+
+
+def _mixed(h: int, values: tuple[int, ...]) -> int:
+    """``h`` (a ``mix`` of some integers) carried on over ``values``: ``mix(*a, *b)`` is
+    ``_mixed(mix(*a), b)``."""
     for v in values:
         h = (h ^ (v & _MASK)) * 0xBF58476D1CE4E5B9 & _MASK
         h = (h ^ (h >> 31)) * 0x94D049BB133111EB & _MASK
@@ -34,10 +39,11 @@ def key(text: str) -> int:
 
 def hex_id(*values: int, length: int = 32) -> str:
     """A stable lowercase hex string of ``length`` digits."""
+    h = mix(*values)
     out = ""
     i = 0
     while len(out) < length:
-        out += f"{mix(*values, i):016x}"
+        out += f"{_mixed(h, (i,)):016x}"
         i += 1
     return out[:length]
 

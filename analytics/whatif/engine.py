@@ -41,6 +41,9 @@ RESOLUTION = 1.0
 
 MEMORY_LIMIT = "2GB"
 """What DuckDB may use for the queries over a replay's tables (held by Arrow, outside it)."""
+THREADS = 1
+"""DuckDB's threads for those queries: one reads a replay's tables for less CPU than
+several, which mostly wait on each other."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +117,7 @@ def warehouse(cluster: Cluster, window: truth_rows.Window,
     truth, scenario = cluster.truth, cluster.scenario
     finished = {uid: w.finished_at for uid, w in cluster.kueue.workloads.items()
                 if w.finished_at is not None} if cluster.kueue is not None else {}
-    frames = {
+    columns = {
         "gpu_usage": truth_rows.usage(truth, scenario, window, prices, utilization),
         "gpu_pods": truth_rows.pods(truth, window),
         "kueue_workloads": truth_rows.workloads(truth, finished, window),
@@ -122,5 +125,5 @@ def warehouse(cluster: Cluster, window: truth_rows.Window,
         "gpu_free": truth_rows.free(truth, scenario, window, prices),
         "availability_events": truth_rows.incidents(truth, window),
     }
-    return ArrowStore({name: truth_rows.arrow(name, frame, scenario.cluster)
-                       for name, frame in frames.items()}, MEMORY_LIMIT)
+    return ArrowStore({name: truth_rows.arrow(name, cols, scenario.cluster)
+                       for name, cols in columns.items()}, MEMORY_LIMIT, THREADS)

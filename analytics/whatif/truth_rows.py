@@ -16,24 +16,31 @@ queries read a replay as they read a measured week.
   (by use), cut at the hours.
 - ``availability_events``: the GPUs' incidents.
 
-Rows are kept to the window ``[start, end)``: what the queries read of a week.
+Rows are kept to the window ``[start, end)``: what the queries read of a week. Each table
+is built by columns (NumPy and Arrow arrays, cut at the hours by index), with no pandas
+frame between the truth and Arrow.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from exporter.sinks.schema import BY_NAME
 from simulator.scenario import Scenario
 from simulator.truth import TruthLog
 
 HOUR = 3600.0
+Columns = dict[str, Any]
+"""A table's columns by name: each a sequence of Python values (None for null), a NumPy
+array or a pandas ``DatetimeIndex``, all of one length."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,33 +49,56 @@ class Window:
     end: float
 
 
-def hours(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
-    """``frame``'s runs (``start``, ``end`` in unix seconds) clipped to ``window`` and cut
-    at the hours: a row per piece, with ``time`` and ``interval_seconds``."""
-    lo = np.maximum(frame["start"].to_numpy(float), window.start)
-    hi = np.minimum(frame["end"].to_numpy(float), window.end)
-    keep = hi > lo
-    f, lo, hi = frame[keep], lo[keep], hi[keep]
+def _columns(names: Sequence[str], rows: list[tuple[Any, ...]]) -> Columns:
+    """``rows`` (tuples in the order of ``names``) as columns."""
+    values = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    return dict(zip(names, values, strict=True))
+
+
+def _floats(values: Sequence[Any]) -> np.ndarray:
+    """Numbers (None: NaN) as a float array."""
+    return np.array(values, dtype=float) if len(values) else np.zeros(0)
+
+
+def _take(values: Any, rows: np.ndarray) -> Any:
+    if isinstance(values, np.ndarray):
+        return values[rows]
+    return pa.array(values, from_pandas=True).take(rows)
+
+
+def hours(cols: Columns, window: Window) -> Columns:
+    """``cols``' runs (``start``, ``end`` in unix seconds) clipped to ``window`` and cut at
+    the hours: a row per piece, with ``time`` and ``interval_seconds``."""
+    lo = np.maximum(_floats(cols["start"]), window.start)
+    hi = np.minimum(_floats(cols["end"]), window.end)
+    keep = np.flatnonzero(hi > lo)
+    lo, hi = lo[keep], hi[keep]
     first = np.floor(lo / HOUR)
     count = (np.ceil(hi / HOUR) - first).astype(int)
-    idx = np.repeat(np.arange(len(f)), count)
+    idx = np.repeat(np.arange(len(lo)), count)
     offset = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
     hour = (first[idx] + offset) * HOUR
     a = np.maximum(lo[idx], hour)
     b = np.minimum(hi[idx], hour + HOUR)
-    out = f.iloc[idx].reset_index(drop=True)
+    rows = keep[idx]
+    out = {k: _take(v, rows) for k, v in cols.items() if k not in ("start", "end")}
     out["time"] = pd.to_datetime(a, unit="s", utc=True)
     out["interval_seconds"] = b - a
-    return out.drop(columns=["start", "end"])
+    return out
 
 
-def _timestamps(values: list[float | None]) -> pd.Series:
-    return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s", utc=True)
+def _timestamps(values: Sequence[float | None]) -> pd.DatetimeIndex:
+    return pd.to_datetime(_floats(values), unit="s", utc=True)
+
+
+def _per(values: Any, table: Mapping[str, Any]) -> list[Any]:
+    """Each of ``values`` looked up in ``table`` (None where it is not there)."""
+    return [table.get(v) for v in (values.to_pylist() if isinstance(values, pa.Array)
+                                   else values)]
 
 
 def usage(truth: TruthLog, scenario: Scenario, window: Window,
-          prices: Mapping[str, float | None], utilization: Mapping[str, float]
-          ) -> pd.DataFrame:
+          prices: Mapping[str, float | None], utilization: Mapping[str, float]) -> Columns:
     """``gpu_usage`` rows. ``prices``: each pool's USD per GPU-hour after discount (None:
     unpriced); ``utilization``: each job's (its pods' ``workload``) measured mean."""
     teams = {n.name: n.team or n.name for n in scenario.namespaces}
@@ -78,7 +108,8 @@ def usage(truth: TruthLog, scenario: Scenario, window: Window,
             continue
         d = seg.device
         base = (seg.start, seg.end, d.node, d.pool, d.zone, d.accelerator, d.provisioning,
-                d.gpu_uuid, str(d.gpu_index), d.mig_profile, d.device_id, d.fraction)
+                d.gpu_uuid, str(d.gpu_index), d.mig_profile, d.device_id, d.fraction,
+                prices.get(d.pool))
         if seg.down is not None:
             rows.append((*base, "unavailable", seg.down, 1, None, None, None, None, None,
                          None))
@@ -93,21 +124,20 @@ def usage(truth: TruthLog, scenario: Scenario, window: Window,
         for p in seg.occupants:
             rows.append((*base, "allocated", None, n, p.namespace, p.name, p.uid,
                          p.team or teams.get(p.namespace, p.namespace), p.workload, util))
-    cols = ["start", "end", "node", "node_pool", "zone", "gpu_model", "provisioning",
-            "gpu_uuid", "gpu_index", "mig_profile", "device_id", "fraction", "state",
-            "reason", "shares", "namespace", "pod", "pod_uid", "team", "workload",
-            "utilization"]
-    f = hours(pd.DataFrame(rows, columns=cols), window)
-    price = f.node_pool.map(dict(prices)).astype(float)
-    unit = price * f.fraction
-    return f.assign(
-        gpu_seconds=f.interval_seconds * f.fraction / f.shares,
-        price_usd_per_hour=unit,
-        cost_usd=unit * f.interval_seconds / HOUR / f.shares,
-    ).drop(columns=["fraction", "shares"])
+    cols = _columns(["start", "end", "node", "node_pool", "zone", "gpu_model", "provisioning",
+                     "gpu_uuid", "gpu_index", "mig_profile", "device_id", "fraction", "price",
+                     "state", "reason", "shares", "namespace", "pod", "pod_uid", "team",
+                     "workload", "utilization"], rows)
+    for c in ("fraction", "price", "shares"):
+        cols[c] = _floats(cols[c])
+    f = hours(cols, window)
+    fraction, shares, seconds = f.pop("fraction"), f.pop("shares"), f["interval_seconds"]
+    unit = f.pop("price") * fraction
+    return f | {"gpu_seconds": seconds * fraction / shares, "price_usd_per_hour": unit,
+                "cost_usd": unit * seconds / HOUR / shares}
 
 
-def pods(truth: TruthLog, window: Window) -> pd.DataFrame:
+def pods(truth: TruthLog, window: Window) -> Columns:
     """``gpu_pods``: each pod created before the window's end, as it last was in it."""
     last = window.end - 1e-3
     rows = []
@@ -129,16 +159,17 @@ def pods(truth: TruthLog, window: Window) -> pd.DataFrame:
                      rec.reason if done is not None else None, queued,
                      wl.cluster_queue if wl is not None else None,
                      min(done if done is not None else last, last)))
-    f = pd.DataFrame(rows, columns=[
+    f = _columns([
         "pod_uid", "namespace", "pod", "team", "workload", "owner_kind", "gpus", "gpu_model",
         "node", "phase", "created", "scheduled", "finished", "queue_wait_seconds", "reason",
-        "queued", "cluster_queue", "updated"])
+        "queued", "cluster_queue", "updated"], rows)
     for c in ("created", "scheduled", "finished", "queued", "updated"):
-        f[c] = _timestamps(f[c].tolist())
+        f[c] = _timestamps(f[c])
+    f["queue_wait_seconds"] = _floats(f["queue_wait_seconds"])
     return f
 
 
-def workloads(truth: TruthLog, finished: Mapping[str, float], window: Window) -> pd.DataFrame:
+def workloads(truth: TruthLog, finished: Mapping[str, float], window: Window) -> Columns:
     """``kueue_workloads``: each Workload created before the window's end, as it last was.
     ``finished``: when each that finished did (Kueue's own record)."""
     last = window.end - 1e-3
@@ -159,17 +190,17 @@ def workloads(truth: TruthLog, finished: Mapping[str, float], window: Window) ->
             else "Pending"
         rows.append((wl.uid, wl.namespace, wl.name, wl.name, wl.team or wl.namespace,
                      wl.local_queue, wl.cluster_queue, wl.gpus, state, wl.created_at, queued,
-                     admitted, done, min(done if done is not None else last, last)))
-    f = pd.DataFrame(rows, columns=[
+                     admitted, done, min(done if done is not None else last, last), "Job"))
+    f = _columns([
         "workload_uid", "namespace", "workload", "owner_name", "team", "local_queue",
         "cluster_queue", "gpus", "state", "created", "queued", "admitted", "finished",
-        "updated"])
+        "updated", "owner_kind"], rows)
     for c in ("created", "queued", "admitted", "finished", "updated"):
-        f[c] = _timestamps(f[c].tolist())
-    return f.assign(owner_kind="Job")
+        f[c] = _timestamps(f[c])
+    return f
 
 
-def pending(truth: TruthLog, scenario: Scenario, window: Window) -> pd.DataFrame:
+def pending(truth: TruthLog, scenario: Scenario, window: Window) -> Columns:
     """``gpu_pending``: each run of waiting for one cause, cut at the hours."""
     teams = {n.name: n.team or n.name for n in scenario.namespaces}
     queued = {uid: (truth.workloads[r.workload_uid].created_at
@@ -180,31 +211,34 @@ def pending(truth: TruthLog, scenario: Scenario, window: Window) -> pd.DataFrame
     rows = [(s.uid, s.kind, s.namespace, teams.get(s.namespace, s.namespace), s.cause,
              s.gpus, models.get(s.uid), queued.get(s.uid, s.start), s.start, s.end)
             for s in truth.pending_segments(window.start, window.end)]
-    f = hours(pd.DataFrame(rows, columns=["uid", "kind", "namespace", "team", "cause", "gpus",
-                                          "gpu_model", "queued", "start", "end"]), window)
-    ended = f.time.astype("int64") / 1e9 + f.interval_seconds
-    return f.assign(seconds=f.interval_seconds, gpu_seconds=f.gpus * f.interval_seconds,
-                    wait_seconds=ended - f.queued, evidence_source="replay") \
-        .drop(columns=["queued"])
+    cols = _columns(["uid", "kind", "namespace", "team", "cause", "gpus", "gpu_model",
+                     "queued", "start", "end"], rows)
+    cols["gpus"] = np.array(cols["gpus"], dtype=np.int64)
+    cols["queued"] = _floats(cols["queued"])
+    f = hours(cols, window)
+    seconds = f["interval_seconds"]
+    ended = f["time"].asi8 / 1e9 + seconds
+    return f | {"seconds": seconds, "gpu_seconds": f["gpus"] * seconds,
+                "wait_seconds": ended - f.pop("queued"),
+                "evidence_source": ["replay"] * len(seconds)}
 
 
 def free(truth: TruthLog, scenario: Scenario, window: Window,
-         prices: Mapping[str, float | None]) -> pd.DataFrame:
+         prices: Mapping[str, float | None]) -> Columns:
     """``gpu_free``: each run of a pool's free GPUs of one use, cut at the hours."""
     pools = {p.name: p for p in scenario.pools}
-    rows = [(s.pool, s.use, s.gpus, s.start, s.end)
+    rows = [(s.pool, s.use, s.gpus, prices.get(s.pool), pools[s.pool].accelerator,
+             "spot" if pools[s.pool].spot else "on-demand", pools[s.pool].zone, s.start, s.end)
             for s in truth.free_segments(window.start, window.end) if s.gpus > 0]
-    f = hours(pd.DataFrame(rows, columns=["node_pool", "use", "gpus", "start", "end"]), window)
-    price = f.node_pool.map(dict(prices)).astype(float)
-    return f.assign(
-        gpu_model=f.node_pool.map(lambda p: pools[p].accelerator),
-        provisioning=f.node_pool.map(lambda p: "spot" if pools[p].spot else "on-demand"),
-        zone=f.node_pool.map(lambda p: pools[p].zone),
-        gpu_seconds=f.gpus * f.interval_seconds,
-        cost_usd=price * f.gpus * f.interval_seconds / HOUR).drop(columns=["gpus"])
+    cols = _columns(["node_pool", "use", "gpus", "price", "gpu_model", "provisioning", "zone",
+                     "start", "end"], rows)
+    cols["gpus"], cols["price"] = _floats(cols["gpus"]), _floats(cols["price"])
+    f = hours(cols, window)
+    gpus, price, seconds = f.pop("gpus"), f.pop("price"), f["interval_seconds"]
+    return f | {"gpu_seconds": gpus * seconds, "cost_usd": price * gpus * seconds / HOUR}
 
 
-def incidents(truth: TruthLog, window: Window) -> pd.DataFrame:
+def incidents(truth: TruthLog, window: Window) -> Columns:
     """``availability_events``: each GPU incident, clipped to the window."""
     pools = {s.device.node: s.device.pool for s in truth.segments}
     rows = []
@@ -214,23 +248,25 @@ def incidents(truth: TruthLog, window: Window) -> pd.DataFrame:
         if end > start:
             rows.append((i.node, pools.get(i.node), i.gpu_uuid, i.reason, start, end,
                          end - start))
-    f = pd.DataFrame(rows, columns=["node", "node_pool", "gpu_uuid", "reason", "start_time",
-                                    "end_time", "seconds"])
+    f = _columns(["node", "node_pool", "gpu_uuid", "reason", "start_time", "end_time",
+                  "seconds"], rows)
     for c in ("start_time", "end_time"):
-        f[c] = _timestamps(f[c].tolist())
+        f[c] = _timestamps(f[c])
+    f["seconds"] = _floats(f["seconds"])
     return f
 
 
-def arrow(name: str, frame: pd.DataFrame, cluster: str) -> pa.Table:
-    """``frame`` as the warehouse table ``name``: its columns in the table's types, the
+def arrow(name: str, cols: Columns, cluster: str) -> pa.Table:
+    """``cols`` as the warehouse table ``name``: its columns in the table's types, the
     table's other columns null, the ``cluster`` and row ids (unique within the replay's
     warehouse: it is written once, never merged) added."""
     schema = BY_NAME[name].arrow_schema
-    n = len(frame)
+    n = len(next(iter(cols.values()))) if cols else 0
     width = max(1, math.ceil(math.log10(n + 1)))
-    given = {"cluster": pa.array([cluster] * n, pa.string()),
-             "id": pa.array([f"{name}-{i:0{width}d}" for i in range(n)], pa.string())}
+    numbers = pc.utf8_lpad(pa.array(np.arange(n)).cast(pa.string()), width, padding="0")
+    given = {"cluster": pa.repeat(pa.scalar(cluster, pa.string()), n),
+             "id": pc.binary_join_element_wise(f"{name}-", numbers, "")}
     columns = [given[f.name] if f.name in given else
-               pa.array(frame[f.name], from_pandas=True).cast(f.type, safe=False)
-               if f.name in frame.columns else pa.nulls(n, f.type) for f in schema]
+               pa.array(cols[f.name], from_pandas=True).cast(f.type, safe=False)
+               if f.name in cols else pa.nulls(n, f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)

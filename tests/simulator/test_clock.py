@@ -102,3 +102,33 @@ def test_a_headless_cluster_writes_no_api_objects() -> None:
     assert c.store.list_objects("Pod") == []
     assert c.store.list_objects("Event") == []
     assert c.truth.pods
+
+
+class Forgetful(Cluster):
+    """A cluster whose scheduler tries every pod afresh each pass."""
+
+    def _schedule(self) -> None:
+        self.freed += 1
+        super()._schedule()
+
+
+def told(c: Cluster) -> list[tuple[Any, ...]]:
+    """What the scheduler last told each pod it could not place, and when."""
+    return sorted((p.uid, p.unschedulable_since, p.unschedulable_message,
+                   p.failed_scheduling_at) for p in c.pods.values())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_a_refused_pod_keeps_its_verdict_until_gpus_are_freed(case: tuple[Scenario, float]
+                                                              ) -> None:
+    """The scheduler carries a refusal over until GPUs are freed or the nodes change: the
+    truth, and what each waiting pod is told, are those of a scheduler trying every pod
+    afresh each pass (over two days, for queues to form)."""
+    s, _ = case
+    carried, fresh = Cluster(s, headless=True), Forgetful(s, headless=True)
+    for c in (carried, fresh):
+        c.advance(2 * 86400.0)
+        c.close()
+    assert truth_of(carried) == truth_of(fresh)
+    assert told(carried) == told(fresh)
