@@ -27,7 +27,17 @@ import pandas as pd
 from analytics import holdings, tables
 from analytics.store import DuckDBStore, Store
 from analytics.week import Week
-from analytics.whatif import compare, engine, layout, levers, render, scenario, search, trace
+from analytics.whatif import (
+    compare,
+    engine,
+    layout,
+    levers,
+    pods_csv,
+    render,
+    scenario,
+    search,
+    trace,
+)
 from analytics.whatif.engine import Pricing
 from analytics.whatif.measure import Measured, measure, told_as
 from analytics.whatif.priced import AS_IT_IS
@@ -185,14 +195,14 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
         assert r.week is not None
         found = week_of(store, r.week, r.cluster, cfg, r.step)
         week, actual, week_layout = found.week, found.measured, found.layout
-        jobs = trace.load(r.trace) if r.trace else found.jobs
+        jobs = pods_csv.load(r.trace) if r.trace else found.jobs
         layout.write(week_layout, out / "layout.yaml",
                      f"The layout cluster {found.cluster} ran on in {week.label}, as its "
                      "warehouse shows it.")
         origin = f"{len(jobs):,} jobs of {week.label} in cluster {found.cluster}"
     else:
         assert r.trace is not None and r.layout is not None
-        jobs = trace.load(r.trace)
+        jobs = pods_csv.load(r.trace)
         week = r.week or trace.window(jobs, r.days)
         origin = f"{len(jobs):,} jobs of {r.trace}"
     trace.write(jobs, out / "trace.csv")
