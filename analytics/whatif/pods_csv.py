@@ -12,11 +12,16 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from analytics.week import Week
+from analytics.whatif import measure
+from analytics.whatif.measure import Measured
 from analytics.whatif.trace import (
     BOOLEANS,
     Job,
@@ -45,7 +50,8 @@ POD_COLUMNS: dict[str, str] = {
            "(default: each pod its own job).",
     "queue": "A Kueue LocalQueue.",
     "spot": "true if it runs on Spot VMs.",
-    "utilization": "Its mean GPU utilisation, 0-1 (or 0-100 %): picks the nearest profile.",
+    "utilization": "Its mean GPU utilisation, 0-1 (or 0-100 %): picks the nearest profile. "
+                   "Without it, utilisation is unknown: the figures that need it read —.",
     "priority": "Its priority.",
 }
 """The columns ``of_pods_csv`` reads; unknown columns are ignored."""
@@ -55,12 +61,52 @@ BAD_ROWS_TOLD = 20
 """How many bad rows a ``TraceError`` of a pods CSV lists (it counts the rest)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A row of a pods CSV, read."""
+
+    created: datetime
+    scheduled: datetime | None
+    ended: datetime | None
+    gpus: float
+    gpu_model: str
+    team: str
+    namespace: str
+    pod: str
+    job: str
+    queue: str | None
+    spot: bool
+    utilization: float | None
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodsFile:
+    """A pods CSV, read: its pods, the columns it has, and its jobs."""
+
+    path: Path
+    pods: list[Pod]
+    columns: frozenset[str]
+    jobs: list[Job]
+
+    @property
+    def until(self) -> datetime:
+        """The file's latest time: where its record ends."""
+        return max(t for p in self.pods for t in (p.created, p.scheduled, p.ended)
+                   if t is not None)
+
+
 def of_pods_csv(path: Path) -> list[Job]:
-    """The jobs of a plain pods CSV (``POD_COLUMNS``); ``TraceError`` names every row it
+    """The jobs of a plain pods CSV (``read_pods``)."""
+    return read_pods(path).jobs
+
+
+def read_pods(path: Path) -> PodsFile:
+    """A plain pods CSV (``POD_COLUMNS``) and its jobs; ``TraceError`` names every row it
     cannot read (the first ``BAD_ROWS_TOLD``, a line each, by file, line and column; then
     how many more)."""
     rows = csv_rows(path, "pods")
-    header = {k.strip().lower() for k in rows[0] if k}
+    header = frozenset(k.strip().lower() for k in rows[0] if k)
     missing = [c for c in ("created", "gpus", "gpu_model", "team") if c not in header]
     if missing:
         raise TraceError(f"{path}: missing columns {', '.join(missing)} (a pods file has "
@@ -77,15 +123,45 @@ def of_pods_csv(path: Path) -> list[Job]:
         more = len(bad) - BAD_ROWS_TOLD
         raise TraceError("\n".join(bad[:BAD_ROWS_TOLD] + (
             [f"{path}: {more:,} more rows it cannot read"] if more > 0 else [])))
-    groups: dict[tuple[str, str], list[dict[str, object]]] = {}
+    groups: dict[tuple[str, str], list[Pod]] = {}
     for pod in pods:
-        groups.setdefault((str(pod["namespace"]), str(pod["job"])), []).append(pod)
-    until = max(t for p in pods for k in ("created", "scheduled", "ended")
-                if isinstance(t := p[k], datetime))
-    return estimate_runs([_csv_job(ns, name, g, until) for (ns, name), g in groups.items()])
+        groups.setdefault((pod.namespace, pod.job), []).append(pod)
+    read_ = PodsFile(path, pods, header, [])
+    if "scheduled" not in header:  # no wait recorded: each pod ran from its creation
+        groups = {k: [replace(p, scheduled=p.created) for p in g] for k, g in groups.items()}
+    jobs = estimate_runs([_csv_job(ns, name, g, read_.until) for (ns, name), g in
+                          groups.items()])
+    return PodsFile(path, pods, header, jobs)
 
 
-def _pod_row(row: Mapping[str, str], where: str, line: int) -> dict[str, object]:
+def recorded(f: PodsFile, week: Week) -> Measured | None:
+    """The week as the file recorded it (``measure.recorded``): its pods' waits, created
+    to scheduled, and the GPU-hours they held, scheduled to deleted; a pod still waiting
+    or running at the file's last time, until then (a lower bound). None when the file
+    has no ``scheduled`` column: it records no wait (``unrecorded`` says so)."""
+    if unrecorded(f) is not None:
+        return None
+    until = pd.Timestamp(f.until)
+    frame = pd.DataFrame({
+        "team": [p.team for p in f.pods], "namespace": [p.namespace for p in f.pods],
+        "created": pd.to_datetime([p.created for p in f.pods], utc=True),
+        "scheduled": pd.to_datetime([p.scheduled for p in f.pods], utc=True),
+        "finished": pd.to_datetime([p.ended or until for p in f.pods], utc=True),
+        "gpus": [p.gpus for p in f.pods],
+        "utilization": [np.nan if p.utilization is None else p.utilization
+                        for p in f.pods]})
+    return measure.recorded(frame, week)
+
+
+def unrecorded(f: PodsFile) -> str | None:
+    """Why the file gives no week to compare a replay with; None when it gives one."""
+    if "scheduled" not in f.columns:
+        return (f"{f.path.name} has no scheduled column, so no recorded wait to check a "
+                "replay against")
+    return None
+
+
+def _pod_row(row: Mapping[str, str], where: str, line: int) -> Pod:
     created = parse_time(row.get("created", ""), f"{where}: created")
     scheduled = parse_time(row["scheduled"], f"{where}: scheduled") \
         if row.get("scheduled") else None
@@ -128,37 +204,37 @@ def _pod_row(row: Mapping[str, str], where: str, line: int) -> dict[str, object]
     except ValueError:
         raise TraceError(f"{where}: priority {row['priority']!r} is not a whole "
                          "number") from None
-    return {"created": created, "scheduled": scheduled, "ended": ended, "gpus": gpus,
-            "gpu_model": model, "team": team, "namespace": row.get("namespace") or team,
-            "pod": pod, "job": row.get("job") or pod, "queue": row.get("queue") or None,
-            "spot": spot, "utilization": util, "priority": priority}
+    return Pod(created=created, scheduled=scheduled, ended=ended, gpus=gpus,
+               gpu_model=model, team=team,
+               namespace=row.get("namespace") or team, pod=pod, job=row.get("job") or pod,
+               queue=row.get("queue") or None, spot=spot, utilization=util,
+               priority=priority)
 
 
-def _csv_job(namespace: str, name: str, pods: list[dict[str, object]],
-             until: datetime) -> Job:
+def _csv_job(namespace: str, name: str, pods: list[Pod], until: datetime) -> Job:
     """The job of a pods CSV's pods. ``until``: the file's latest time, where its record
     ends: a pod still running then ran at least that long (``lower_bound``: it runs past
     a replay's window); a job none of whose pods was ever scheduled, all deleted, was
-    withdrawn (``deadline_seconds``: its last deletion, from its submission)."""
-    first = min(pods, key=lambda p: p["created"])  # type: ignore[arg-type,return-value]
-    created: datetime = first["created"]  # type: ignore[assignment]
-    wave = [p for p in pods if p["created"] == created]
-    runs = [((p["ended"] or until) - p["scheduled"]).total_seconds()  # type: ignore[operator]
-            for p in pods if p["scheduled"] is not None]
-    running = any(p["scheduled"] is not None and p["ended"] is None for p in pods)
-    withdrawn = all(p["scheduled"] is None and p["ended"] is not None for p in pods)
-    deadline = max((p["ended"] - created).total_seconds()  # type: ignore[operator]
-                   for p in pods) if withdrawn else None
-    utils = [u for p in pods if (u := p["utilization"]) is not None]
-    util = float(np.mean(utils)) if utils else None  # type: ignore[arg-type]
-    gpus = float(first["gpus"])  # type: ignore[arg-type]
+    withdrawn (``deadline_seconds``: its last deletion, from its submission). A file
+    without a ``scheduled`` column records no wait: each pod's run is taken from its
+    creation (what it waited included), and none is withdrawn."""
+    first = min(pods, key=lambda p: p.created)
+    created = first.created
+    wave = [p for p in pods if p.created == created]
+    runs = [((p.ended or until) - p.scheduled).total_seconds()
+            for p in pods if p.scheduled is not None]
+    running = any(p.scheduled is not None and p.ended is None for p in pods)
+    withdrawn = all(p.scheduled is None and p.ended is not None for p in pods)
+    deadline = max((p.ended - created).total_seconds() for p in pods
+                   if p.ended is not None) if withdrawn else None
+    utils = [p.utilization for p in pods if p.utilization is not None]
+    util = float(np.mean(utils)) if utils else None
     basis: RunBasis = "estimated" if not runs else "lower_bound" if running else "measured"
     return Job(
-        job=name, namespace=namespace, team=str(first["team"]), kind="job",
-        submitted=created, pods=len(wave), gpus_per_pod=max(1, int(gpus)),
-        gpu_model=str(first["gpu_model"]), spot=bool(first["spot"]), sharing=gpus < 1,
-        mig_profile=None, queue=first["queue"],  # type: ignore[arg-type]
-        priority_class=None, priority=int(first["priority"]),  # type: ignore[call-overload]
+        job=name, namespace=namespace, team=first.team, kind="job",
+        submitted=created, pods=len(wave), gpus_per_pod=max(1, int(first.gpus)),
+        gpu_model=first.gpu_model, spot=first.spot, sharing=first.gpus < 1,
+        mig_profile=None, queue=first.queue, priority_class=None, priority=first.priority,
         run_seconds=max(1.0, sum(runs) / len(wave)) if runs else math.nan,
         run_basis=basis, startup_seconds=0.0, profile=profile_of(None, util),
         utilization=util, reclaims=0, restarts=max(0, len(pods) - len(wave)),
