@@ -24,11 +24,13 @@ from analytics.whatif import measure
 from analytics.whatif.measure import Measured
 from analytics.whatif.trace import (
     BOOLEANS,
+    MODELS_SEPARATOR,
     Job,
     RunBasis,
     TraceError,
     csv_rows,
     estimate_runs,
+    models_text,
     parse_time,
     profile_of,
     read,
@@ -42,7 +44,8 @@ POD_COLUMNS: dict[str, str] = {
                "read too).",
     "gpus": "Required. GPUs it requested; a fraction below 1 (0.5) asks for a time-shared "
             "GPU.",
-    "gpu_model": "Required. The accelerator (nvidia-h100-80gb, nvidia-l4, ...).",
+    "gpu_model": "Required. The accelerator (nvidia-h100-80gb, nvidia-l4, ...), or the "
+                 "models it accepts joined by | (nvidia-tesla-a100|nvidia-h100-80gb).",
     "team": "Required. Its team.",
     "namespace": "Its namespace (default: the team).",
     "pod": "Its name (default: pod-<line>).",
@@ -70,6 +73,7 @@ class Pod:
     ended: datetime | None
     gpus: float
     gpu_model: str
+    """One model, or the acceptable ones joined by ``MODELS_SEPARATOR``."""
     team: str
     namespace: str
     pod: str
@@ -114,6 +118,12 @@ def read_pods(path: Path) -> PodsFile:
     pods = []
     bad: list[str] = []
     for line, row in enumerate(rows, start=2):
+        extra: object = row.get(None)  # type: ignore[call-overload]
+        if isinstance(extra, list):  # csv.DictReader's cells past the header's
+            bad.append(f"{path}:{line}: {len(row) - 1 + len(extra)} cells, the header "
+                       f"has {len(row) - 1} (a comma in a cell needs quotes; join models "
+                       f"with {MODELS_SEPARATOR})")
+            continue
         try:
             pods.append(_pod_row({k.strip().lower(): (v or "").strip()
                                   for k, v in row.items() if k}, f"{path}:{line}", line))
@@ -179,8 +189,9 @@ def _pod_row(row: Mapping[str, str], where: str, line: int) -> Pod:
         raise TraceError(f"{where}: gpus {gpus:g} must be a whole number of GPUs (1-16) or "
                          "a fraction of one")
     model = row.get("gpu_model", "")
-    if model not in GPU_MODELS:
-        raise TraceError(f"{where}: gpu_model {model!r} is not one of "
+    unknown = [m for m in model.split(MODELS_SEPARATOR) if m.strip() not in GPU_MODELS]
+    if unknown:
+        raise TraceError(f"{where}: gpu_model {unknown[0].strip()!r} is not one of "
                          f"{', '.join(sorted(GPU_MODELS))}")
     team = row.get("team", "")
     if not team:
@@ -205,7 +216,7 @@ def _pod_row(row: Mapping[str, str], where: str, line: int) -> Pod:
         raise TraceError(f"{where}: priority {row['priority']!r} is not a whole "
                          "number") from None
     return Pod(created=created, scheduled=scheduled, ended=ended, gpus=gpus,
-               gpu_model=model, team=team,
+               gpu_model=models_text(model.split(MODELS_SEPARATOR)), team=team,
                namespace=row.get("namespace") or team, pod=pod, job=row.get("job") or pod,
                queue=row.get("queue") or None, spot=spot, utilization=util,
                priority=priority)

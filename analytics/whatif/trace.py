@@ -83,7 +83,9 @@ COLUMNS: dict[str, str] = {
                  "first pods'.",
     "pods": "Pods of the job that run at once (replicas, for always_on).",
     "gpus_per_pod": "nvidia.com/gpu each pod requests.",
-    "gpu_model": "The accelerator, as GKE names it (nvidia-h100-80gb).",
+    "gpu_model": "The accelerator, as GKE names it (nvidia-h100-80gb); the models a job "
+                 "accepts, joined by | (nvidia-tesla-a100|nvidia-h100-80gb): it runs on a "
+                 "pool of any of them.",
     "spot": "true: it runs on Spot VMs (it ran on them, so it tolerates them).",
     "sharing": "true: its pods ask for a time-shared GPU.",
     "mig_profile": "The MIG profile its pods ask for (1g.5gb); empty for whole GPUs.",
@@ -113,6 +115,22 @@ COLUMNS: dict[str, str] = {
 """The trace file's columns, in order, with what each holds (docs/whatif.md)."""
 
 assert list(COLUMNS) == [f.name for f in fields(Job)]
+
+
+MODELS_SEPARATOR = "|"
+"""Between the GPU models a job accepts (``nvidia-tesla-a100|nvidia-h100-80gb``): a
+character no GPU model's name has and no CSV quotes."""
+
+
+def models(gpu_model: str) -> tuple[str, ...]:
+    """The GPU models a ``gpu_model`` accepts, in its order: one, or several."""
+    return tuple(dict.fromkeys(m.strip() for m in gpu_model.split(MODELS_SEPARATOR)
+                               if m.strip()))
+
+
+def models_text(accepted: Iterable[str]) -> str:
+    """The ``gpu_model`` of a job that accepts ``accepted`` models."""
+    return MODELS_SEPARATOR.join(dict.fromkeys(m.strip() for m in accepted if m.strip()))
 
 
 class TraceError(ValueError):
@@ -480,8 +498,9 @@ def _job_of_row(row: Mapping[str, str], where: str) -> Job:
     if kind not in ("job", "always_on"):
         raise fail("kind", "must be job or always_on")
     model = text("gpu_model")
-    if model not in GPU_MODELS:
-        raise fail("gpu_model", f"not one of {', '.join(sorted(GPU_MODELS))}")
+    if not models(model) or any(m not in GPU_MODELS for m in models(model)):
+        raise fail("gpu_model", f"not one of {', '.join(sorted(GPU_MODELS))} (or several "
+                                f"joined by {MODELS_SEPARATOR})")
     basis = text("run_basis") or "measured"
     if basis not in ("measured", "lower_bound", "estimated"):
         raise fail("run_basis", "must be measured, lower_bound or estimated")
@@ -496,7 +515,7 @@ def _job_of_row(row: Mapping[str, str], where: str) -> Job:
         submitted=parse_time(text("submitted"), f"{where}: submitted"),
         pods=int(number("pods", whole=True, minimum=1)),
         gpus_per_pod=int(number("gpus_per_pod", whole=True, minimum=1)),
-        gpu_model=model, spot=flag("spot"), sharing=flag("sharing"),
+        gpu_model=models_text(models(model)), spot=flag("spot"), sharing=flag("sharing"),
         mig_profile=text("mig_profile") or None, queue=text("queue") or None,
         priority_class=text("priority_class") or None,
         priority=int(number("priority", whole=True, minimum=-(2**31)))

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analytics.week import Week
-from analytics.whatif import compare, pods_csv, render
+from analytics.whatif import compare, pods_csv, render, trace
 from analytics.whatif.measure import Measured
+from exporter.model.catalog import GPU_MODELS
 
 START = datetime(2026, 11, 16, tzinfo=UTC)
 WEEK = Week(START, START + timedelta(days=1))
@@ -255,3 +256,106 @@ def test_a_full_loop_replay_of_pods_without_utilisation_shows_none() -> None:
     m = measure.without_utilization(replayed(60.0))
     assert all(m.headline.get(k) is None for k in measure.UTILIZATION_FIGURES)
     assert m.teams.utilization.isna().all()
+
+
+# ----------------------------------------------------------------------------- models
+
+MODELS = sorted(GPU_MODELS)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(MODELS), min_size=1, max_size=4))
+def test_a_pod_may_accept_several_gpu_models(tmp_path: Path, accepted: list[str]) -> None:
+    """``gpu_model`` lists the models a pod accepts, joined by ``|``: read as written (each
+    once, in its order), through a pods CSV and a trace file alike."""
+    cell = trace.MODELS_SEPARATOR.join(accepted)
+    [job] = pods_csv.read_pods(write(tmp_path, [f"{t(1)},{t(1)},{t(2)},1,{cell},a,p"])).jobs
+    assert trace.models(job.gpu_model) == tuple(dict.fromkeys(accepted))
+    assert trace.read(trace.write([job], tmp_path / "trace.csv")) == [job]
+
+
+@pytest.mark.parametrize(("cell", "error"), [
+    ("nvidia-l4|nvidia-k80", "gpu_model 'nvidia-k80' is not one of"),
+    ("nvidia-l4||nvidia-tesla-t4", "gpu_model '' is not one of"),
+    ("nvidia-l4,nvidia-tesla-t4", "pods.csv:2: 8 cells, the header has 7"),
+])
+def test_a_bad_model_in_a_list_is_named(tmp_path: Path, cell: str, error: str) -> None:
+    with pytest.raises(trace.TraceError, match=error):
+        pods_csv.read_pods(write(tmp_path, [f"{t(1)},{t(1)},{t(2)},1,{cell},a,p"]))
+
+
+def test_a_pod_accepting_several_models_asks_for_them_by_node_affinity() -> None:
+    """The Kubernetes way: ``cloud.google.com/gke-accelerator In [...]``, no nodeSelector
+    on the accelerator; a node of any of them passes the filter, another does not."""
+    from simulator import placement
+    from simulator.scenario import parse_scenario
+
+    sc = parse_scenario({
+        "cluster": "c", "namespaces": [{"name": "default"}], "pools": [
+            {"name": n, "accelerator": m, "gpus_per_node": 1, "nodes": 1}
+            for n, m in (("a100", "nvidia-tesla-a100"), ("l4", "nvidia-l4"),
+                         ("t4", "nvidia-tesla-t4"))],
+        "workloads": [{"name": "w", "kind": "finetuning", "namespace": "default",
+                       "accelerator": "nvidia-tesla-a100", "accelerators": ["nvidia-l4"],
+                       "accelerator_selector": False, "arrivals_per_day": 0}]}, "test")
+    w = sc.workloads[0]
+    c = placement.pod_constraints(w, sc)
+    assert placement.ACCELERATOR not in c.node_selector
+    assert {"key": placement.ACCELERATOR, "operator": "In",
+            "values": ["nvidia-tesla-a100", "nvidia-l4"]} in c.affinity[0]
+    p = placement.Placement(sc)
+    assert [pool.name for pool in sc.pools if p.eligible(pool, w)] == ["a100", "l4"]
+
+
+def test_several_models_need_the_accelerator_by_affinity() -> None:
+    from simulator.scenario import Workload
+
+    with pytest.raises(ValueError, match="accelerator_selector: false"):
+        Workload(name="w", kind="finetuning", namespace="default",
+                 accelerator="nvidia-l4", accelerators=["nvidia-tesla-t4"],
+                 arrivals_per_day=0)
+
+
+@pytest.mark.parametrize(("models", "pools", "lands", "note"), [
+    ("nvidia-tesla-a100|nvidia-l4", ("l4", "a100"), "a100", None),
+    ("nvidia-l4|nvidia-tesla-a100", ("l4", "a100"), "a100", None),
+    ("nvidia-tesla-a100|nvidia-l4", ("l4",), None, None),
+    ("nvidia-h100-80gb|nvidia-tesla-t4", ("l4", "a100"), None,
+     "1 jobs (1 GPU-hours) left out: no pool of the layout offers 1 x "
+     "nvidia-h100-80gb|nvidia-tesla-t4 on-demand"),
+], ids=["the-free-one", "in-any-order", "the-one-there-is", "none-there"])
+def test_a_pod_accepting_several_models_lands_on_any_pool_of_them(
+        tmp_path: Path, models: str, pools: tuple[str, ...], lands: str | None,
+        note: str | None) -> None:
+    """The L4 node is taken by a pod that accepts only L4 a minute before: the pod that
+    accepts either runs at once on the A100 where there is one, else waits for the L4."""
+    from analytics.whatif import engine, layout, scenario
+    from exporter.config import Prices
+
+    jobs = pods_csv.read_pods(write(tmp_path, [
+        f"{t(1)},{t(1)},{t(3)},1,nvidia-l4,a,only-l4",
+        f"{t(1 + 1 / 60)},{t(1 + 1 / 60)},{t(2 + 1 / 60)},1,{models},a,either"])).jobs
+    accelerators = {"l4": "nvidia-l4", "a100": "nvidia-tesla-a100"}
+    lay = layout.parse({"cluster": "c", "region": "us-central1", "pools": [
+        {"name": n, "accelerator": accelerators[n], "gpus_per_node": 1, "nodes": 1,
+         "zone": "us-central1-a"} for n in pools]})
+    built = scenario.build(jobs, lay, WEEK.start, WEEK.end, engine.RESOLUTION)
+    assert built.notes == ([note] if note else [])
+    played = engine.play(built.scenario, WEEK, engine.Pricing.load(Prices(), "us-central1"),
+                         {})
+    try:
+        held = dict(played.store.query(
+            "SELECT DISTINCT workload, node_pool FROM {gpu_usage} "
+            "WHERE state = 'allocated'", {}).itertuples(index=False))
+    finally:
+        played.store.close()
+    if note:
+        assert "either" not in held
+        return
+    assert held["only-l4"] == "l4"
+    waits = played.measured.waits.wait_seconds.sort_values().tolist()
+    if lands == "a100":
+        assert held["either"] == "a100" and waits == [0.0, 0.0]
+    else:
+        assert held["either"] == "l4" and waits == [0.0, pytest.approx(2 * 3600 - 60)]
