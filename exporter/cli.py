@@ -512,6 +512,8 @@ def _report(args: argparse.Namespace) -> int:
 def _whatif(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
+    import duckdb
+
     from analytics import holdings
     from analytics.week import Week, last_complete_week, parse_week
     from analytics.whatif.layout import LayoutError
@@ -568,6 +570,9 @@ def _whatif(args: argparse.Namespace) -> int:
     except google as exc:
         print(f"error: {_google_problem(exc)}", file=sys.stderr)
         return 2
+    except (duckdb.Error, MemoryError, OSError) as exc:  # what was written stays written
+        print(f"error: {type(exc).__name__}: {_one_line(exc, True)}", file=sys.stderr)
+        return 1
 
 
 def _replays(store: Store, week: Week, cluster: str | None, cfg: Config,

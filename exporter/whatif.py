@@ -145,6 +145,7 @@ def play_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path, pricing: 
         try:
             played.store.save(path)
         except (OSError, duckdb.Error) as exc:
+            path.unlink(missing_ok=True)
             failed.append(f"{name}: its warehouse not saved: {failure(exc)}")
         finally:
             played.store.close()
@@ -261,12 +262,13 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
     notes += failed
     by_name = {d.name: d for d in done}
     base = by_name.get("replayed")
-    last = by_name.get("proposed", base)
+    asked = [name for name, _ in runs]
+    last = by_name.get("proposed") if "proposed" in asked else base
     compared = compare.compare(actual, base.measured if base else None,
                                last.measured if last else None, r.step, unchecked)
     what = f"{r.layout}" if r.layout is not None and proposed != week_layout else \
         "its own layout"
-    shown = "proposed" if any(name == "proposed" for name, _ in runs) else "replayed"
+    shown = "proposed" if "proposed" in asked else "replayed"
     recorded = "as recorded" if pods is not None else "the week"
     page = render.Page(
         title=f"What if: {week.label} on {what}",

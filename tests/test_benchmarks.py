@@ -107,3 +107,16 @@ def test_the_whatif_benchmark_prints_the_engine_beside_the_full_loop() -> None:
     assert len(re.findall(r"the weekly report: CPU [\d.]+ s without replays, [\d.]+ s with "
                           r"\d+ actions replayed", out)) == 2, out
     assert re.search(r"fleet: 2 nodes, 16 GPUs", out)
+
+
+def test_the_backlog_benchmark_replays_a_pods_csv_the_layout_cannot_keep_up_with() -> None:
+    """Fractions, two-model pods, withdrawn, unfinished: hundreds wait, the replay runs to
+    the end and writes its outputs; the peak memory is printed."""
+    out = bench("benchmarks/whatif_backlog.py", "--pods", "2000", "--days", "1")
+    rows = re.findall(r"^\s+([\d,]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)$", out,
+                      re.MULTILINE)
+    assert len(rows) == 1, out
+    pods, rc, _, cpu, rss, waiting = rows[0]
+    assert (pods, rc) == ("2,000", "0")
+    assert float(cpu) > 0 and int(rss) > 0
+    assert int(waiting) >= 100, "hundreds wait in the busiest hour"
