@@ -43,7 +43,7 @@ POD_COLUMNS: dict[str, str] = {
     "deleted": "When it ended (finished or deleted); empty if it had not (`finished` is "
                "read too).",
     "gpus": "Required. GPUs it requested; a fraction below 1 (0.5) asks for a time-shared "
-            "GPU.",
+            "GPU: one time-sharing slot, whatever the fraction.",
     "gpu_model": "Required. The accelerator (nvidia-h100-80gb, nvidia-l4, ...), or the "
                  "models it accepts joined by | (nvidia-tesla-a100|nvidia-h100-80gb).",
     "team": "Required. Its team.",
