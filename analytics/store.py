@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import functools
 import re
+import shutil
+import tempfile
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -152,11 +155,16 @@ class ParquetStore(DuckDBStore):
 
 class ArrowStore(DuckDBStore):
     """Warehouse tables held in memory as Arrow tables (a replay's), queried in place by an
-    in-memory DuckDB. A table not given is empty."""
+    in-memory DuckDB. A table not given is empty. A query that needs more than
+    ``memory_limit`` spills to a temporary directory of its own (removed on ``close``),
+    not to ``.tmp`` wherever the process runs."""
 
     def __init__(self, tables: Mapping[str, pa.Table],
                  memory_limit: str = MEMORY_LIMIT, threads: int | None = None) -> None:
+        spill = tempfile.mkdtemp(prefix="gke-gpu-replay-")
+        self._spill = weakref.finalize(self, shutil.rmtree, spill, ignore_errors=True)
         con = duck.connect(memory_limit=memory_limit, threads=threads)
+        con.execute(f"SET temp_directory = {duck.quote(spill)}")
         super().__init__(con=con)
         self._owner = con
         self.tables = dict(tables)
@@ -182,6 +190,7 @@ class ArrowStore(DuckDBStore):
     def close(self) -> None:
         super().close()
         self._owner.close()
+        self._spill()
 
 
 def _parameter(name: str, value: Param) -> bigquery.ScalarQueryParameter | \

@@ -313,7 +313,7 @@ def trace_columns() -> str:
 
 
 def pod_columns() -> str:
-    from analytics.whatif.trace import POD_COLUMNS
+    from analytics.whatif.pods_csv import POD_COLUMNS
     return table(("column", "meaning"), [(f"`{k}`", cell(v)) for k, v in
                                          POD_COLUMNS.items()]).rstrip("\n")
 

@@ -160,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "(trace.csv, edited or not), or a plain pods CSV (created, "
                              "scheduled, deleted, gpus, gpu_model, team, ...); without a "
                              "warehouse it needs --layout")
+    whatif.add_argument("--recorded-layout", metavar="FILE", type=Path,
+                        help="for a trace without a warehouse: the layout its cluster ran "
+                             "on (YAML). The trace is replayed on it first, that replay "
+                             "checked against a pods CSV's recorded waits (the fidelity), "
+                             "and the changes measured from it")
     whatif.add_argument("--step", type=_duration, default=300.0, metavar="DURATION",
                         help="the week's interval, which its fidelity bounds allow a wait "
                              "to differ by; with --full-loop, the simulated time between the "
@@ -507,6 +512,8 @@ def _report(args: argparse.Namespace) -> int:
 def _whatif(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
+    import duckdb
+
     from analytics import holdings
     from analytics.week import Week, last_complete_week, parse_week
     from analytics.whatif.layout import LayoutError
@@ -524,9 +531,12 @@ def _whatif(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
         alone = args.trace is not None and args.store is None and args.bigquery is None
-        if alone and args.layout is None:
+        if alone and args.layout is None and args.recorded_layout is None:
             raise ConfigError("--trace without a warehouse needs --layout: there is no week "
                               "to take the layout from")
+        if args.recorded_layout is not None and not alone:
+            raise ConfigError("--recorded-layout is for a trace without a warehouse: the "
+                              "warehouse's week has its own layout")
         store = None if alone else _store(args, cfg)
         if store is not None:
             problem = holdings.unknown_cluster(store, args.cluster)
@@ -539,7 +549,8 @@ def _whatif(args: argparse.Namespace) -> int:
         request = whatif.Request(out=args.out, step=float(round(args.step)), seed=args.seed,
                                  layout=args.layout, trace=args.trace, week=week,
                                  cluster=args.cluster, days=args.duration / 86400,
-                                 full_loop=args.full_loop)
+                                 full_loop=args.full_loop,
+                                 recorded_layout=args.recorded_layout)
         if store is not None and week is not None:
             empty = holdings.empty_week(store, week, args.cluster)
             if empty:
@@ -559,6 +570,9 @@ def _whatif(args: argparse.Namespace) -> int:
     except google as exc:
         print(f"error: {_google_problem(exc)}", file=sys.stderr)
         return 2
+    except (duckdb.Error, MemoryError, OSError) as exc:  # what was written stays written
+        print(f"error: {type(exc).__name__}: {_one_line(exc, True)}", file=sys.stderr)
+        return 1
 
 
 def _replays(store: Store, week: Week, cluster: str | None, cfg: Config,

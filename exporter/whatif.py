@@ -16,20 +16,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 
 from analytics import holdings, tables
 from analytics.store import DuckDBStore, Store
 from analytics.week import Week
-from analytics.whatif import compare, engine, layout, levers, render, scenario, search, trace
+from analytics.whatif import (
+    compare,
+    engine,
+    layout,
+    levers,
+    pods_csv,
+    render,
+    scenario,
+    search,
+    trace,
+)
 from analytics.whatif.engine import Pricing
-from analytics.whatif.measure import Measured, measure, told_as
+from analytics.whatif.measure import Measured, measure, told_as, without_utilization
 from analytics.whatif.priced import AS_IT_IS
 from analytics.whatif.scenario import Built
 from exporter.config import Config
@@ -117,20 +129,35 @@ def replay_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path,
 
 
 def play_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path, pricing: Pricing,
-             utilization: dict[str, float]) -> list[Replayed]:
+             utilization: dict[str, float]) -> tuple[list[Replayed], list[str]]:
     """Each named scenario played on the engine and measured; its warehouse saved to
-    ``out/NAME/warehouse.duckdb``."""
+    ``out/NAME/warehouse.duckdb``. A replay that fails is told in a line (``failures``)
+    and the others go on: what was measured is kept."""
     done = []
+    failed = []
     for name, built in runs:
-        played = engine.play(built.scenario, week, pricing, utilization)
+        try:
+            played = engine.play(built.scenario, week, pricing, utilization)
+        except (MemoryError, OSError, RuntimeError, ValueError, duckdb.Error) as exc:
+            failed.append(f"{name}: not replayed: {failure(exc)}")
+            continue
         path = out / name / WAREHOUSE
         try:
             played.store.save(path)
+        except (OSError, duckdb.Error) as exc:
+            path.unlink(missing_ok=True)
+            failed.append(f"{name}: its warehouse not saved: {failure(exc)}")
         finally:
             played.store.close()
         done.append(Replayed(name, built, path, told_as(played.measured, built.names),
                              played.seconds))
-    return done
+    return done, failed
+
+
+def failure(exc: BaseException) -> str:
+    """An error in one line: its kind and the first line of what it says."""
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +176,9 @@ class Request:
     full_loop: bool = False
     """Replay through the simulator's HTTP and the exporter, a cycle a step, rather than
     on the engine."""
+    recorded_layout: Path | None = None
+    """A trace without a warehouse: the layout its cluster ran on, replayed first (the
+    fidelity, against a pods CSV's record; the changes are the proposed replay less it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,26 +205,38 @@ def week_of(store: Store, week: Week, cluster: str | None, cfg: Config,
 
 def run(request: Request, store: Store | None, cfg: Config) -> int:
     """Replay, measure, compare, write; print the summary. 0, or 1 when the week's own
-    replay is outside its fidelity bounds (the comparison is written all the same)."""
+    replay is outside its fidelity bounds (the comparison is written all the same), or
+    when a replay failed (what was measured is written, the failure told in a line)."""
     r = request
     out = r.out
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     actual = week_layout = None
+    pods = pods_csv.read_pods(r.trace) if r.trace and pods_csv.is_pods_csv(r.trace) \
+        else None
     if store is not None:
         assert r.week is not None
         found = week_of(store, r.week, r.cluster, cfg, r.step)
         week, actual, week_layout = found.week, found.measured, found.layout
-        jobs = trace.load(r.trace) if r.trace else found.jobs
+        jobs = pods.jobs if pods else trace.read(r.trace) if r.trace else found.jobs
         layout.write(week_layout, out / "layout.yaml",
                      f"The layout cluster {found.cluster} ran on in {week.label}, as its "
                      "warehouse shows it.")
         origin = f"{len(jobs):,} jobs of {week.label} in cluster {found.cluster}"
     else:
-        assert r.trace is not None and r.layout is not None
-        jobs = trace.load(r.trace)
+        assert r.trace is not None and (r.layout is not None or r.recorded_layout is not None)
+        jobs = pods.jobs if pods else trace.read(r.trace)
         week = r.week or trace.window(jobs, r.days)
+        if r.recorded_layout is not None:
+            week_layout = layout.load(r.recorded_layout)
         origin = f"{len(jobs):,} jobs of {r.trace}"
+    unchecked = None
+    if pods is not None:  # the week as the file recorded it, not as the warehouse measured
+        actual = pods_csv.recorded(pods, week)
+        unchecked = pods_csv.unrecorded(pods) or (
+            None if week_layout is not None else
+            "the layout the file's cluster ran on is not given (--recorded-layout replays "
+            "the file on it and checks that replay against the recorded waits)")
     trace.write(jobs, out / "trace.csv")
     proposed = layout.load(r.layout) if r.layout is not None else None
     runs: list[tuple[str, Built]] = []
@@ -207,20 +249,27 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
                                                 week.start, week.end, step, r.seed)))
     for label, built in runs:
         notes += [f"{label}: {n}" for n in built.notes]
+    failed: list[str] = []
     if r.full_loop:
         done = replay_all(runs, week, out / "replays",
                           cfg.prices.model_dump(mode="json", exclude_defaults=True))
+        if all(j.utilization is None for j in jobs):  # drawn from profiles, not measured
+            done = [replace(d, measured=without_utilization(d.measured)) for d in done]
     else:
-        done = play_all(runs, week, out / "replays",
-                        Pricing.load(cfg.prices, runs[0][1].scenario.region),
-                        engine.utilizations(jobs))
+        done, failed = play_all(runs, week, out / "replays",
+                                Pricing.load(cfg.prices, runs[0][1].scenario.region),
+                                engine.utilizations(jobs))
+    notes += failed
     by_name = {d.name: d for d in done}
     base = by_name.get("replayed")
-    last = by_name.get("proposed", base)
-    assert last is not None
-    compared = compare.compare(actual, base.measured if base else None, last.measured,
-                               r.step)
-    what = f"{r.layout}" if "proposed" in by_name else "its own layout"
+    asked = [name for name, _ in runs]
+    last = by_name.get("proposed") if "proposed" in asked else base
+    compared = compare.compare(actual, base.measured if base else None,
+                               last.measured if last else None, r.step, unchecked)
+    what = f"{r.layout}" if r.layout is not None and proposed != week_layout else \
+        "its own layout"
+    shown = "proposed" if "proposed" in asked else "replayed"
+    recorded = "as recorded" if pods is not None else "the week"
     page = render.Page(
         title=f"What if: {week.label} on {what}",
         lines=[f"{origin}, replayed from {week.start:%Y-%m-%d %H:%M} to "
@@ -228,12 +277,8 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
                + (", the simulator and the exporter a cycle a step." if r.full_loop else
                   ", on the engine (the simulated cluster alone, in event time)."),
                "; ".join(f"{d.name}: {d.built.jobs:,} jobs in {d.seconds:.1f} s"
-                         for d in done) + ".",
-               "Changes are the proposed replay less the week's own replay: the same jobs "
-               "through the same simulator, on two layouts." if "proposed" in by_name and
-               base is not None else "The week beside its replay on its own layout."],
-        comparison=compared, notes=notes,
-        proposed="proposed" if "proposed" in by_name else "replayed")
+                         for d in done) + ".", _changes(shown, base is not None, pods)],
+        comparison=compared, notes=notes, proposed=shown, actual=recorded)
     written = render.write(page, out)
     print(page.title)
     print(render.terminal(page))
@@ -242,7 +287,22 @@ def run(request: Request, store: Store | None, cfg: Config) -> int:
     print(f"Written to {out}/: {', '.join(p.name for p in written)}, trace.csv"
           + (", layout.yaml (the week's own: copy it and change it)" if store else "")
           + f"; each replay's warehouse under {out}/replays/.")
-    return 0 if compared.fidelity.empty or compared.faithful else 1
+    for f in failed:
+        print(f"error: {f}", file=sys.stderr)
+    return 1 if failed or not (compared.fidelity.empty or compared.faithful) else 0
+
+
+def _changes(shown: str, own: bool, pods: pods_csv.PodsFile | None) -> str:
+    """What the page's changes are the difference of."""
+    if shown == "proposed" and own:
+        return ("Changes are the proposed replay less the week's own replay: the same jobs "
+                "through the same simulator, on two layouts.")
+    if shown == "proposed" and pods is not None:
+        return ("Changes are the replay less the week as the file recorded it (its waits, "
+                "created to scheduled; its GPU-hours, scheduled to deleted).")
+    if pods is not None:
+        return "The week as the file recorded it beside its replay on the layout it ran on."
+    return "The week beside its replay on its own layout."
 
 
 COVERED = """

@@ -101,7 +101,8 @@ def pod_constraints(w: Workload, scenario: Scenario) -> Constraints:
     selector: dict[str, str] = {ACCELERATOR: w.accelerator} if w.accelerator_selector else {}
     requirements: list[Obj] = []
     if not w.accelerator_selector:  # the accelerator by affinity instead
-        requirements.append({"key": ACCELERATOR, "operator": "In", "values": [w.accelerator]})
+        requirements.append({"key": ACCELERATOR, "operator": "In",
+                             "values": list(dict.fromkeys([w.accelerator, *w.accelerators]))})
     tolerations: list[Obj] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
     if w.spot:
         selector[SPOT] = "true"

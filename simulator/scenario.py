@@ -198,6 +198,11 @@ class Workload(_Model):
     """Whether its pods name ``accelerator`` in a ``cloud.google.com/gke-accelerator``
     nodeSelector. Without it they select it by a required node affinity instead, and only
     their node tells the model."""
+    accelerators: list[Accelerator] = Field(default_factory=list)
+    """More accelerators its pods accept beside ``accelerator``: their required node
+    affinity is ``cloud.google.com/gke-accelerator In`` all of them, so a pod runs on a
+    pool of any (with ``accelerator_selector: false``; Kueue quotas and time-sharing's
+    clients per GPU are ``accelerator``'s)."""
     node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """More nodeSelector terms on its pods. A label no pool's nodes carry (a pool that
     does not exist here, say) leaves them unschedulable: the manifest error it models."""
@@ -221,6 +226,9 @@ class Workload(_Model):
             raise ValueError("pods on time-shared GPUs request exactly 1 nvidia.com/gpu")
         if self.mig_partition_size is not None and self.gpus_per_pod != 1:
             raise ValueError("pods on MIG instances request exactly 1 nvidia.com/gpu")
+        if self.accelerators and self.accelerator_selector:
+            raise ValueError("accelerators (more models a pod accepts) need "
+                             "accelerator_selector: false: a nodeSelector names one model")
         return self
 
 
@@ -571,16 +579,17 @@ def _pool_units_per_node(pool: Pool) -> int:
 
 
 def pool_selects(pool: Pool, w: Workload) -> bool:
-    """Whether ``pool`` offers the GPUs workload ``w`` asks for: its accelerator, spot or
+    """Whether ``pool`` offers the GPUs workload ``w`` asks for: its accelerator (or one of
+    the others it accepts), spot or
     on-demand, sharing and MIG profile. Its ``node_selector`` and ``tolerations`` may still
     exclude the pool (``simulator.placement`` decides where its pods may run)."""
-    return (pool.accelerator == w.accelerator and pool.spot == w.spot
+    return (pool.accelerator in (w.accelerator, *w.accelerators) and pool.spot == w.spot
             and (pool.sharing.strategy if pool.sharing else None) == w.sharing
             and pool.mig_partition_size == w.mig_partition_size)
 
 
 def _describe_selector(w: Workload) -> str:
-    parts = [w.accelerator, "spot" if w.spot else "on-demand"]
+    parts = [" or ".join([w.accelerator, *w.accelerators]), "spot" if w.spot else "on-demand"]
     if w.sharing:
         parts.append(w.sharing)
     if w.mig_partition_size:

@@ -118,3 +118,16 @@ def test_the_forecast_benchmark_prints_the_error_against_the_truth() -> None:
     assert int(found.group(1)) > 0
     assert re.search(r"forecast error: median [\d.]+ h, p90 [\d.]+ h", out), out
     assert re.search(r"plain guess .*: median [\d.]+ h", out), out
+
+
+def test_the_backlog_benchmark_replays_a_pods_csv_the_layout_cannot_keep_up_with() -> None:
+    """Fractions, two-model pods, withdrawn, unfinished: hundreds wait, the replay runs to
+    the end and writes its outputs; the peak memory is printed."""
+    out = bench("benchmarks/whatif_backlog.py", "--pods", "2000", "--days", "1")
+    rows = re.findall(r"^\s+([\d,]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)$", out,
+                      re.MULTILINE)
+    assert len(rows) == 1, out
+    pods, rc, _, cpu, rss, waiting = rows[0]
+    assert (pods, rc) == ("2,000", "0")
+    assert float(cpu) > 0 and int(rss) > 0
+    assert int(waiting) >= 100, "hundreds wait in the busiest hour"

@@ -307,3 +307,68 @@ def test_a_pods_csv_replays_on_a_layout_in_yaml_as_a_fifo_queue_would(tmp_path: 
         assert replayed[f"job-{i:04d}"] == pytest.approx(wait), f"job-{i:04d}"
         checked += 1
     assert checked >= 950 and max(expected) >= 3600, "a real queue, mostly replayed"
+
+
+def t4_layout(path: Path, gpus: int) -> Path:
+    path.write_text(yaml.safe_dump({
+        "cluster": "elsewhere", "region": "us-central1",
+        "pools": [{"name": "t4", "accelerator": "nvidia-tesla-t4", "gpus_per_node": 4,
+                   "nodes": gpus // 4, "zone": "us-central1-f"}]}))
+    return path
+
+
+def test_a_pods_csv_replayed_on_the_layout_it_ran_on_is_faithful_to_its_record(
+        tmp_path: Path, capsys: Any) -> None:
+    """The file was recorded on 16 GPUs: replayed there, every team's recorded wait p50 and
+    p90 and the GPU-hours held come back; the changes to 12 GPUs are measured from it."""
+    start = datetime(2026, 3, 2, tzinfo=UTC)
+    pods_csv(tmp_path / "pods.csv", start, 1000, seed=5)
+    out = tmp_path / "out"
+    rc = main(["whatif", "--trace", str(tmp_path / "pods.csv"), "--recorded-layout",
+               str(t4_layout(tmp_path / "recorded.yaml", 16)), "--layout",
+               str(t4_layout(tmp_path / "small.yaml", GPUS)), "--out", str(out),
+               "--duration", "3d12h", "--step", f"{STEP:g}s"])
+    printed = capsys.readouterr().out
+    fidelity = pd.read_csv(out / "fidelity.csv")
+    assert rc == 0 and fidelity.ok.all(), printed
+    assert set(fidelity.check) == {"GPU-hours held by pods"} | {
+        f"{team} wait {q} (s)" for team in ("vision", "speech", "ads") for q in ("p50", "p90")}
+    assert "as recorded  replayed  proposed" in printed
+    summary = pd.read_csv(out / "summary.csv").set_index("figure")
+    assert summary.loc["GPU-hours waited", "delta"] > 0, "12 GPUs wait more than 16"
+    assert pd.isna(summary.loc["Cost", "actual"]), "the file records no cost"
+
+
+def test_a_replay_that_fails_leaves_what_was_measured_and_a_line(
+        tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proposed replay runs out of memory: the record and the replay on the layout the
+    file ran on are written all the same, the failure told in one line, no traceback."""
+    start = datetime(2026, 3, 2, tzinfo=UTC)
+    pods_csv(tmp_path / "pods.csv", start, 100, seed=5)
+    real = engine.play
+
+    def play(s: Scenario, *args: Any) -> engine.Played:
+        if s.pools[0].nodes == GPUS // 4:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate "
+                                              "block of size 256.0 KiB\nmore detail")
+        return real(s, *args)
+
+    monkeypatch.setattr(engine, "play", play)
+    out = tmp_path / "out"
+    rc = main(["whatif", "--trace", str(tmp_path / "pods.csv"), "--recorded-layout",
+               str(t4_layout(tmp_path / "recorded.yaml", 16)), "--layout",
+               str(t4_layout(tmp_path / "small.yaml", GPUS)), "--out", str(out),
+               "--duration", "1d"])
+    captured = capsys.readouterr()
+    assert rc == 1
+    assert captured.err.splitlines() == [
+        "error: proposed: not replayed: OutOfMemoryException: Out of Memory Error: could "
+        "not allocate block of size 256.0 KiB"]
+    assert "Traceback" not in captured.err + captured.out
+    summary = pd.read_csv(out / "summary.csv").set_index("figure")
+    wait = "Queue wait p90, pods submitted in the week"
+    assert pd.notna(summary.loc[wait, "actual"]) and pd.notna(summary.loc[wait, "replay"])
+    assert summary.proposed.isna().all()
+    assert (out / "replays" / "replayed" / "warehouse.duckdb").exists()
+    assert not (out / "replays" / "proposed").exists()
+    assert "proposed: not replayed: OutOfMemoryException" in (out / "whatif.md").read_text()

@@ -9,7 +9,7 @@ is the fidelity (``FIDELITY``): every what-if prints it, so its reader can judge
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pandas as pd
@@ -36,6 +36,9 @@ class Comparison:
     pools: pd.DataFrame
     fidelity: pd.DataFrame
     """``check``, ``actual``, ``replay``, ``error``, ``bound``, ``ok``."""
+    unchecked: str | None = None
+    """Why there is no fidelity (no check could be made), in a person's words; None when
+    there is."""
 
     @property
     def faithful(self) -> bool:
@@ -56,7 +59,7 @@ def _get(m: Measured | None, key: str) -> float | None:
     if key == "stranded_cost_usd":
         return m.stranded_cost_usd
     if key == "reclaims":
-        return float(m.reclaims)
+        return None if m.reclaims is None else float(m.reclaims)
     if key == "min_availability":
         a = m.pools.availability.dropna()
         return float(a.min()) if len(a) else None
@@ -91,10 +94,17 @@ def _ratio(d: float | None, base: float | None) -> float | None:
     return None if d is None or not base else d / base
 
 
-def compare(actual: Measured | None, replay: Measured | None, proposed: Measured,
-            step: float) -> Comparison:
-    """Side by side: the measured week (None for a trace without one), its replay on its
-    own layout (None without one) and the replay on the proposed layout."""
+NO_WEEK = "there is no measured or recorded week to check a replay against"
+NO_OWN_REPLAY = "the week was not replayed on the layout it ran on"
+
+
+def compare(actual: Measured | None, replay: Measured | None, proposed: Measured | None,
+            step: float, unchecked: str | None = None) -> Comparison:
+    """Side by side: the measured week (or as a pods CSV recorded it; None for a trace
+    without one), its replay on its own layout (None without one) and the replay on the
+    proposed layout (None where no replay could be made: what was measured is still
+    shown). ``unchecked``: why the week cannot be checked, where its caller knows
+    better than ``NO_WEEK`` and ``NO_OWN_REPLAY``."""
     base = replay if replay is not None else actual
     rows = []
     for key, label, unit in SUMMARY:
@@ -104,12 +114,16 @@ def compare(actual: Measured | None, replay: Measured | None, proposed: Measured
         rows.append((label, a, r, p, d, _ratio(d, _get(base, key)), usd, unit))
     summary = pd.DataFrame(rows, columns=["figure", "actual", "replay", "proposed", "delta",
                                           "delta_ratio", "delta_usd", "unit"])
+    checks = fidelity(actual, replay, step)
+    why = None if not checks.empty else unchecked or (
+        NO_WEEK if actual is None else NO_OWN_REPLAY if replay is None else
+        "the week records none of the figures a replay is checked on")
     return Comparison(summary, _teams(actual, replay, proposed), _causes(actual, replay,
                                                                          proposed),
-                      _pools(replay, proposed), fidelity(actual, replay, step))
+                      _pools(replay, proposed), checks, why)
 
 
-def _side(frames: dict[str, Measured | None], attr: str, key: str,
+def _side(frames: Mapping[str, Measured | None], attr: str, key: str,
           values: tuple[str, ...]) -> pd.DataFrame:
     parts = []
     for name, m in frames.items():
@@ -121,34 +135,46 @@ def _side(frames: dict[str, Measured | None], attr: str, key: str,
 
 
 def _teams(actual: Measured | None, replay: Measured | None,
-           proposed: Measured) -> pd.DataFrame:
+           proposed: Measured | None) -> pd.DataFrame:
     values = ("cost_usd", "gpu_hours", "wait_p50_seconds", "wait_p90_seconds")
     t = _side({"actual": actual, "replay": replay, "proposed": proposed}, "teams", "team",
               values)
     base = "replay" if replay is not None else "actual"
-    if f"cost_usd_{base}" in t:
+    if f"cost_usd_{base}" in t and "cost_usd_proposed" in t:
         for v in ("cost_usd", "wait_p90_seconds"):
             t[f"{v}_delta"] = t[f"{v}_proposed"] - t[f"{v}_{base}"]
-    return t.sort_values("cost_usd_proposed", ascending=False, ignore_index=True)
+    return _by_last(t, "cost_usd")
+
+
+def _by_last(t: pd.DataFrame, value: str) -> pd.DataFrame:
+    """``t`` by the last side's ``value``, largest first (proposed, else replayed, else
+    the week's)."""
+    for side in ("proposed", "replay", "actual"):
+        if f"{value}_{side}" in t:
+            return t.sort_values(f"{value}_{side}", ascending=False, ignore_index=True)
+    return t
 
 
 def _causes(actual: Measured | None, replay: Measured | None,
-            proposed: Measured) -> pd.DataFrame:
-    t = _side({"actual": actual, "replay": replay, "proposed": proposed}, "causes", "cause",
-              ("gpu_hours",)).fillna(0.0)
+            proposed: Measured | None) -> pd.DataFrame:
+    known = {name: m for name, m in (("actual", actual), ("replay", replay),
+                                     ("proposed", proposed))
+             if m is not None and m.causes is not None}
+    t = _side(known, "causes", "cause", ("gpu_hours",)).fillna(0.0)
     base = "replay" if replay is not None else "actual"
-    if f"gpu_hours_{base}" in t:
+    if f"gpu_hours_{base}" in t and "gpu_hours_proposed" in t:
         t["gpu_hours_delta"] = t.gpu_hours_proposed - t[f"gpu_hours_{base}"]
-    return t.sort_values("gpu_hours_proposed", ascending=False, ignore_index=True)
+    return _by_last(t, "gpu_hours")
 
 
-def _pools(replay: Measured | None, proposed: Measured) -> pd.DataFrame:
+def _pools(replay: Measured | None, proposed: Measured | None) -> pd.DataFrame:
     return _side({"replay": replay, "proposed": proposed}, "pools", "node_pool",
                  ("gpu_hours", "cost_usd", "availability", "stranded_gpu_hours"))
 
 
 def fidelity(actual: Measured | None, replay: Measured | None, step: float) -> pd.DataFrame:
-    """How far the week's own replay is from the measured week, check by check."""
+    """How far the week's own replay is from the measured (or recorded) week, check by
+    check; a figure the week does not have (a pods CSV records no cost) is not checked."""
     cols = ["check", "actual", "replay", "error", "bound", "ok"]
     if actual is None or replay is None:
         return pd.DataFrame(columns=cols)
@@ -157,7 +183,10 @@ def fidelity(actual: Measured | None, replay: Measured | None, step: float) -> p
                               ("gpu_hours", "GPU-hours", GPU_HOURS_TOLERANCE),
                               ("allocated_gpu_hours", "GPU-hours held by pods",
                                GPU_HOURS_TOLERANCE)):
-        a, r = _get(actual, key) or 0.0, _get(replay, key) or 0.0
+        known = _get(actual, key)
+        if known is None:
+            continue
+        a, r = known, _get(replay, key) or 0.0
         err = abs(r - a) / a if a else (0.0 if r == 0 else math.inf)
         rows.append((label, a, r, err, f"{bound:.0%}", err <= bound))
     teams = actual.teams.merge(replay.teams, on="team", how="outer",

@@ -106,7 +106,11 @@ def play(scenario: Scenario, week: Week, pricing: Pricing,
     steps = cluster.advance_to(window.end)
     cluster.close()
     store = warehouse(cluster, window, pricing.pools(scenario), utilization)
-    measured = measure(store, week, scenario.cluster)
+    try:
+        measured = measure(store, week, scenario.cluster)
+    except BaseException:
+        store.close()
+        raise
     return Played(measured, time.process_time() - began, steps, store)
 
 

@@ -41,21 +41,23 @@ class Measured:
     headline: dict[str, float | None]
     teams: pd.DataFrame
     """``TEAM_COLUMNS``, a row per team."""
-    causes: pd.DataFrame
-    """``cause``, ``gpu_hours``: GPU-hours pods waited for each cause."""
+    causes: pd.DataFrame | None
+    """``cause``, ``gpu_hours``: GPU-hours pods waited for each cause; None: not recorded."""
     pools: pd.DataFrame
     """``POOL_COLUMNS``, a row per node pool."""
-    reclaims: int
+    reclaims: int | None
+    """None: not recorded."""
     waits: pd.DataFrame
     """Each wait counted: ``team``, ``wait_seconds``, ``gpus``."""
 
     @property
-    def stranded_gpu_hours(self) -> float:
-        return float(self.pools.stranded_gpu_hours.sum())
+    def stranded_gpu_hours(self) -> float | None:
+        """None where no pool is known (a pods CSV's record)."""
+        return float(self.pools.stranded_gpu_hours.sum()) if len(self.pools) else None
 
     @property
-    def stranded_cost_usd(self) -> float:
-        return float(self.pools.stranded_cost_usd.sum())
+    def stranded_cost_usd(self) -> float | None:
+        return float(self.pools.stranded_cost_usd.sum()) if len(self.pools) else None
 
     def wait_percentile(self, q: float) -> float | None:
         w = self.waits.wait_seconds.to_numpy()
@@ -77,11 +79,67 @@ def measure(store: Store, week: Week, cluster: str | None = None) -> Measured:
     reclaims = int(((states.reason == "Terminated") & (reclaimed >= week.start.timestamp())
                     & (reclaimed < week.end.timestamp())).sum())
     return Measured(
-        headline=headline(usage.assign(this_week=True)), teams=_teams(usage, waits),
+        headline=_unknown_utilization(headline(usage.assign(this_week=True))),
+        teams=_teams(usage, waits),
         causes=pending.groupby("cause", as_index=False).gpu_seconds.sum()
         .assign(gpu_hours=lambda f: f.gpu_seconds / HOUR)[["cause", "gpu_hours"]]
         if not pending.empty else pd.DataFrame(columns=["cause", "gpu_hours"]),
         pools=_pools(usage, free), reclaims=reclaims, waits=waits)
+
+
+UTILIZATION_FIGURES = ("utilization", "fleet_cost_usd_per_utilized_hour", "idle_cost_usd",
+                       "idle_share")
+"""The headline's figures that need the GPUs' utilisation."""
+
+
+def _unknown_utilization(h: dict[str, float | None]) -> dict[str, float | None]:
+    """The headline with no utilisation measured (a trace without it): what needs it is
+    unknown, not 0 (the idle cost is the measured GPU-hours' only)."""
+    if h.get("utilization") is not None:
+        return h
+    return h | dict.fromkeys(UTILIZATION_FIGURES)
+
+
+def without_utilization(m: Measured) -> Measured:
+    """``m`` with what needs utilisation unknown: a full-loop replay of jobs whose
+    utilisation the trace does not have draws it from their profiles, which is not a
+    measurement."""
+    return dataclasses.replace(
+        m, headline=m.headline | dict.fromkeys(UTILIZATION_FIGURES),
+        teams=m.teams.assign(utilization=np.nan, cost_per_utilized_hour=np.nan))
+
+
+def recorded(pods: pd.DataFrame, week: Week) -> Measured:
+    """The week as a record of its pods (a pods CSV) tells it, by the definitions of
+    ``measure``: each team's GPU-hours held (scheduled to finished, in the week) and its
+    queue waits (``pod_waits``), the fleet's, and the utilisation where recorded. What a
+    record of pods does not hold — cost, capacity, pools, causes, reclaims — is unknown
+    (None), not 0.
+
+    ``pods``: ``team``, ``namespace``, ``created``, ``scheduled`` (NaT: never),
+    ``finished`` (when it ended, or where the record ends for a pod that had not),
+    ``gpus``, ``utilization`` (NaN: unknown)."""
+    start, end = week.start.timestamp(), week.end.timestamp()
+    began = unix_seconds(pods.scheduled).clip(lower=start)
+    held = (unix_seconds(pods.finished).clip(upper=end) - began).clip(lower=0).fillna(0.0) \
+        * pods.gpus.astype(float)
+    util = pods.utilization.astype(float)
+    usage = pd.DataFrame({
+        "team": pods.team, "state": "allocated", "gpu_seconds": held,
+        "utilized_seconds": (util * held).fillna(0.0),
+        "measured_seconds": held.where(util.notna(), 0.0), "cost_usd": 0.0})
+    waits = pod_waits(pods.assign(queued=pods.created), pods.iloc[0:0], week)
+    teams = _teams(usage, waits).assign(cost_usd=np.nan, cost_per_utilized_hour=np.nan)
+    measured = float(usage.measured_seconds.sum())
+    return Measured(
+        headline={"cost_usd": None, "gpu_hours": None,
+                  "allocated_gpu_hours": float(held.sum()) / HOUR,
+                  "utilization": float(usage.utilized_seconds.sum()) / measured
+                  if measured > 0 else None,
+                  "fleet_cost_usd_per_utilized_hour": None, "idle_cost_usd": None,
+                  "unallocated_cost_usd": None},
+        teams=teams, causes=None,
+        pools=pd.DataFrame(columns=list(POOL_COLUMNS)), reclaims=None, waits=waits)
 
 
 def pod_waits(states: pd.DataFrame, awaiting: pd.DataFrame, week: Week) -> pd.DataFrame:

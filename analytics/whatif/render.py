@@ -33,6 +33,9 @@ class Page:
     notes: list[str] = field(default_factory=list)
     proposed: str = "proposed"
     """What the proposed layout is called (its file)."""
+    actual: str = "the week"
+    """What the week's column is called: "the week" (measured), "as recorded" (a pods
+    CSV's record)."""
 
 
 def value(v: object, unit: str) -> str:
@@ -62,27 +65,36 @@ def delta(v: object, unit: str) -> str:
     return sign + value(abs(x), unit)
 
 
-def summary_rows(c: Comparison, proposed: bool) -> tuple[list[str], list[list[str]]]:
+def summary_rows(c: Comparison, proposed: bool, actual: str = "the week"
+                 ) -> tuple[list[str], list[list[str]]]:
+    """The summary's rows; a column with nothing in it (no week's own replay, no week
+    recorded) left out."""
     s = c.summary
-    head = ["", "the week", "replayed"] + (["proposed", "change"] if proposed else [])
+    replayed = bool(s.replay.notna().any()) or not proposed
+    week = bool(s.actual.notna().any())
+    head = [""] + ([actual] if week else []) + (["replayed"] if replayed else []) + \
+        (["proposed", "change"] if proposed else [])
     rows = []
     for r in s.itertuples(index=False):
-        row = [str(r.figure), value(r.actual, r.unit), value(r.replay, r.unit)]
+        row = [str(r.figure)] + ([value(r.actual, r.unit)] if week else []) + \
+            ([value(r.replay, r.unit)] if replayed else [])
         if proposed:
             row += [value(r.proposed, r.unit), delta(r.delta, r.unit)]
         rows.append(row)
     return head, rows
 
 
-def frame_rows(f: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+def frame_rows(f: pd.DataFrame, actual: str = "the week"
+               ) -> tuple[list[str], list[list[str]]]:
     cols = [c for c in f.columns if c != "unit"]
-    head = [_heading(c) for c in cols]
+    head = [_heading(c, actual) for c in cols]
     return head, [[_cell(c, v) for c, v in zip(cols, row, strict=True)]
                   for row in f[cols].itertuples(index=False)]
 
 
-def _heading(column: str) -> str:
-    for suffix, word in (("_actual", " (week)"), ("_replay", " (replayed)"),
+def _heading(column: str, actual: str = "the week") -> str:
+    week = "week" if actual == "the week" else actual
+    for suffix, word in (("_actual", f" ({week})"), ("_replay", " (replayed)"),
                          ("_proposed", " (proposed)"), ("_delta", " (change)")):
         if column.endswith(suffix):
             return fmt.heading(column.removesuffix(suffix)) + word
@@ -108,7 +120,7 @@ def _markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[
 def _tables(page: Page) -> list[tuple[str, list[str], list[list[str]]]]:
     c = page.comparison
     proposed = page.proposed != "replayed"
-    out = [("summary", *summary_rows(c, proposed))]
+    out = [("summary", *summary_rows(c, proposed, page.actual))]
     if not c.fidelity.empty:
         f = c.fidelity.assign(
             ok=c.fidelity.ok.map({True: "yes", False: "NO"}),
@@ -122,7 +134,7 @@ def _tables(page: Page) -> list[tuple[str, list[str], list[list[str]]]]:
         frame = getattr(c, name)
         if not frame.empty:
             out.append((name, *frame_rows(_without_proposed(frame) if not proposed
-                                          else frame)))
+                                          else frame, page.actual)))
     return out
 
 
@@ -139,7 +151,14 @@ def markdown(page: Page, chart: str | None = CHART) -> str:
         out += [f"![Cost and queue wait by team]({chart})", ""]
     for name, head, rows in _tables(page):
         out += [f"## {TABLES[name]}", "", *_markdown_table(head, rows), ""]
+        if name == "summary" and page.comparison.unchecked:
+            out += ["## Fidelity", "", unchecked(page.comparison), ""]
     return "\n".join(out)
+
+
+def unchecked(c: Comparison) -> str:
+    """The line that says there is no fidelity, and why."""
+    return f"No fidelity check: {c.unchecked}."
 
 
 def html_page(page: Page, png: bytes | None) -> str:
@@ -161,6 +180,8 @@ def html_page(page: Page, png: bytes | None) -> str:
                      + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
                      + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>"
                                for r in rows) + "</table>")
+        if name == "summary" and page.comparison.unchecked:
+            parts.append(f"<h2>Fidelity</h2><p>{e(unchecked(page.comparison))}</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -205,13 +226,13 @@ def _minus(a: float | None, b: float | None) -> float | None:
     return 0.0 if abs(d) < 0.005 else d
 
 
-def chart(c: Comparison, proposed: bool = True) -> bytes | None:
+def chart(c: Comparison, proposed: bool = True, actual: str = "the week") -> bytes | None:
     """Cost and queue-wait p90 by team (and the unallocated GPUs' cost): the week, its
     replay, the proposed layout."""
     t = _with_unallocated(c)
     if t.empty:
         return None
-    sides = [(s, label) for s, label in (("actual", "the week"), ("replay", "replayed"),
+    sides = [(s, label) for s, label in (("actual", actual), ("replay", "replayed"),
                                          ("proposed", "proposed"))
              if f"cost_usd_{s}" in t and (proposed or s != "proposed")]
     fig = Figure(figsize=(9, 3.4))
@@ -237,7 +258,7 @@ def chart(c: Comparison, proposed: bool = True) -> bytes | None:
 def write(page: Page, out: Path) -> list[Path]:
     """Everything into ``out``; the paths written."""
     out.mkdir(parents=True, exist_ok=True)
-    png = chart(page.comparison, page.proposed != "replayed")
+    png = chart(page.comparison, page.proposed != "replayed", page.actual)
     written = []
     if png:
         (out / CHART).write_bytes(png)
@@ -264,11 +285,16 @@ def _aligned(head: list[str], rows: list[list[str]]) -> list[str]:
 def terminal(page: Page) -> str:
     """The summary and the fidelity, as a terminal shows them."""
     proposed = page.proposed != "replayed"
-    lines = _aligned(*summary_rows(page.comparison, proposed))
+    lines = _aligned(*summary_rows(page.comparison, proposed, page.actual))
     teams = page.comparison.teams
-    if proposed and not teams.empty and ("cost_usd_replay" in teams or "cost_usd_actual" in teams):
-        lines += ["", "By team (the replay on the week's layout, and on the proposed one):",
+    if proposed and "cost_usd_proposed" in teams and ("cost_usd_replay" in teams
+                                                       or "cost_usd_actual" in teams):
+        lines += ["", "By team (the replay on the week's layout, and on the proposed one):"
+                  if "cost_usd_replay" in teams else
+                  f"By team ({page.actual}, and the replay on the proposed layout):",
                   *_aligned(*team_rows(page.comparison))]
+    if page.comparison.unchecked:
+        lines += ["", unchecked(page.comparison)]
     f = page.comparison.fidelity
     if not f.empty:
         bad = f[~f.ok.astype(bool)]

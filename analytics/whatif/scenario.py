@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from analytics.whatif.layout import Layout, Move
-from analytics.whatif.trace import Job
+from analytics.whatif.trace import Job, models
 from exporter.model.catalog import GPU_MODELS
 from simulator.scenario import (
     Fault,
@@ -84,7 +84,7 @@ def moved(job: Job, moves: Sequence[Move], clients: int = 1) -> Job:
 
 
 def _selects(pool: Pool, job: Job) -> bool:
-    return (pool.accelerator == job.gpu_model and pool.spot == job.spot
+    return (pool.accelerator in models(job.gpu_model) and pool.spot == job.spot
             and (pool.sharing is not None) == job.sharing
             and pool.mig_partition_size == job.mig_profile)
 
@@ -138,20 +138,23 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
                                        if cq.name == lq.cluster_queue for f in cq.flavors}
              for lq in layout.kueue.local_queues} if layout.kueue else {}
     for j in sorted(jobs, key=lambda j: (j.submitted, j.namespace, j.job)):
-        fits = [p for p in layout.pools if _selects(p, j)] if j.gpu_model in GPU_MODELS else []
+        fits = [p for p in layout.pools if _selects(p, j)] \
+            if all(m in GPU_MODELS for m in models(j.gpu_model)) else []
         if not fits or j.gpus_per_pod > max(_units(p) for p in fits):
             what = _describe(j)
             skipped[what] += 1
             skipped_hours[what] = skipped_hours.get(what, 0.0) + \
                 j.pods * j.gpus_per_pod * (j.run_seconds or 0) / 3600
             continue
+        offered = {p.accelerator for p in fits}
+        accepted = [m for m in models(j.gpu_model) if m in offered]  # first: its Kueue flavor
         namespace, team = _dns(j.namespace, 63), _dns(j.team, 63)
         names.update({k: v for k, v in ((namespace, j.namespace), (team, j.team)) if k != v})
         teams.setdefault(namespace, Counter())[team] += 1
         cls = j.priority_class or f"priority-{j.priority}"
         priorities.setdefault(cls, j.priority)
         queue = j.queue if (j.namespace, j.queue) in local and \
-            j.gpu_model in quota.get((j.namespace, j.queue or ""), set()) else None
+            accepted[0] in quota.get((j.namespace, j.queue or ""), set()) else None
         startup = math.ceil(j.startup_seconds / step - 0.5) * step if j.startup_seconds else 0
         carried = j.submitted.timestamp() < begin + offset
         always = j.kind == "always_on" and carried
@@ -166,7 +169,8 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
             name = _dns(j.job, 40) if always else f"w{len(templates)}-{_dns(namespace, 30)}"
             template = templates[shape] = Workload(
                 name=name, kind="serving" if always else "finetuning", namespace=namespace,
-                accelerator=j.gpu_model, spot=j.spot,  # type: ignore[arg-type]
+                accelerator=accepted[0], spot=j.spot,
+                accelerators=accepted[1:], accelerator_selector=len(accepted) == 1,
                 sharing="time-sharing" if j.sharing else None,
                 mig_partition_size=j.mig_profile, gpus_per_pod=j.gpus_per_pod, pods=j.pods,
                 replicas=j.pods if always else None,

@@ -3,8 +3,8 @@
 A trace is a CSV file, one row per job (``COLUMNS``), that a person can read and edit. It
 is made from the warehouse (``of_week``: the week's GPU pods grouped into their Jobs, each
 with its request, the time it was submitted, its run time and its bottleneck class), or
-read from a plain pods CSV of another cluster or a published trace (``of_pods_csv``,
-``POD_COLUMNS``), or read back (``read``) after ``write``.
+read from a plain pods CSV of another cluster or a published trace
+(``analytics.whatif.pods_csv``), or read back (``read``) after ``write``.
 
 A job's run time is the GPU time its pods held, scheduled to finished, over their restarts
 (a reclaimed or failed pod's replacement carries on its work), less the time each spent
@@ -83,7 +83,9 @@ COLUMNS: dict[str, str] = {
                  "first pods'.",
     "pods": "Pods of the job that run at once (replicas, for always_on).",
     "gpus_per_pod": "nvidia.com/gpu each pod requests.",
-    "gpu_model": "The accelerator, as GKE names it (nvidia-h100-80gb).",
+    "gpu_model": "The accelerator, as GKE names it (nvidia-h100-80gb); the models a job "
+                 "accepts, joined by | (nvidia-tesla-a100|nvidia-h100-80gb): it runs on a "
+                 "pool of any of them.",
     "spot": "true: it runs on Spot VMs (it ran on them, so it tolerates them).",
     "sharing": "true: its pods ask for a time-shared GPU.",
     "mig_profile": "The MIG profile its pods ask for (1g.5gb); empty for whole GPUs.",
@@ -113,6 +115,22 @@ COLUMNS: dict[str, str] = {
 """The trace file's columns, in order, with what each holds (docs/whatif.md)."""
 
 assert list(COLUMNS) == [f.name for f in fields(Job)]
+
+
+MODELS_SEPARATOR = "|"
+"""Between the GPU models a job accepts (``nvidia-tesla-a100|nvidia-h100-80gb``): a
+character no GPU model's name has and no CSV quotes."""
+
+
+def models(gpu_model: str) -> tuple[str, ...]:
+    """The GPU models a ``gpu_model`` accepts, in its order: one, or several."""
+    return tuple(dict.fromkeys(m.strip() for m in gpu_model.split(MODELS_SEPARATOR)
+                               if m.strip()))
+
+
+def models_text(accepted: Iterable[str]) -> str:
+    """The ``gpu_model`` of a job that accepts ``accepted`` models."""
+    return MODELS_SEPARATOR.join(dict.fromkeys(m.strip() for m in accepted if m.strip()))
 
 
 class TraceError(ValueError):
@@ -215,7 +233,7 @@ def of_week(store: Store, week: Week, cluster: str | None = None) -> list[Job]:
     jobs = jobs_of_pods(_pod_frame(states, usage, pools, waits), week, shared, replicas,
                         provisioning)
     awaiting = store.query(NEVER_ADMITTED, base | {"lookback": week.start - POD_LOOKBACK})
-    return _estimate_runs(jobs + _never_admitted(awaiting, jobs))
+    return estimate_runs(jobs + _never_admitted(awaiting, jobs))
 
 
 NODE_GPUS = 8
@@ -358,7 +376,7 @@ def _text(v: object) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def _estimate_runs(jobs: list[Job]) -> list[Job]:
+def estimate_runs(jobs: list[Job]) -> list[Job]:
     """A job that never started gets the median run of its namespace's jobs of its shape
     (else of every job of its model, else an hour)."""
     measured = [j for j in jobs if j.run_basis != "estimated"]
@@ -427,13 +445,13 @@ def _cell(v: object) -> str:
     return str(v)
 
 
-_BOOL = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
 def read(path: Path) -> list[Job]:
     """A trace file written by ``write`` (and perhaps edited); ``TraceError`` names the
     line and column of the first bad cell."""
-    rows = _rows(path, "jobs")
+    rows = csv_rows(path, "jobs")
     missing = [c for c in COLUMNS if c not in rows[0]]
     if missing:
         raise TraceError(f"{path}: missing columns {', '.join(missing)} (a trace has "
@@ -441,7 +459,7 @@ def read(path: Path) -> list[Job]:
     return [_job_of_row(row, f"{path}:{line}") for line, row in enumerate(rows, start=2)]
 
 
-def _rows(path: Path, what: str) -> list[dict[str, str]]:
+def csv_rows(path: Path, what: str) -> list[dict[str, str]]:
     """A CSV file's rows, at least one; ``TraceError`` when it cannot be read."""
     try:
         with path.open(newline="") as f:
@@ -471,7 +489,7 @@ def _job_of_row(row: Mapping[str, str], where: str) -> Job:
         return v
 
     def flag(c: str) -> bool:
-        v = _BOOL.get(text(c).lower())
+        v = BOOLEANS.get(text(c).lower())
         if v is None:
             raise fail(c, "must be true or false")
         return v
@@ -480,8 +498,9 @@ def _job_of_row(row: Mapping[str, str], where: str) -> Job:
     if kind not in ("job", "always_on"):
         raise fail("kind", "must be job or always_on")
     model = text("gpu_model")
-    if model not in GPU_MODELS:
-        raise fail("gpu_model", f"not one of {', '.join(sorted(GPU_MODELS))}")
+    if not models(model) or any(m not in GPU_MODELS for m in models(model)):
+        raise fail("gpu_model", f"not one of {', '.join(sorted(GPU_MODELS))} (or several "
+                                f"joined by {MODELS_SEPARATOR})")
     basis = text("run_basis") or "measured"
     if basis not in ("measured", "lower_bound", "estimated"):
         raise fail("run_basis", "must be measured, lower_bound or estimated")
@@ -496,7 +515,7 @@ def _job_of_row(row: Mapping[str, str], where: str) -> Job:
         submitted=parse_time(text("submitted"), f"{where}: submitted"),
         pods=int(number("pods", whole=True, minimum=1)),
         gpus_per_pod=int(number("gpus_per_pod", whole=True, minimum=1)),
-        gpu_model=model, spot=flag("spot"), sharing=flag("sharing"),
+        gpu_model=models_text(models(model)), spot=flag("spot"), sharing=flag("sharing"),
         mig_profile=text("mig_profile") or None, queue=text("queue") or None,
         priority_class=text("priority_class") or None,
         priority=int(number("priority", whole=True, minimum=-(2**31)))
@@ -540,158 +559,6 @@ def parse_time(text: str, where: str) -> datetime:
         raise TraceError(f"{where}: {text!r} is not an RFC 3339 time or Unix seconds") \
             from None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
-
-
-# ----------------------------------------------------------------------------- pods CSV
-
-POD_COLUMNS: dict[str, str] = {
-    "created": "Required. When the pod was created (RFC 3339 or Unix seconds).",
-    "scheduled": "When it was bound to a node; empty if never.",
-    "deleted": "When it ended (finished or deleted); empty if it had not (`finished` is "
-               "read too).",
-    "gpus": "Required. GPUs it requested; a fraction below 1 (0.5) asks for a time-shared "
-            "GPU.",
-    "gpu_model": "Required. The accelerator (nvidia-h100-80gb, nvidia-l4, ...).",
-    "team": "Required. Its team.",
-    "namespace": "Its namespace (default: the team).",
-    "pod": "Its name (default: pod-<line>).",
-    "job": "The job it belongs to: pods of one job, created together, run together "
-           "(default: each pod its own job).",
-    "queue": "A Kueue LocalQueue.",
-    "spot": "true if it runs on Spot VMs.",
-    "utilization": "Its mean GPU utilisation, 0-1 (or 0-100 %): picks the nearest profile.",
-    "priority": "Its priority.",
-}
-"""The columns ``of_pods_csv`` reads; unknown columns are ignored."""
-
-
-BAD_ROWS_TOLD = 20
-"""How many bad rows a ``TraceError`` of a pods CSV lists (it counts the rest)."""
-
-
-def of_pods_csv(path: Path) -> list[Job]:
-    """The jobs of a plain pods CSV (``POD_COLUMNS``); ``TraceError`` names every row it
-    cannot read (the first ``BAD_ROWS_TOLD``, a line each, by file, line and column; then
-    how many more)."""
-    rows = _rows(path, "pods")
-    header = {k.strip().lower() for k in rows[0] if k}
-    missing = [c for c in ("created", "gpus", "gpu_model", "team") if c not in header]
-    if missing:
-        raise TraceError(f"{path}: missing columns {', '.join(missing)} (a pods file has "
-                         f"{', '.join(POD_COLUMNS)})")
-    pods = []
-    bad: list[str] = []
-    for line, row in enumerate(rows, start=2):
-        try:
-            pods.append(_pod_row({k.strip().lower(): (v or "").strip()
-                                  for k, v in row.items() if k}, f"{path}:{line}", line))
-        except TraceError as exc:
-            bad.append(str(exc))
-    if bad:
-        more = len(bad) - BAD_ROWS_TOLD
-        raise TraceError("\n".join(bad[:BAD_ROWS_TOLD] + (
-            [f"{path}: {more:,} more rows it cannot read"] if more > 0 else [])))
-    groups: dict[tuple[str, str], list[dict[str, object]]] = {}
-    for pod in pods:
-        groups.setdefault((str(pod["namespace"]), str(pod["job"])), []).append(pod)
-    until = max(t for p in pods for k in ("created", "scheduled", "ended")
-                if isinstance(t := p[k], datetime))
-    return _estimate_runs([_csv_job(ns, name, g, until) for (ns, name), g in groups.items()])
-
-
-def _pod_row(row: Mapping[str, str], where: str, line: int) -> dict[str, object]:
-    created = parse_time(row.get("created", ""), f"{where}: created")
-    scheduled = parse_time(row["scheduled"], f"{where}: scheduled") \
-        if row.get("scheduled") else None
-    ended_text = row.get("deleted") or row.get("finished") or ""
-    ended = parse_time(ended_text, f"{where}: deleted") if ended_text else None
-    if scheduled is not None and scheduled < created:
-        raise TraceError(f"{where}: scheduled is before created")
-    if ended is not None and ended < (scheduled or created):
-        raise TraceError(f"{where}: deleted is before {'scheduled' if scheduled else 'created'}")
-    try:
-        gpus = float(row.get("gpus", ""))
-    except ValueError:
-        raise TraceError(f"{where}: gpus {row.get('gpus')!r} is not a number") from None
-    if not math.isfinite(gpus) or gpus <= 0 or (gpus > 1 and gpus != int(gpus)) or gpus > 16:
-        raise TraceError(f"{where}: gpus {gpus:g} must be a whole number of GPUs (1-16) or "
-                         "a fraction of one")
-    model = row.get("gpu_model", "")
-    if model not in GPU_MODELS:
-        raise TraceError(f"{where}: gpu_model {model!r} is not one of "
-                         f"{', '.join(sorted(GPU_MODELS))}")
-    team = row.get("team", "")
-    if not team:
-        raise TraceError(f"{where}: team is empty")
-    util: float | None = None
-    if row.get("utilization"):
-        try:
-            util = float(row["utilization"])
-        except ValueError:
-            raise TraceError(f"{where}: utilization {row['utilization']!r} is not a "
-                             "number") from None
-        util = util / 100 if util > 1 else util
-        if not 0 <= util <= 1:
-            raise TraceError(f"{where}: utilization must be 0-1 or 0-100")
-    spot = _BOOL.get(row.get("spot", "").lower()) if row.get("spot") else False
-    if spot is None:
-        raise TraceError(f"{where}: spot must be true or false")
-    pod = row.get("pod") or f"pod-{line}"
-    try:
-        priority = int(row["priority"]) if row.get("priority") else 0
-    except ValueError:
-        raise TraceError(f"{where}: priority {row['priority']!r} is not a whole "
-                         "number") from None
-    return {"created": created, "scheduled": scheduled, "ended": ended, "gpus": gpus,
-            "gpu_model": model, "team": team, "namespace": row.get("namespace") or team,
-            "pod": pod, "job": row.get("job") or pod, "queue": row.get("queue") or None,
-            "spot": spot, "utilization": util, "priority": priority}
-
-
-def _csv_job(namespace: str, name: str, pods: list[dict[str, object]],
-             until: datetime) -> Job:
-    """The job of a pods CSV's pods. ``until``: the file's latest time, where its record
-    ends: a pod still running then ran at least that long (``lower_bound``: it runs past
-    a replay's window); a job none of whose pods was ever scheduled, all deleted, was
-    withdrawn (``deadline_seconds``: its last deletion, from its submission)."""
-    first = min(pods, key=lambda p: p["created"])  # type: ignore[arg-type,return-value]
-    created: datetime = first["created"]  # type: ignore[assignment]
-    wave = [p for p in pods if p["created"] == created]
-    runs = [((p["ended"] or until) - p["scheduled"]).total_seconds()  # type: ignore[operator]
-            for p in pods if p["scheduled"] is not None]
-    running = any(p["scheduled"] is not None and p["ended"] is None for p in pods)
-    withdrawn = all(p["scheduled"] is None and p["ended"] is not None for p in pods)
-    deadline = max((p["ended"] - created).total_seconds()  # type: ignore[operator]
-                   for p in pods) if withdrawn else None
-    utils = [u for p in pods if (u := p["utilization"]) is not None]
-    util = float(np.mean(utils)) if utils else None  # type: ignore[arg-type]
-    gpus = float(first["gpus"])  # type: ignore[arg-type]
-    basis: RunBasis = "estimated" if not runs else "lower_bound" if running else "measured"
-    return Job(
-        job=name, namespace=namespace, team=str(first["team"]), kind="job",
-        submitted=created, pods=len(wave), gpus_per_pod=max(1, int(gpus)),
-        gpu_model=str(first["gpu_model"]), spot=bool(first["spot"]), sharing=gpus < 1,
-        mig_profile=None, queue=first["queue"],  # type: ignore[arg-type]
-        priority_class=None, priority=int(first["priority"]),  # type: ignore[call-overload]
-        run_seconds=max(1.0, sum(runs) / len(wave)) if runs else math.nan,
-        run_basis=basis, startup_seconds=0.0, profile=profile_of(None, util),
-        utilization=util, reclaims=0, restarts=max(0, len(pods) - len(wave)),
-        schedulable=True, node_pool=None, deadline_seconds=deadline)
-
-
-def load(path: Path) -> list[Job]:
-    """A trace file, or a plain pods CSV (told apart by their columns)."""
-    return of_pods_csv(path) if is_pods_csv(path) else read(path)
-
-
-def is_pods_csv(path: Path) -> bool:
-    """Whether ``path`` is a plain pods CSV (``POD_COLUMNS``) rather than a trace."""
-    try:
-        with path.open(newline="") as f:
-            header = {c.strip().lower() for c in next(csv.reader(f), [])}
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise TraceError(f"{path}: cannot read it: {exc}") from None
-    return "run_seconds" not in header and "created" in header
 
 
 def window(jobs: Sequence[Job], days: float = 7.0) -> Week:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analytics.week import Week
-from analytics.whatif import compare, layout, measure, render, scenario, trace
+from analytics.whatif import compare, layout, measure, pods_csv, render, scenario, trace
 from analytics.whatif.measure import Measured
 from exporter.model.catalog import GPU_MODELS
 
@@ -140,8 +140,8 @@ PODS = """created,scheduled,deleted,gpus,gpu_model,team,namespace,pod,job,utiliz
 def test_a_pods_csv_becomes_jobs(tmp_path: Path) -> None:
     path = tmp_path / "pods.csv"
     path.write_text(PODS)
-    assert trace.is_pods_csv(path)
-    by_name = {j.job: j for j in trace.of_pods_csv(path)}
+    assert pods_csv.is_pods_csv(path)
+    by_name = {j.job: j for j in pods_csv.of_pods_csv(path)}
     big, shared, waiting = by_name["big"], by_name["p2"], by_name["p3"]
     assert (big.pods, big.gpus_per_pod, big.run_seconds, big.run_basis, big.team) == \
         (2, 8, 7200.0, "measured", "research")
@@ -167,7 +167,7 @@ def test_a_bad_pod_row_is_named_by_line(tmp_path: Path, row: str, error: str) ->
     path = tmp_path / "pods.csv"
     path.write_text("created,scheduled,deleted,gpus,gpu_model,team\n" + row + "\n")
     with pytest.raises(trace.TraceError, match=error):
-        trace.of_pods_csv(path)
+        pods_csv.of_pods_csv(path)
 
 
 def test_every_bad_row_of_a_pods_csv_is_told_at_once(tmp_path: Path) -> None:
@@ -175,14 +175,14 @@ def test_every_bad_row_of_a_pods_csv_is_told_at_once(tmp_path: Path) -> None:
     good = "2026-11-16T00:00:00Z,,,1,nvidia-l4,t"
     path.write_text("created,scheduled,deleted,gpus,gpu_model,team\n" + "\n".join(
         [good, "99999999999999999999,,,1,nvidia-l4,t", good, "2026-11-16T00:00:00Z,,,x,"
-         "nvidia-l4,t"] + ["y,,,1,nvidia-l4,t"] * (trace.BAD_ROWS_TOLD + 3)) + "\n")
+         "nvidia-l4,t"] + ["y,,,1,nvidia-l4,t"] * (pods_csv.BAD_ROWS_TOLD + 3)) + "\n")
     with pytest.raises(trace.TraceError) as caught:
-        trace.of_pods_csv(path)
+        pods_csv.of_pods_csv(path)
     lines = str(caught.value).splitlines()
     assert lines[0] == (f"{path}:3: created: '99999999999999999999' is out of range as Unix "
                         "seconds")
     assert lines[1] == f"{path}:5: gpus 'x' is not a number"
-    assert len(lines) == trace.BAD_ROWS_TOLD + 1
+    assert len(lines) == pods_csv.BAD_ROWS_TOLD + 1
     assert lines[-1] == f"{path}: 5 more rows it cannot read"
 
 
@@ -190,7 +190,7 @@ def test_a_pods_csv_missing_a_required_column_says_which(tmp_path: Path) -> None
     path = tmp_path / "pods.csv"
     path.write_text("created,gpus,team\n2026-11-16T00:00:00Z,1,t\n")
     with pytest.raises(trace.TraceError, match="missing columns gpu_model"):
-        trace.of_pods_csv(path)
+        pods_csv.of_pods_csv(path)
 
 
 # ----------------------------------------------------------------------------- layout file
@@ -422,7 +422,7 @@ def test_a_pods_csv_withdraws_pods_deleted_waiting_and_runs_on_those_still_runni
                     "2026-11-16T01:00:00Z,2026-11-16T02:00:00Z,,1,nvidia-l4,t,running\n"
                     "2026-11-16T01:00:00Z,2026-11-16T01:00:00Z,2026-11-16T05:00:00Z,1,"
                     "nvidia-l4,t,done\n")
-    jobs = {j.job: j for j in trace.of_pods_csv(path)}
+    jobs = {j.job: j for j in pods_csv.of_pods_csv(path)}
     assert jobs["gave-up"].deadline_seconds == 3 * 3600, "withdrawn at its deletion"
     assert jobs["running"].run_basis == "lower_bound"
     assert jobs["running"].run_seconds == 3 * 3600, "at least to the file's last time"
