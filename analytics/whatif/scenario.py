@@ -11,6 +11,7 @@ pools the layout lacks.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import random
@@ -93,6 +94,7 @@ def _units(pool: Pool) -> int:
     return pool.gpus_per_node * pool.units_per_gpu
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _dns(text: str, limit: int) -> str:
     """A DNS label of at most ``limit`` characters for any name, unique per name."""
     clean = "".join(c if c.isalnum() and c.isascii() else "-" for c in text.lower()).strip("-")

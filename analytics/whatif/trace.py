@@ -122,6 +122,7 @@ MODELS_SEPARATOR = "|"
 character no GPU model's name has and no CSV quotes."""
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def models(gpu_model: str) -> tuple[str, ...]:
     """The GPU models a ``gpu_model`` accepts, in its order: one, or several."""
     return tuple(dict.fromkeys(m.strip() for m in gpu_model.split(MODELS_SEPARATOR)
