@@ -10,6 +10,7 @@ platform).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC
 
 import pandas as pd
 import pyarrow as pa
@@ -272,6 +273,31 @@ SELECT (SELECT COUNT(*) FROM {gpu_pending}
 from before ``gpu_pending`` and ``gpu_free`` writes neither."""
 
 
+COVERED = """
+SELECT MAX(TIMESTAMP_ADD(time, INTERVAL CAST(interval_seconds AS INT64) SECOND)) AS last
+FROM {gpu_usage}
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+"""
+"""The end of the week's last GPU rows: where a week not over yet (or a warehouse that
+stops short of its end) stops."""
+
+
+def as_far_as_it_goes(found: pd.DataFrame, week: Week) -> Week:
+    """``week`` up to the end of its last rows (``COVERED``'s answer)."""
+    last = found["last"].iloc[0] if not found.empty else None
+    if last is None or pd.isna(last):
+        return week
+    end = min(week.end, pd.Timestamp(last).to_pydatetime().astimezone(UTC))
+    return Week(week.start, end) if end > week.start else week
+
+
+def covered(store: Store, week: Week, cluster: str | None) -> Week:
+    """The week up to the end of its last rows: a week not over yet (or a warehouse that
+    stops short of its end) is measured as far as it goes."""
+    return as_far_as_it_goes(store.query(COVERED, {"start": week.start, "end": week.end,
+                                                  "cluster": cluster}), week)
+
+
 def fetch(store: Store, week: Week, team: str | None = None,
           cluster: str | None = None) -> dict[str, pd.DataFrame]:
     """Every summary frame the report is built from (the per-pod rows go to ``load``)."""
@@ -280,6 +306,7 @@ def fetch(store: Store, week: Week, team: str | None = None,
     return {
         "usage": store.query(USAGE, base | {"prev_start": week.previous.start}),
         "coverage": store.query(COVERAGE, platform | {"prev_start": week.previous.start}),
+        "covered": store.query(COVERED, platform),
         "daily": store.query(DAILY, base),
         "availability": store.query(AVAILABILITY, platform),
         "incidents": store.query(INCIDENTS, platform),

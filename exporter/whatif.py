@@ -20,13 +20,12 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
-from analytics import holdings, tables
+from analytics import holdings, queries, tables
 from analytics.store import DuckDBStore, Store
 from analytics.week import Week
 from analytics.whatif import (
@@ -195,7 +194,7 @@ class WeekOf:
 def week_of(store: Store, week: Week, cluster: str | None, cfg: Config,
             step: float) -> WeekOf:
     """What a replay of ``week`` starts from: its jobs, its layout, its figures."""
-    week = covered(store, week, cluster)
+    week = queries.covered(store, week, cluster)
     name = cluster or next(iter(holdings.clusters(store)), cfg.cluster)
     jobs = trace.of_week(store, week, cluster)
     own = layout.of_week(store, week, cluster, name, _region(store, week, cfg), step)
@@ -303,24 +302,6 @@ def _changes(shown: str, own: bool, pods: pods_csv.PodsFile | None) -> str:
     if pods is not None:
         return "The week as the file recorded it beside its replay on the layout it ran on."
     return "The week beside its replay on its own layout."
-
-
-COVERED = """
-SELECT MAX(TIMESTAMP_ADD(time, INTERVAL CAST(interval_seconds AS INT64) SECOND)) AS last
-FROM {gpu_usage}
-WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
-"""
-
-
-def covered(store: Store, week: Week, cluster: str | None) -> Week:
-    """The week up to the end of its last rows: a week not over yet (or a warehouse that
-    stops short of its end) is replayed as far as it goes."""
-    found = store.query(COVERED, {"start": week.start, "end": week.end, "cluster": cluster})
-    last = found["last"].iloc[0] if not found.empty else None
-    if last is None or pd.isna(last):
-        return week
-    end = min(week.end, pd.Timestamp(last).to_pydatetime().astimezone(UTC))
-    return Week(week.start, end) if end > week.start else week
 
 
 def _region(store: Store, week: Week, cfg: Config) -> str:

@@ -82,11 +82,12 @@ class RunTimes:
         self._runs: dict[tuple[str, ...], deque[float]] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
 
-    def learn(self, pod: PodInfo, name: str) -> None:
-        if pod.gpus <= 0 or pod.scheduled_unix is None or pod.finished_unix is None or \
-                pod.phase not in ("Succeeded", "Failed") or pod.disrupted or \
+    def learn(self, pod: PodInfo) -> None:
+        if pod.finished_unix is None or pod.phase not in ("Succeeded", "Failed") or \
+                pod.gpus <= 0 or pod.scheduled_unix is None or pod.disrupted or \
                 pod.reason in TAKEN or pod.uid in self._seen:
             return
+        name = family(pod.namespace, pod.labels, pod.workload)
         self._seen[pod.uid] = None
         if len(self._seen) > KEPT_UIDS:
             self._seen.popitem(last=False)
@@ -123,12 +124,21 @@ class Pools:
     _triggered: dict[str, float] = field(default_factory=dict)
     """Pool -> when a scale-up not brought yet was first said."""
     _ready: dict[str, int] = field(default_factory=dict)
+    _read: dict[tuple[str, float], None] = field(default_factory=dict)
+    """The scale-up events read: (pod, when said)."""
 
     def learn(self, snap: Snapshot, pools: set[str]) -> None:
+        read: dict[tuple[str, float], None] = {}
         for events in snap.events.values():
             said = events.get("TriggeredScaleUp")
-            words = autoscaler_words(said.reason, said.message) if said else None
-            if said is None or not isinstance(words, Triggered):
+            if said is None:
+                continue
+            key = (said.pod_uid, said.last_unix)
+            read[key] = None
+            if key in self._read:
+                continue  # read at an earlier cycle
+            words = autoscaler_words(said.reason, said.message)
+            if not isinstance(words, Triggered):
                 continue
             for group in words.groups:
                 pool = _pool_of(group.name, pools)
@@ -139,6 +149,7 @@ class Pools:
                 if group.to_nodes > self._ready.get(pool, 0) and said.last_unix <= snap.now:
                     self._triggered[pool] = min(self._triggered.get(pool, math.inf),
                                                 said.last_unix)
+        self._read = read
         ready: dict[str, int] = {}
         for node in snap.nodes.values():
             if node.ready and node.pool:
@@ -193,7 +204,7 @@ class Forecasts:
                 cluster_queue_of: Callable[[WorkloadInfo], str]) -> Forecast:
         """Learn from the snapshot; forecast again when due."""
         for pod in (*snap.pods.values(), *snap.ended_pods):
-            self.runs.learn(pod, family(pod.namespace, pod.labels, pod.workload))
+            self.runs.learn(pod)
         self.pools.learn(snap, set(shapes))
         self._arrive(snap, workload_of, cluster_queue_of)
         cfg = self.config

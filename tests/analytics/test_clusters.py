@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
@@ -30,10 +29,14 @@ def report(path: Path, only_cluster: str | None = None, team: str | None = None
 
 
 def week_cost(path: Path, cluster: str) -> float:
-    with duckdb.connect(str(path), read_only=True) as con:
-        row = con.execute("SELECT sum(cost_usd) FROM gpu_usage WHERE cluster = ? AND time >= "
-                          "TIMESTAMP '2026-11-16 00:00:00+00' AND time < TIMESTAMP "
-                          "'2026-11-23 00:00:00+00'", [cluster]).fetchone()
+    store = DuckDBStore(path)  # as the reports open it: one configuration per file
+    try:
+        row = store.con.execute(
+            "SELECT sum(cost_usd) FROM gpu_usage WHERE cluster = ? AND time >= TIMESTAMP "
+            "'2026-11-16 00:00:00+00' AND time < TIMESTAMP '2026-11-23 00:00:00+00'",
+            [cluster]).fetchone()
+    finally:
+        store.close()
     assert row is not None
     return float(row[0])
 

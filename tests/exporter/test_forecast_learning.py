@@ -41,10 +41,10 @@ def ended(uid: str, ran: float, name: str = "train", **kw: object) -> PodInfo:
 def test_remaining_time_is_the_median_left_of_longer_runs_at_the_closest_level() -> None:
     runs = RunTimes()
     for i, h in enumerate([1, 2, 3, 4, 10]):
-        runs.learn(ended(f"p{i}", h * H), "train")
-    runs.learn(ended("p0", 99 * H), "train")  # seen once
-    runs.learn(ended("gone", 50 * H, disrupted=True), "train")  # taken away: no run
-    runs.learn(ended("spot", 50 * H, phase="Failed", reason="Terminated"), "train")
+        runs.learn(ended(f"p{i}", h * H))
+    runs.learn(ended("p0", 99 * H))  # seen once
+    runs.learn(ended("gone", 50 * H, disrupted=True))  # taken away: no run
+    runs.learn(ended("spot", 50 * H, phase="Failed", reason="Terminated"))
     assert runs.run("ml", "train") == 3 * H
     assert runs.remaining("ml", "train", 2.5 * H) == pytest.approx(1.5 * H)  # 3, 4, 10 left
     # no family of its name: the namespace's runs answer
