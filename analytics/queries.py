@@ -216,7 +216,7 @@ WITH waited AS (
   SELECT cluster, COALESCE(namespace, '') AS namespace,
          COALESCE(NULLIF(workload, ''), name, uid) AS what, uid, team, gpu_model, node_pool,
          cause, evidence, evidence_source, gpus, gpu_seconds, seconds, wait_seconds, time,
-         interval_seconds, expected_start, MAX(time) OVER () AS newest
+         interval_seconds, expected_start, MAX(time) OVER (PARTITION BY cluster) AS newest
   FROM {{gpu_pending}}
   WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
     AND (@team IS NULL OR team = @team)),
@@ -229,7 +229,8 @@ longest AS (
   GROUP BY cluster, namespace, what),
 latest AS (
   SELECT cluster, namespace, what, team, gpu_model, node_pool, cause AS latest_cause,
-         CASE WHEN time = newest THEN UNIX_SECONDS(expected_start) END AS expected_unix
+         MAX(CASE WHEN time = newest THEN UNIX_SECONDS(expected_start) END)
+           OVER (PARTITION BY cluster, namespace, what) AS expected_unix
   FROM waited
   WHERE TRUE
   QUALIFY ROW_NUMBER() OVER (PARTITION BY cluster, namespace, what

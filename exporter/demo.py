@@ -356,15 +356,15 @@ def summary_table(exporter: Exporter, week: Week) -> str:
     waits = _queue_percentiles(exporter, week)
     lines = [f"{'team':<12} {'GPU-hours':>10} {'util':>6} {'cost $':>10} {'$/util-h':>9} "
              f"{'wait p50':>9} {'wait p90':>9}"]
-    for team in sorted(hours, key=lambda k: -cost[k]):
-        util = used[team] / (hours[team] * 3600) if hours[team] else 0.0
+    for team in sorted(hours.keys() | waits.keys(), key=lambda k: (-cost.get(k, 0.0), k)):
+        util = used[team] / (hours[team] * 3600) if hours.get(team) else 0.0
         eff = compute.effective_cost_per_utilized_hour(cost[team], used[team])
-        p50, p90 = waits.get(team, (0.0, 0.0))
+        p50, p90 = (_wait(w) for w in waits[team]) if team in waits else ("—", "—")
         lines.append(f"{team:<12} {hours[team]:>10.1f} {util:>6.1%} {cost[team]:>10.2f} "
-                     f"{eff if eff is not None else 0:>9.2f} {_wait(p50):>9} "
-                     f"{_wait(p90):>9}")
+                     f"{eff if eff is not None else 0:>9.2f} {p50:>9} {p90:>9}")
     lines.append(f"wait: of the pods submitted in {week.label} by the run's end (one still "
-                 "waiting counts until then), as the report and whatif count them")
+                 "waiting counts until then), as whatif and the report count them (the "
+                 "report by GPU model too)")
     idle = sum(v for k, v in t.cost_usd.items() if k[0] == "unallocated")
     down = sum(v for k, v in t.cost_usd.items() if k[0] == "unavailable")
     lines.append(f"unallocated capacity ${idle:,.2f}, unavailable GPUs ${down:,.2f}, "

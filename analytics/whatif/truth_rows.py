@@ -5,10 +5,10 @@ queries read a replay as they read a measured week.
   the hours, a row per pod holding it (or one, unallocated or unavailable). GPU-seconds
   and cost are ``exporter.model.compute.usage_rows``' (the seconds times the device's
   fraction of its GPU, the price of a GPU of its pool after discount times that fraction,
-  both split evenly among the pods time-sharing it): ``tests/analytics/test_engine.py``
-  holds the two to the same figures. Utilisation is each job's, as the trace measured it
-  (a time-shared GPU's, its pods' added up to at most 1; unknown when one is unknown); an
-  idle GPU's is 0. Energy is not replayed: its columns are null.
+  both split evenly among the pods time-sharing it): the engine against the full loop
+  (``tests/test_whatif_end_to_end.py``) holds the two to the same figures. Utilisation is
+  each job's, as the trace measured it (a time-shared GPU's, its pods' added up to at most
+  1; unknown when one is unknown); an idle GPU's is 0. Energy is not replayed: its columns are null.
 - ``gpu_pods``: each pod's last state: created, scheduled, finished, phase and reason, its
   wait from its submission (its Kueue Workload's creation when Kueue queued it).
 - ``kueue_workloads``: each Workload's last state.

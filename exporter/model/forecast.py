@@ -75,6 +75,9 @@ class Queued:
     expected: bool = False
     """Not submitted yet: work expected to arrive at ``since`` (it competes, it is not
     answered for)."""
+    holds: str | None = None
+    """The ClusterQueue whose quota its Workload already holds (a pod of an admitted
+    Workload): freed when it ends."""
 
     @property
     def gpus(self) -> int:
@@ -268,10 +271,23 @@ def expected_starts(now: float, nodes: Mapping[str, NodeInfo], free: Mapping[str
     for node in nodes.values():
         if node.allocatable_gpus > 0:
             counts[node.pool] = counts.get(node.pool, 0) + 1
-    usable = {n: f for n, f in sorted(free.items())
-              if n in nodes and nodes[n].ready and not nodes[n].unschedulable}
-    play = _Play({n: _Node(nodes[n], f, now) for n, f in usable.items()}, pools, quotas,
-                 {cq: q.used_gpus for cq, q in quotas.items()}, counts)
+    held: dict[str, int] = {}
+    for b in busy:
+        held[b.node] = held.get(b.node, 0) + b.gpus
+    play_nodes: dict[str, _Node] = {}
+    for n, f in sorted(free.items()):
+        info = nodes.get(n)
+        if info is None or info.unschedulable:
+            continue
+        if info.ready:
+            play_nodes[n] = _Node(info, f, now)
+        elif (bound := pools.get(info.pool)) is not None:  # coming up, as a new node would
+            play_nodes[n] = _Node(info, max(0, info.allocatable_gpus - held.get(n, 0)),
+                                  now + bound.scale_up_seconds)
+    play = _Play(play_nodes, pools, quotas, {cq: q.used_gpus for cq, q in quotas.items()},
+                 counts)
+    for name in {s.ready for s in play_nodes.values() if s.ready > now}:
+        play.push(name, "", 0, None)
     for b in busy:
         play.push(max(b.ends, now), b.node, b.gpus, b.quota)
     waiting: list[Queued] = []
@@ -326,7 +342,8 @@ def expected_starts(now: float, nodes: Mapping[str, NodeInfo], free: Mapping[str
             for n in placed:
                 play.nodes[n].free -= item.gpus_per_pod
                 if item.runs_seconds is not None:
-                    play.push(t + item.runs_seconds, n, item.gpus_per_pod, item.quota)
+                    play.push(t + item.runs_seconds, n, item.gpus_per_pod,
+                              item.quota or item.holds)
         waiting = left
         if not play.events:
             break
@@ -343,7 +360,8 @@ def _key(constraints: PodConstraints) -> object:
 
 
 def _could_ever(item: Queued, play: _Play) -> bool:
-    """Whether a node, or a pool's next node, could ever take all of it."""
+    """Whether the nodes it fits, with those their pools may still add, could ever take
+    all its pods at once (and its ClusterQueue's quota all its GPUs)."""
     if item.quota is not None and (q := play.quotas.get(item.quota)) is not None:
         cohort = sum(o.nominal_gpus for o in play.quotas.values()
                      if q.cohort and o.cohort == q.cohort) if q.cohort else q.nominal_gpus
@@ -351,7 +369,13 @@ def _could_ever(item: Queued, play: _Play) -> bool:
             cohort, q.nominal_gpus + q.borrowing_limit_gpus)
         if item.gpus > limit:
             return False
-    if play.candidates(item.constraints, item.gpus_per_pod):
-        return True
-    return any(b.max_nodes and fits(item.constraints, item.gpus_per_pod, b.shape)
-               for b in play.pools.values())
+    slots = sum(play.nodes[n].info.allocatable_gpus // item.gpus_per_pod
+                for n in play.candidates(item.constraints, item.gpus_per_pod))
+    for name, b in play.pools.items():
+        if not fits(item.constraints, item.gpus_per_pod, b.shape):
+            continue
+        if b.max_nodes is None:
+            return True  # its maximum unknown: it may be large enough
+        more = b.max_nodes - play.counts.get(name, 0)
+        slots += max(0, more) * (b.shape.allocatable_gpus // item.gpus_per_pod)
+    return slots >= item.pods

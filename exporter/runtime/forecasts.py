@@ -24,7 +24,7 @@ import statistics
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from exporter.config import QueueForecast
 from exporter.model.forecast import (
@@ -36,7 +36,13 @@ from exporter.model.forecast import (
     Quota,
     expected_starts,
 )
-from exporter.model.pending import KUEUE_GATE, WaitFigures, Waiting, free_units
+from exporter.model.pending import (
+    KUEUE_GATE,
+    SCALE_UP_PATIENCE_SECONDS,
+    WaitFigures,
+    Waiting,
+    free_units,
+)
 from exporter.model.records import (
     NodeInfo,
     PodConstraints,
@@ -56,9 +62,13 @@ KEPT_RUNS = 200
 """Run times kept per family (the newest)."""
 KEPT_UIDS = 100_000
 KEPT_DELAYS = 20
+STALE_TRIGGER_SECONDS = 2 * SCALE_UP_PATIENCE_SECONDS
+"""A scale-up not brought by then is given up (twice the autoscaler's patience)."""
 ANY_TAINT = (Toleration(None, "Exists", "", None),)
 ALWAYS_ON = frozenset({"ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
 """Controllers whose pods run until someone stops them: they never free their GPUs."""
+GANG = "workload/"
+"""The prefix of a gang's uid in the forward play."""
 TAKEN = frozenset({"Terminated", "NodeLost", "Preempted", "Evicted",
                    "DeletionByTaintManager"})
 
@@ -119,13 +129,23 @@ class RunTimes:
 class Pools:
     """Each pool's maximum and scale-up delay, as the autoscaler and the nodes show them."""
 
-    max_nodes: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Instance group -> its pool and its maximum (GKE has a group per zone)."""
     delays: dict[str, deque[float]] = field(default_factory=dict)
     _triggered: dict[str, float] = field(default_factory=dict)
     """Pool -> when a scale-up not brought yet was first said."""
-    _ready: dict[str, int] = field(default_factory=dict)
+    _ready: dict[str, int] | None = None
+    """Pool -> its Ready nodes at the last cycle (None before the first)."""
     _read: dict[tuple[str, float], None] = field(default_factory=dict)
     """The scale-up events read: (pod, when said)."""
+
+    @property
+    def max_nodes(self) -> dict[str, int]:
+        """Pool -> the most nodes its groups may run, all zones together."""
+        out: dict[str, int] = {}
+        for pool, most in self.groups.values():
+            out[pool] = out.get(pool, 0) + most
+        return out
 
     def learn(self, snap: Snapshot, pools: set[str]) -> None:
         read: dict[tuple[str, float], None] = {}
@@ -145,8 +165,9 @@ class Pools:
                 if pool is None:
                     continue
                 if group.max_nodes is not None:
-                    self.max_nodes[pool] = group.max_nodes
-                if group.to_nodes > self._ready.get(pool, 0) and said.last_unix <= snap.now:
+                    self.groups[group.name] = (pool, group.max_nodes)
+                if said.last_unix <= snap.now and \
+                        snap.now - said.last_unix <= STALE_TRIGGER_SECONDS:
                     self._triggered[pool] = min(self._triggered.get(pool, math.inf),
                                                 said.last_unix)
         self._read = read
@@ -155,9 +176,13 @@ class Pools:
             if node.ready and node.pool:
                 ready[node.pool] = ready.get(node.pool, 0) + 1
         for pool, n in ready.items():
-            if n > self._ready.get(pool, n) and pool in self._triggered:
+            before = n if self._ready is None else self._ready.get(pool, 0)
+            if n > before and pool in self._triggered:
                 self.delays.setdefault(pool, deque(maxlen=KEPT_DELAYS)).append(
                     max(0.0, snap.now - self._triggered.pop(pool)))
+        for pool in [p for p, t in self._triggered.items()
+                     if snap.now - t > STALE_TRIGGER_SECONDS]:
+            del self._triggered[pool]  # given up: the autoscaler's own patience
         self._ready = ready
 
     def delay(self, pool: str, default: float) -> float:
@@ -298,8 +323,19 @@ class Forecasts:
                     continue
                 ends = now + run
             busy.append(Busy(pod.node, pod.gpus, ends, quota_of(pod)))
-        queue = [q for w in waits.waiting
-                 if (q := self._queued(w, snap, quota_of, cluster_queue_of, quotas))]
+        queue: list[Queued] = []
+        gangs: dict[str, list[Queued]] = {}  # a Workload's uid -> its pods gated by Kueue
+        for w in waits.waiting:
+            q = self._queued(w, snap, quota_of, cluster_queue_of, quotas)
+            if q is None:
+                continue
+            gated = snap.pods.get(w.uid) if q.quota is not None and w.kind == "pod" else None
+            wl = workload_of(gated) if gated is not None else None
+            if wl is not None:
+                gangs.setdefault(wl.uid, []).append(q)
+            else:
+                queue.append(q)
+        queue += [_gang(uid, pods) for uid, pods in gangs.items()]
         queue += self._to_come(now)
         stocking = {w.verdict.pool for w in waits.waiting if w.verdict.cause == "stockout"}
         bounds = {pool: PoolBounds(shape, cfg.max_nodes.get(pool,
@@ -308,8 +344,12 @@ class Forecasts:
                                    pool in stocking)
                   for pool, shape in shapes.items()}
         free = free_units(snap.nodes, snap.pods.values())
-        return expected_starts(now, snap.nodes, free, busy, queue, bounds, quotas,
-                               cfg.horizon), assumed
+        starts = expected_starts(now, snap.nodes, free, busy, queue, bounds, quotas,
+                                 cfg.horizon)
+        for uid, pods in gangs.items():  # Kueue admits a Workload's pods all at once
+            gang = starts.pop(f"{GANG}{uid}")
+            starts.update((q.uid, gang) for q in pods)
+        return starts, assumed
 
     def _queued(self, w: Waiting, snap: Snapshot,
                 quota_of: Callable[[PodInfo], str | None],
@@ -324,10 +364,11 @@ class Forecasts:
             else:
                 runs = self.runs.run(pod.namespace, family(pod.namespace, pod.labels,
                                                            pod.workload))
+            gated = KUEUE_GATE in pod.scheduling_gates
+            cq = quota_of(pod)
             return Queued(pod.uid, 1, pod.gpus, pod.constraints, pod.priority,
                           pod.created_unix, runs, bound=pod.node is not None,
-                          quota=quota_of(pod) if KUEUE_GATE in pod.scheduling_gates
-                          else None)
+                          quota=cq if gated else None, holds=None if gated else cq)
         wl = snap.workloads.get(w.uid)
         if wl is None:
             return None
@@ -339,6 +380,15 @@ class Forecasts:
                                                     family(wl.namespace, wl.labels,
                                                            wl.owner_name)),
                       quota=cq if cq in quotas else None)
+
+
+def _gang(uid: str, pods: list[Queued]) -> Queued:
+    """The pods of one Kueue Workload waiting for its admission, as one unit: admitted and
+    placed all at once."""
+    first = min(pods, key=lambda q: q.since)
+    return replace(first, uid=f"{GANG}{uid}", pods=len(pods),
+                   gpus_per_pod=max(q.gpus_per_pod for q in pods),
+                   priority=max(q.priority for q in pods))
 
 
 def _workload_constraints(wl: WorkloadInfo) -> PodConstraints:

@@ -3,7 +3,7 @@ cluster worked by hand, and the start each waiting unit gets."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, settings
@@ -103,6 +103,19 @@ CASES = {
     "up to its borrowing limit": Case(
         {"n1": N1}, {"n1": 8}, [], [queued("w", 8, quota="a")], {"w": (None, "no_room")},
         quotas={"a": Quota(0.0, 0.0, 4.0, "lab"), "b": Quota(8.0, 0.0, None, "lab")}),
+    # the pods of an admitted Workload give its quota back when they end
+    "a waiting pod of an admitted Workload frees its quota": Case(
+        {"n1": N1}, {"n1": 8}, [],
+        [Queued("pod", 1, 8, ANY, 0, NOW - 60, 1 * H, holds="cq"),
+         queued("next", 8, quota="cq", since=1)],
+        {"pod": (0.0, "forecast"), "next": (1.0, "forecast")}, quotas={"cq": Quota(8.0, 8.0)}),
+    "a gang larger than its pool can grow to never starts": Case(
+        {"n1": N1}, {"n1": 8}, [], [queued("gang", 8, pods=4)], {"gang": (None, "no_room")},
+        pools={"a100": PoolBounds(N1, 2, 900.0)}),
+    "a node not Ready yet comes up as a new node would": Case(
+        {"n1": N1, "n2": replace(N2, ready=False)}, {"n1": 0, "n2": 0},
+        [Busy("n1", 8, NOW + 5 * H)], [queued("a", 8)], {"a": (0.25, "forecast")},
+        pools={"a100": PoolBounds(N1, 2, 900.0)}),
     "quota held by the first admitted": Case(
         {"n1": N1, "n2": N2}, {"n1": 8, "n2": 8}, [],
         [queued("w1", 8, quota="cq"), queued("w2", 8, quota="cq", since=1)],

@@ -89,3 +89,22 @@ def test_the_forecast_of_a_snapshot_waits_for_the_running_pods_like_it() -> None
     again = later.observe(replace(snap, now=T0 + 60), waits.figures, waits.shapes,
                           lambda p: None, lambda w: "")
     assert again is first
+
+
+def test_a_pool_from_zero_and_in_two_zones() -> None:
+    """A pool with no node yet learns its delay from its first; its maximum is its zones'
+    groups' together (GKE has an instance group per zone)."""
+    pools = Pools()
+    zones = [f"pod triggered scale-up: [{{https://www.googleapis.com/compute/v1/projects/p/"
+             f"zones/{z}/instanceGroups/gke-ml-gpupool-{h}-grp 0->1 (max: 2)}}]"
+             for z, h in (("us-central1-a", "1a2b3c4d"), ("us-central1-b", "5e6f7a8b"))]
+    events = {f"p{i}": {"TriggeredScaleUp": PodEvent("ml", f"p{i}", f"p{i}",
+                                                     "TriggeredScaleUp", words,
+                                                     "cluster-autoscaler", T0, T0)}
+              for i, words in enumerate(zones)}
+    snap = replace(snapshot(T0 + 30, [], events=events), nodes={})
+    pools.learn(snap, {"gpupool"})
+    assert pools.max_nodes == {"gpupool": 4}
+    first = {"a": replace(node("a", A100), pool="gpupool")}
+    pools.learn(replace(snap, now=T0 + 300, nodes=first), {"gpupool"})
+    assert pools.delay("gpupool", 600.0) == 300.0

@@ -68,8 +68,8 @@ class WaitRows:
                 row["wait_seconds"] = w.wait_seconds + r.seconds
                 if v.said is not None:
                     row["evidence"], row["evidence_source"] = v.said.words, v.said.source
-                if r.expected_start is not None:
-                    row["expected_start"] = _ts(r.expected_start)
+                row["expected_start"] = None if r.expected_start is None else \
+                    _ts(r.expected_start)  # the interval's last forecast, if one found
         for f in free:
             pf = f.pool
             gpus = pf.gpus.get(f.use, 0.0)
