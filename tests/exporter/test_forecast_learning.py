@@ -9,7 +9,8 @@ import pytest
 
 from exporter.config import QueueForecast
 from exporter.model.records import PodEvent, PodInfo
-from exporter.runtime.forecasts import Forecasts, Pools, RunTimes, family
+from exporter.runtime.forecast_history import Pools, RunTimes, family
+from exporter.runtime.forecasts import Forecasts
 from exporter.runtime.waits import Waits
 from tests.exporter.test_pending_causes import A100, bound, node
 from tests.exporter.test_waits import T0, observe, pending, snapshot
