@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from analytics.week import Week
+from analytics.whatif.priced import AS_IT_IS
 from exporter.cli import main
 from exporter.demo import Progress
 from exporter.whatif import replay
@@ -51,7 +52,8 @@ def test_the_report_replays_its_actions_within_the_budget(
     assert rows, "some action changes the layout"
     assert list(doc["tables"]).index("replayed") == list(doc["tables"]).index("actions") + 1
     listed = {(a["action"], a["where"]): a for a in actions}
-    weighed = {s["node_pool"] for s in doc["tables"]["settings"] if s["choice"] is None}
+    weighed = {s["node_pool"] for s in doc["tables"]["settings"]
+               if s["choice"] != AS_IT_IS}  # a pool with an alternative weighed
     recommended = {s["node_pool"]: s for s in doc["tables"]["settings"]
                    if s["choice"] == "recommended"}
     for r in rows:

@@ -49,6 +49,9 @@ class Measured:
     """None: not recorded."""
     waits: pd.DataFrame
     """Each wait counted: ``team``, ``wait_seconds``, ``gpus``."""
+    pool_causes: pd.DataFrame | None = None
+    """``node_pool``, ``cause``, ``gpu_hours``: GPU-hours waited for each cause on the pool
+    the pods fit; None: not recorded."""
 
     @property
     def stranded_gpu_hours(self) -> float | None:
@@ -84,7 +87,10 @@ def measure(store: Store, week: Week, cluster: str | None = None) -> Measured:
         causes=pending.groupby("cause", as_index=False).gpu_seconds.sum()
         .assign(gpu_hours=lambda f: f.gpu_seconds / HOUR)[["cause", "gpu_hours"]]
         if not pending.empty else pd.DataFrame(columns=["cause", "gpu_hours"]),
-        pools=_pools(usage, free), reclaims=reclaims, waits=waits)
+        pools=_pools(usage, free), reclaims=reclaims, waits=waits,
+        pool_causes=pending.groupby(["node_pool", "cause"], as_index=False).gpu_seconds.sum()
+        .assign(gpu_hours=lambda f: f.gpu_seconds / HOUR)[["node_pool", "cause", "gpu_hours"]]
+        if not pending.empty else pd.DataFrame(columns=["node_pool", "cause", "gpu_hours"]))
 
 
 UTILIZATION_FIGURES = ("utilization", "fleet_cost_usd_per_utilized_hour", "idle_cost_usd",

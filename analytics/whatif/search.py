@@ -1,7 +1,9 @@
 """One setting per node pool, found by replaying a few: the autoscaler's bounds (or a node
 count), the node shape.
 
-For each pool, the candidates (``settings``) are its setting as it is and:
+For each pool, the candidates (``settings``) are its setting as it is and, where the week's
+own replay gives a reason for them (``Evidence``: pods waited for its nodes; its GPUs sat
+idle):
 
 - autoscaled from 0 to the most nodes it had (its free nodes go when nothing waits);
 - autoscaled from 0, and from its present minimum, to twice that (room for what waited);
@@ -54,13 +56,47 @@ def describe(pool: Pool) -> str:
     return f"{_count(pool.nodes, 'node')}{shape}"
 
 
-def settings(base: Layout, pool: Pool) -> list[Setting]:
-    """The candidates for ``pool``, its setting as it is first; none that is the same."""
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What the week's own replay says of a pool: what a setting could change."""
+
+    waited_for_nodes: bool = True
+    """Pods that fit it waited for capacity (no_capacity, scaling_up, stockout,
+    fragmented): more nodes, or larger ones, could start them sooner."""
+    fragmented: bool = True
+    """Pods waited on its fragments: larger nodes could hold them."""
+    idle: bool = True
+    """GPUs of it sat free that no waiting pod could use: fewer nodes could save them."""
+
+
+NODE_WAITS = ("no_capacity", "scaling_up", "stockout", "fragmented")
+
+
+def evidence(measured: Measured, pool: str) -> Evidence:
+    """What ``measured`` (the week's own replay) says of ``pool``; where it records no
+    causes, every candidate is weighed."""
+    if measured.pool_causes is None:
+        return Evidence()
+    waits = measured.pool_causes[(measured.pool_causes.node_pool == pool)
+                                 & (measured.pool_causes.gpu_hours > 0)]
+    row = measured.pools[measured.pools.node_pool == pool]
+    idle = bool(len(row)) and float(row.stranded_gpu_hours.sum()) > 0
+    return Evidence(bool(waits.cause.isin(NODE_WAITS).any()),
+                    bool((waits.cause == "fragmented").any()), idle)
+
+
+def settings(base: Layout, pool: Pool, seen_in: Evidence = Evidence()) -> list[Setting]:
+    """The candidates for ``pool``, its setting as it is first; none that is the same, and
+    none the week's replay gives no reason for (``Evidence``): no more nodes where nothing
+    waited for nodes, no fewer where nothing sat idle, no larger ones where nothing waited
+    on fragments or for nodes."""
     most = most_nodes(pool)
     least = pool.autoscaling.min_nodes if pool.autoscaling else pool.nodes
     out = [Setting(pool.name, f"{AS_IT_IS} ({describe(pool)})", base)]
     seen = {describe(pool)}
-    bounds = [(0, most), (0, 2 * most), (min(least, 2 * most), 2 * most), (0, most + 1)]
+    bounds = [(0, most)] if seen_in.idle else []
+    if seen_in.waited_for_nodes:
+        bounds += [(0, 2 * most), (min(least, 2 * most), 2 * most), (0, most + 1)]
     for lo, hi in bounds:
         changed = autoscaled(pool, lo, hi)
         label = describe(changed)
@@ -70,7 +106,7 @@ def settings(base: Layout, pool: Pool) -> list[Setting]:
     shapes = GPU_MODELS[pool.accelerator].machine_types
     biggest = max(shapes)
     if biggest > pool.gpus_per_node and pool.mig_partition_size is None and \
-            pool.sharing is None:
+            pool.sharing is None and (seen_in.fragmented or seen_in.waited_for_nodes):
         ratio = biggest / pool.gpus_per_node
         update: dict[str, object] = {"gpus_per_node": biggest,
                                      "nodes": math.ceil(pool.nodes / ratio)}
