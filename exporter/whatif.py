@@ -380,7 +380,7 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
                      s.loc["Spot reclaims", "delta"], "; ".join(past) or None, told))
     weighed: list[tuple[object, ...]] = []
     for pool in base.pools:
-        settings = search.settings(base, pool, search.evidence(own, pool.name))
+        settings = search.settings(base, pool, search.evidence(own, pool))
         if len(settings) == 1:
             continue  # its week gives no reason to weigh another
         weighs = [search.weigh(settings[0], own, target)]

@@ -36,6 +36,9 @@ POOL_COLUMNS = ("node_pool", "gpu_hours", "cost_usd", "availability", "stranded_
                 "stranded_cost_usd")
 
 
+POOL_CAUSES = ("node_pool", "gpu_model", "cause", "gpu_hours")
+
+
 @dataclass(frozen=True, slots=True)
 class Measured:
     headline: dict[str, float | None]
@@ -50,8 +53,9 @@ class Measured:
     waits: pd.DataFrame
     """Each wait counted: ``team``, ``wait_seconds``, ``gpus``."""
     pool_causes: pd.DataFrame | None = None
-    """``node_pool``, ``cause``, ``gpu_hours``: GPU-hours waited for each cause on the pool
-    the pods fit; None: not recorded."""
+    """``POOL_CAUSES``: GPU-hours waited for each cause by the pool the pods fit (empty
+    where the warehouse does not say, as a replay's) and their GPU model; None: not
+    recorded."""
 
     @property
     def stranded_gpu_hours(self) -> float | None:
@@ -88,9 +92,9 @@ def measure(store: Store, week: Week, cluster: str | None = None) -> Measured:
         .assign(gpu_hours=lambda f: f.gpu_seconds / HOUR)[["cause", "gpu_hours"]]
         if not pending.empty else pd.DataFrame(columns=["cause", "gpu_hours"]),
         pools=_pools(usage, free), reclaims=reclaims, waits=waits,
-        pool_causes=pending.groupby(["node_pool", "cause"], as_index=False).gpu_seconds.sum()
-        .assign(gpu_hours=lambda f: f.gpu_seconds / HOUR)[["node_pool", "cause", "gpu_hours"]]
-        if not pending.empty else pd.DataFrame(columns=["node_pool", "cause", "gpu_hours"]))
+        pool_causes=pending.groupby(list(POOL_CAUSES[:3]), as_index=False).gpu_seconds.sum()
+        .assign(gpu_hours=lambda f: f.gpu_seconds / HOUR)[list(POOL_CAUSES)]
+        if not pending.empty else pd.DataFrame(columns=list(POOL_CAUSES)))
 
 
 UTILIZATION_FIGURES = ("utilization", "fleet_cost_usd_per_utilized_hour", "idle_cost_usd",

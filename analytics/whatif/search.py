@@ -72,14 +72,17 @@ class Evidence:
 NODE_WAITS = ("no_capacity", "scaling_up", "stockout", "fragmented")
 
 
-def evidence(measured: Measured, pool: str) -> Evidence:
-    """What ``measured`` (the week's own replay) says of ``pool``; where it records no
-    causes, every candidate is weighed."""
-    if measured.pool_causes is None:
+def evidence(measured: Measured, pool: Pool) -> Evidence:
+    """What ``measured`` (the week's own replay) says of ``pool``: the waits of pods that
+    fit it, or, where the pool they fit is not recorded, of pods of its GPU model; where no
+    cause is recorded, every candidate is weighed."""
+    causes = measured.pool_causes
+    if causes is None:
         return Evidence()
-    waits = measured.pool_causes[(measured.pool_causes.node_pool == pool)
-                                 & (measured.pool_causes.gpu_hours > 0)]
-    row = measured.pools[measured.pools.node_pool == pool]
+    ours = (causes.node_pool == pool.name) | (
+        causes.node_pool.fillna("").eq("") & (causes.gpu_model == pool.accelerator))
+    waits = causes[ours & (causes.gpu_hours > 0)]
+    row = measured.pools[measured.pools.node_pool == pool.name]
     idle = bool(len(row)) and float(row.stranded_gpu_hours.sum()) > 0
     return Evidence(bool(waits.cause.isin(NODE_WAITS).any()),
                     bool((waits.cause == "fragmented").any()), idle)

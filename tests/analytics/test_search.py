@@ -38,34 +38,43 @@ def test_a_pool_gets_its_setting_and_the_candidates_around_it(pool: Pool,
 A100 = Pool(name="a100", accelerator="nvidia-tesla-a100", gpus_per_node=8, nodes=2)
 
 
-def replayed(causes: list[tuple[str, str, float]], stranded: dict[str, float]) -> Measured:
-    """A week's replay that waited ``causes`` (pool, cause, GPU-hours) and left
+def replayed(causes: list[tuple[str, str, str, float]], stranded: dict[str, float]
+             ) -> Measured:
+    """A week's replay that waited ``causes`` (pool, model, cause, GPU-hours) and left
     ``stranded`` GPU-hours free per pool."""
     pools = pd.DataFrame({"node_pool": list(stranded),
                           "stranded_gpu_hours": list(stranded.values())})
     empty = pd.DataFrame()
     return Measured({}, empty, empty, pools, 0, empty, pd.DataFrame(
-        causes, columns=["node_pool", "cause", "gpu_hours"]))
+        causes, columns=["node_pool", "gpu_model", "cause", "gpu_hours"]))
 
 
 @pytest.mark.parametrize(("week", "labels"), [
     (replayed([], {"a100": 40.0}), ["as it is (2 nodes of 8 GPUs)",
                                     "autoscale 0-2 nodes of 8 GPUs"]),
-    (replayed([("a100", "no_capacity", 30.0)], {"a100": 0.0}),
+    (replayed([("a100", "nvidia-tesla-a100", "no_capacity", 30.0)], {"a100": 0.0}),
      ["as it is (2 nodes of 8 GPUs)", "autoscale 0-4 nodes of 8 GPUs",
       "autoscale 2-4 nodes of 8 GPUs", "autoscale 0-3 nodes of 8 GPUs",
       "1 node of 16 GPUs (a2-megagpu-16g)"]),
-    (replayed([("t4", "no_capacity", 30.0), ("a100", "quota", 9.0)], {"a100": 0.0}),
+    # a replay does not say which pool a pod fit: the pods of the pool's GPU model
+    (replayed([("", "nvidia-tesla-a100", "scaling_up", 3.0)], {"a100": 0.0}),
+     ["as it is (2 nodes of 8 GPUs)", "autoscale 0-4 nodes of 8 GPUs",
+      "autoscale 2-4 nodes of 8 GPUs", "autoscale 0-3 nodes of 8 GPUs",
+      "1 node of 16 GPUs (a2-megagpu-16g)"]),
+    (replayed([("t4", "nvidia-tesla-t4", "no_capacity", 30.0),
+               ("", "nvidia-tesla-t4", "no_capacity", 30.0),
+               ("a100", "nvidia-tesla-a100", "quota", 9.0)], {"a100": 0.0}),
      ["as it is (2 nodes of 8 GPUs)"]),
     (Measured({}, pd.DataFrame(), None, pd.DataFrame(), None, pd.DataFrame()),
      ["as it is (2 nodes of 8 GPUs)", "autoscale 0-2 nodes of 8 GPUs",
       "autoscale 0-4 nodes of 8 GPUs", "autoscale 2-4 nodes of 8 GPUs",
       "autoscale 0-3 nodes of 8 GPUs", "1 node of 16 GPUs (a2-megagpu-16g)"]),
 ], ids=["idle, nothing waited: fewer nodes only", "waited for nodes, never idle: more",
-        "waits elsewhere or for quota: nothing to weigh", "no causes recorded: all"])
+        "a replay's waits, by GPU model", "waits elsewhere or for quota: nothing to weigh",
+        "no causes recorded: all"])
 def test_a_pool_is_weighed_only_for_what_its_week_gives_reason_to(
         week: Measured, labels: list[str]) -> None:
-    found = search.settings(make_layout(pools=[A100]), A100, search.evidence(week, "a100"))
+    found = search.settings(make_layout(pools=[A100]), A100, search.evidence(week, A100))
     assert [s.label for s in found] == labels
 
 
