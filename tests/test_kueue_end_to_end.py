@@ -311,7 +311,7 @@ async def demo_day(out: Path) -> tuple[dict[str, tuple[float, float]], dict[str,
     in the day (a pod of a Job Kueue queued: from the Job's submission), to its scheduling
     or the day's end, and of each Job Kueue never admitted, once."""
     from analytics.week import week_containing
-    from exporter.demo import _queue_percentiles
+    from exporter.summary import _queue_percentiles
     from simulator.scenario import load_scenario
 
     scenario = load_scenario("kueue").model_copy(update={"step": 300.0})

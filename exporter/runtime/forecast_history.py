@@ -26,6 +26,7 @@ from exporter.model.pending import SCALE_UP_PATIENCE_SECONDS
 from exporter.model.records import PodInfo
 from exporter.model.scheduling_words import Triggered, autoscaler_words
 from exporter.model.snapshot import Snapshot
+from exporter.runtime.waits import DISRUPTED_REASONS
 
 FAMILY_LABELS = ("app.kubernetes.io/name", "app")
 _GENERATED = re.compile(r"-(?:[bcdfghjklmnpqrstvwxz2456789]{5}|[0-9]{6,})$")
@@ -38,8 +39,6 @@ KEPT_UIDS = 100_000
 KEPT_DELAYS = 20
 STALE_TRIGGER_SECONDS = 2 * SCALE_UP_PATIENCE_SECONDS
 """A scale-up not brought by then is given up (twice the autoscaler's patience)."""
-TAKEN = frozenset({"Terminated", "NodeLost", "Preempted", "Evicted",
-                   "DeletionByTaintManager"})
 
 
 def family(namespace: str, labels: Mapping[str, str], controller: str) -> str:
@@ -64,7 +63,7 @@ class RunTimes:
     def learn(self, pod: PodInfo) -> None:
         if pod.finished_unix is None or pod.phase not in ("Succeeded", "Failed") or \
                 pod.gpus <= 0 or pod.scheduled_unix is None or pod.disrupted or \
-                pod.reason in TAKEN or pod.uid in self._seen:
+                pod.reason in DISRUPTED_REASONS or pod.uid in self._seen:
             return
         name = family(pod.namespace, pod.labels, pod.workload)
         self._seen[pod.uid] = None

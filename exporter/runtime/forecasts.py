@@ -31,13 +31,12 @@ from exporter.model.records import (
     NodeInfo,
     PodConstraints,
     PodInfo,
-    Toleration,
     WorkloadInfo,
 )
 from exporter.model.snapshot import Snapshot
 from exporter.runtime.forecast_history import KEPT_UIDS, Pools, RunTimes, family
+from exporter.runtime.waits import workload_constraints
 
-ANY_TAINT = (Toleration(None, "Exists", "", None),)
 ALWAYS_ON = frozenset({"ReplicaSet", "Deployment", "StatefulSet", "DaemonSet"})
 """Controllers whose pods run until someone stops them: they never free their GPUs."""
 GANG = "workload/"
@@ -114,7 +113,7 @@ class Forecasts:
             cq = cluster_queue_of(wl)
             new.append(Arrival(wl.created_unix, wl.namespace,
                                family(wl.namespace, wl.labels, wl.owner_name),
-                               max(1, wl.gpus // per_pod), per_pod, _workload_constraints(wl),
+                               max(1, wl.gpus // per_pod), per_pod, workload_constraints(wl),
                                wl.priority, False, cq if cq in quotas else None))
         self._arrivals.extend(sorted(new, key=lambda a: a.unix))
         while self._arrivals and self._arrivals[0].unix < snap.now - window:
@@ -221,7 +220,7 @@ class Forecasts:
             return None
         per_pod = wl.gpus_per_pod or wl.gpus
         cq = cluster_queue_of(wl)
-        return Queued(wl.uid, max(1, wl.gpus // per_pod), per_pod, _workload_constraints(wl),
+        return Queued(wl.uid, max(1, wl.gpus // per_pod), per_pod, workload_constraints(wl),
                       wl.priority,
                       wl.queued_unix, self.runs.run(wl.namespace,
                                                     family(wl.namespace, wl.labels,
@@ -236,13 +235,6 @@ def _gang(uid: str, pods: list[Queued]) -> Queued:
     return replace(first, uid=f"{GANG}{uid}", pods=len(pods),
                    gpus_per_pod=max(q.gpus_per_pod for q in pods),
                    priority=max(q.priority for q in pods))
-
-
-def _workload_constraints(wl: WorkloadInfo) -> PodConstraints:
-    """Where a Workload with no pod yet may run: the accelerator it selects."""
-    return PodConstraints(
-        {"cloud.google.com/gke-accelerator": wl.accelerator} if wl.accelerator else {},
-        (), ANY_TAINT)
 
 
 def _quotas(snap: Snapshot) -> dict[str, Quota]:

@@ -53,6 +53,14 @@ Slot = tuple[str, str, str, str]
 """(namespace, controller kind, controller, index): the place a replacement pod takes."""
 
 
+def workload_constraints(wl: WorkloadInfo) -> PodConstraints:
+    """Where a Kueue Workload with no pod yet may run: the accelerator it selects, any
+    taint tolerated (its pods' template is not known)."""
+    return PodConstraints(
+        {"cloud.google.com/gke-accelerator": wl.accelerator} if wl.accelerator else {},
+        (), ANY_TAINT)
+
+
 def slot_of(pod: PodInfo) -> Slot:
     index = pod.labels.get("batch.kubernetes.io/job-completion-index") or (
         pod.name if pod.owner_kind == "StatefulSet" else "")
@@ -157,9 +165,7 @@ class Waits:
             if not wl.pending or wl.gpus <= 0 or has_pods(wl):
                 continue
             per_pod = wl.gpus_per_pod or wl.gpus
-            constraints = PodConstraints(
-                {"cloud.google.com/gke-accelerator": wl.accelerator} if wl.accelerator else {},
-                (), ANY_TAINT)
+            constraints = workload_constraints(wl)
             verdict = decide(self._workload_evidence(wl, constraints, per_pod),
                              room_of(constraints, per_pod), now)
             waiting.append(Waiting(
