@@ -81,7 +81,7 @@ async def test_failures_are_contained(serve: Callable[[Handler], Awaitable[str]]
                "drip": await serve(drip), "refused": "http://127.0.0.1:9/metrics"}
     began = time.monotonic()
     results = await source.fetch([ok, *failing.values()])
-    assert time.monotonic() - began < 3, "the timeout is honoured"
+    assert time.monotonic() - began < 10, "the timeout is honoured (the drip alone takes 14 s)"
     assert isinstance(results[0], TargetScrape) and results[0].result.samples == 23
     kinds = dict(zip(failing, (type(r) for r in results[1:]), strict=True))
     assert kinds == {"error": SourceUnavailable, "hang": SourceTimeout,

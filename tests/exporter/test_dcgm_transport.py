@@ -124,15 +124,15 @@ async def test_a_round_ends_at_its_timeout_however_many_targets_hang(
         serve: Callable[[Handler], Awaitable[str]]) -> None:
     """Twelve hanging targets, two transfers at a time: the round still ends at its
     timeout, those that never started included."""
-    source = DcgmSource(timeout_seconds=0.5, max_body_bytes=CAP, concurrency=2)
+    source = DcgmSource(timeout_seconds=1.0, max_body_bytes=CAP, concurrency=2)
     try:
         hanging = await serve(hang)
         ok = await serve(good)
         began = time.monotonic()
         results = await source.fetch([hanging] * 12 + [ok])
-        assert time.monotonic() - began < 1.5
+        assert time.monotonic() - began < 4  # one timeout; unbounded, six in a row (6 s)
         assert all(isinstance(r, SourceTimeout) for r in results)
-        assert results[0].reason == "no complete answer in 0.5 s"  # type: ignore[union-attr]
+        assert results[0].reason == "no complete answer in 1 s"  # type: ignore[union-attr]
         (res,) = await source.fetch([ok])
         assert isinstance(res, TargetScrape), "the next round starts afresh"
     finally:
@@ -151,7 +151,7 @@ async def test_a_cancelled_round_and_close_leave_no_thread(
         await task
     began = time.monotonic()
     source.close()
-    assert time.monotonic() - began < 1 and not workers()
+    assert time.monotonic() - began < 20 and not workers()  # not the 60 s timeout
     with pytest.raises(RuntimeError):
         await source.fetch([url])
 

@@ -59,7 +59,7 @@ async def test_a_cycle_hanging_at_sigterm_is_left_at_the_shutdown_timeout(
                   if line.startswith(b"{")]
     finally:
         await runner.cleanup()
-    assert 1.0 <= took < 5.0, f"stopped {took:.1f} s after SIGTERM"
+    assert 1.0 <= took < 20.0, f"stopped {took:.1f} s after SIGTERM (not the 60 s scrape timeout)"
     left = [e for e in events if e["event"] == "shutdown timeout"]
     assert left and left[0]["step"] == "cycle" and left[0]["severity"] == "WARNING"
     # the cycle took the whole second: the final flush had none left, and was left too
@@ -75,7 +75,7 @@ async def test_work_past_the_deadline_is_left_with_a_warning(
     assert await shutdown.within("cycle", asyncio.sleep(0.1))
     began = time.monotonic()
     assert not await shutdown.within("final flush", _in_daemon_thread(time.sleep, 30))
-    assert time.monotonic() - began < 1.0
+    assert time.monotonic() - began < 10  # not the 30 s the work takes
     warned = [r for r in caplog.records if r.getMessage() == "shutdown timeout"]
     assert [(r.levelno, r.ctx["step"]) for r in warned] == [(logging.WARNING, "final flush")]  # type: ignore[attr-defined]
 
