@@ -167,6 +167,11 @@ class ArrowStore(DuckDBStore):
         con.execute(f"SET temp_directory = {duck.quote(spill)}")
         super().__init__(con=con)
         self._owner = con
+        self.tables: dict[str, pa.Table] = {}
+        self.hold(tables)
+
+    def hold(self, tables: Mapping[str, pa.Table]) -> None:
+        """Query ``tables`` from now on, in place of those held."""
         self.tables = dict(tables)
         for name, table in BY_NAME.items():
             held = self.tables.get(name)

@@ -134,22 +134,24 @@ def play_all(runs: Sequence[tuple[str, Built]], week: Week, out: Path, pricing: 
     and the others go on: what was measured is kept."""
     done = []
     failed = []
-    for name, built in runs:
-        try:
-            played = engine.play(built.scenario, week, pricing, utilization)
-        except (MemoryError, OSError, RuntimeError, ValueError, duckdb.Error) as exc:
-            failed.append(f"{name}: not replayed: {failure(exc)}")
-            continue
-        path = out / name / WAREHOUSE
-        try:
-            played.store.save(path)
-        except (OSError, duckdb.Error) as exc:
-            path.unlink(missing_ok=True)
-            failed.append(f"{name}: its warehouse not saved: {failure(exc)}")
-        finally:
-            played.store.close()
-        done.append(Replayed(name, built, path, told_as(played.measured, built.names),
-                             played.seconds))
+    player = engine.Engine(pricing, utilization)  # a part the runs share plays once
+    try:
+        for name, built in runs:
+            try:
+                played = player.play(built.scenario, week)
+            except (MemoryError, OSError, RuntimeError, ValueError, duckdb.Error) as exc:
+                failed.append(f"{name}: not replayed: {failure(exc)}")
+                continue
+            path = out / name / WAREHOUSE
+            try:
+                played.store.save(path)
+            except (OSError, duckdb.Error) as exc:
+                path.unlink(missing_ok=True)
+                failed.append(f"{name}: its warehouse not saved: {failure(exc)}")
+            done.append(Replayed(name, built, path, told_as(played.measured, built.names),
+                                 played.seconds))
+    finally:
+        player.close()
     return done, failed
 
 
@@ -338,61 +340,65 @@ def replay_levers(store: Store, week: Week, cluster: str | None, cfg: Config,
         return float(targets.get(team, cfg.report.wait_target))
 
     played: dict[str, tuple[Measured, float]] = {}
+    player = engine.Engine(pricing, utilization)
 
     def play(on: layout.Layout) -> tuple[Measured, float]:
-        """``on`` replayed, once: an action's layout and a setting weighed can be one."""
+        """``on`` replayed, once: an action's layout and a setting weighed can be one;
+        the parts of the cluster it leaves as they were are not played again."""
         key = on.model_dump_json()
         if key not in played:
             built = scenario.build(jobs, on, week.start, week.end, engine.RESOLUTION)
-            done = engine.play(built.scenario, week, pricing, utilization)
-            done.store.close()
+            done = player.play(built.scenario, week)
             played[key] = done.measured, done.seconds
         return played[key]
 
-    own, took = play(base)
+    try:
+        own, took = play(base)
 
-    def over(budget: float | None) -> bool:
-        return budget is not None and time.monotonic() - began + took > budget
+        def over(budget: float | None) -> bool:
+            return budget is not None and time.monotonic() - began + took > budget
 
-    fidelity = compare.fidelity(actual, own, step)
-    off = fidelity[~fidelity.ok.astype(bool)]
-    told = "the week's own replay within its fidelity bounds" if off.empty else \
-        "the week's own replay outside its bounds: " + ", ".join(off.check)
-    rows: list[tuple[object, ...]] = []
-    for lever in candidates:
-        if over(budget):
-            rows.append((lever.action, lever.where, lever.change, *[None] * 9,
-                         f"not replayed: over report.whatif_budget ({budget:g} s)"))
-            continue
-        measured, _ = play(lever.layout)
-        c = compare.compare(actual, own, measured, step)
-        s = c.summary.set_index("figure")
-        worst = c.teams.dropna(subset=["wait_p90_seconds_delta"]) \
-            .sort_values("wait_p90_seconds_delta", ascending=False)
-        past = compare.past_targets(c.teams, target)
-        rows.append((lever.action, lever.where, lever.change,
-                     s.loc["Cost", "delta"], s.loc["GPU-hours waited", "delta"],
-                     str(worst.team.iloc[0]) if len(worst) else None,
-                     float(worst.wait_p90_seconds_delta.iloc[0]) if len(worst) else None,
-                     float(worst.wait_p90_seconds_proposed.iloc[0]) if len(worst) else None,
-                     s.loc["Stranded GPU-hours (free, no waiting pod fits)", "delta"],
-                     s.loc["Lowest pool availability", "proposed"],
-                     s.loc["Spot reclaims", "delta"], "; ".join(past) or None, told))
-    weighed: list[tuple[object, ...]] = []
-    for pool in base.pools:
-        settings = search.settings(base, pool, search.evidence(own, pool))
-        if len(settings) == 1:
-            continue  # its week gives no reason to weigh another
-        weighs = [search.weigh(settings[0], own, target)]
-        for setting in settings[1:]:
+        fidelity = compare.fidelity(actual, own, step)
+        off = fidelity[~fidelity.ok.astype(bool)]
+        told = "the week's own replay within its fidelity bounds" if off.empty else \
+            "the week's own replay outside its bounds: " + ", ".join(off.check)
+        rows: list[tuple[object, ...]] = []
+        for lever in candidates:
             if over(budget):
-                break
-            weighs.append(search.weigh(setting, play(setting.layout)[0], target))
-        best = search.choose(weighs)
-        weighed += [(pool.name, pool.accelerator, w.setting.label,
-                     AS_IT_IS if w is weighs[0] else
-                     "recommended" if w is best else None,
-                     w.cost_usd - weighs[0].cost_usd, w.team, w.wait_p90_seconds,
-                     w.over_seconds) for w in weighs]
+                rows.append((lever.action, lever.where, lever.change, *[None] * 9,
+                             f"not replayed: over report.whatif_budget ({budget:g} s)"))
+                continue
+            measured, _ = play(lever.layout)
+            c = compare.compare(actual, own, measured, step)
+            s = c.summary.set_index("figure")
+            worst = c.teams.dropna(subset=["wait_p90_seconds_delta"]) \
+                .sort_values("wait_p90_seconds_delta", ascending=False)
+            past = compare.past_targets(c.teams, target)
+            rows.append((lever.action, lever.where, lever.change,
+                         s.loc["Cost", "delta"], s.loc["GPU-hours waited", "delta"],
+                         str(worst.team.iloc[0]) if len(worst) else None,
+                         float(worst.wait_p90_seconds_delta.iloc[0]) if len(worst) else None,
+                         float(worst.wait_p90_seconds_proposed.iloc[0]) if len(worst) else None,
+                         s.loc["Stranded GPU-hours (free, no waiting pod fits)", "delta"],
+                         s.loc["Lowest pool availability", "proposed"],
+                         s.loc["Spot reclaims", "delta"], "; ".join(past) or None, told))
+        weighed: list[tuple[object, ...]] = []
+        for pool in base.pools:
+            settings = search.settings(base, pool, search.evidence(own, pool))
+            if len(settings) == 1:
+                continue  # its week gives no reason to weigh another
+            weighs = [search.weigh(settings[0], own, target)]
+            for setting in settings[1:]:
+                if over(budget):
+                    break
+                weighs.append(search.weigh(setting, play(setting.layout)[0], target))
+            best = search.choose(weighs)
+            weighed += [(pool.name, pool.accelerator, w.setting.label,
+                         AS_IT_IS if w is weighs[0] else
+                         "recommended" if w is best else None,
+                         w.cost_usd - weighs[0].cost_usd, w.team, w.wait_p90_seconds,
+                         w.over_seconds) for w in weighs]
+    finally:
+        player.close()
     return {"replayed": pd.DataFrame(rows, columns=cols),
             "settings": pd.DataFrame(weighed, columns=weighed_cols)}

@@ -27,9 +27,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from analytics.store import ArrowStore
 from analytics.week import Week
-from analytics.whatif import truth_rows
+from analytics.whatif import parts, truth_rows
 from analytics.whatif.measure import Measured, measure
 from analytics.whatif.scenario import pod_workloads
 from analytics.whatif.trace import Job
@@ -100,23 +103,61 @@ def utilizations(jobs: Sequence[Job]) -> dict[str, float]:
 
 
 def play(scenario: Scenario, week: Week, pricing: Pricing,
-         utilization: Mapping[str, float]) -> Played:
-    """``scenario`` (at ``RESOLUTION`` s steps) over ``week``, measured. The collector of
-    reference cycles waits while the cluster plays and its tables are written: what they
-    build lives to the end, so a collection would find nothing to free."""
-    began = time.process_time()
-    window = truth_rows.Window(week.start.timestamp(), week.end.timestamp())
-    with _collector_paused():
-        cluster = Cluster(scenario, headless=True)
-        steps = cluster.advance_to(window.end)
-        cluster.close()
-        store = warehouse(cluster, window, pricing.pools(scenario), utilization)
-    try:
-        measured = measure(store, week, scenario.cluster)
-    except BaseException:
-        store.close()
-        raise
-    return Played(measured, time.process_time() - began, steps, store)
+         utilization: Mapping[str, float], whole: bool = False) -> Played:
+    """``scenario`` (at ``RESOLUTION`` s steps) over ``week``, measured: its parts
+    (``analytics.whatif.parts``) played alone, or, ``whole``, the cluster at once. The
+    ``Played.store`` is the caller's to close."""
+    return Engine(pricing, utilization, whole).play(scenario, week)
+
+
+class Engine:
+    """Plays scenarios of one week's jobs part by part, and keeps each part's tables: a
+    part of a later scenario that is the same (the same pools, workloads, jobs, faults
+    and settings) is not played again. The tables of the parts are put together and
+    measured in one in-memory warehouse, reused from play to play."""
+
+    def __init__(self, pricing: Pricing, utilization: Mapping[str, float],
+                 whole: bool = False) -> None:
+        self._pricing, self._utilization, self._whole = pricing, utilization, whole
+        self._parts: dict[str, tuple[dict[str, pa.Table], int]] = {}
+        self._store: ArrowStore | None = None
+
+    def play(self, scenario: Scenario, week: Week) -> Played:
+        """``scenario`` over ``week``, measured. Its ``Played.store`` holds the tables
+        until the next play."""
+        began = time.process_time()
+        window = truth_rows.Window(week.start.timestamp(), week.end.timestamp())
+        split = [scenario] if self._whole else parts.split(scenario)
+        played = [self._part(p, window) for p in split]
+        tables = merged([t for t, _ in played])
+        if self._store is None:
+            self._store = ArrowStore(tables, MEMORY_LIMIT, THREADS)
+        else:
+            self._store.hold(tables)
+        measured = measure(self._store, week, scenario.cluster)
+        return Played(measured, time.process_time() - began, sum(n for _, n in played),
+                      self._store)
+
+    def _part(self, scenario: Scenario, window: truth_rows.Window
+              ) -> tuple[dict[str, pa.Table], int]:
+        """A part's tables and the steps it took to play (0: played before)."""
+        key = scenario.model_dump_json()
+        held = self._parts.get(key)
+        if held is not None:
+            return held[0], 0
+        with _collector_paused():
+            cluster = Cluster(scenario, headless=True)
+            steps = cluster.advance_to(window.end)
+            cluster.close()
+            tables = warehouse(cluster, window, self._pricing.pools(scenario),
+                               self._utilization)
+        self._parts[key] = tables, steps
+        return tables, steps
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
 
 @contextlib.contextmanager
@@ -132,8 +173,8 @@ def _collector_paused() -> Iterator[None]:
 
 def warehouse(cluster: Cluster, window: truth_rows.Window,
               prices: Mapping[str, float | None], utilization: Mapping[str, float]
-              ) -> ArrowStore:
-    """The cluster's truth over ``window`` as an in-memory warehouse."""
+              ) -> dict[str, pa.Table]:
+    """The cluster's truth over ``window`` as the warehouse's tables."""
     truth, scenario = cluster.truth, cluster.scenario
     finished = {uid: w.finished_at for uid, w in cluster.kueue.workloads.items()
                 if w.finished_at is not None} if cluster.kueue is not None else {}
@@ -145,5 +186,33 @@ def warehouse(cluster: Cluster, window: truth_rows.Window,
         "gpu_free": truth_rows.free(truth, scenario, window, prices),
         "availability_events": truth_rows.incidents(truth, window),
     }
-    return ArrowStore({name: truth_rows.arrow(name, cols, scenario.cluster)
-                       for name, cols in columns.items()}, MEMORY_LIMIT, THREADS)
+    return {name: truth_rows.arrow(name, cols, scenario.cluster)
+            for name, cols in columns.items()}
+
+
+POD_UIDS = {"gpu_usage": "pod_uid", "gpu_pods": "pod_uid", "gpu_pending": "uid"}
+"""The columns that hold a pod's uid: each part numbers its pods from 0, so a uid is the
+part's own."""
+
+
+def merged(played: Sequence[Mapping[str, pa.Table]]) -> dict[str, pa.Table]:
+    """The parts' tables as one warehouse's: each table's rows of every part, the pods'
+    uids of each part after the first marked with its number, the row ids renumbered."""
+    if len(played) == 1:
+        return dict(played[0])
+    out = {}
+    for name in played[0]:
+        table = pa.concat_tables([_marked(p[name], name, i) for i, p in enumerate(played)])
+        at = table.schema.get_field_index("id")
+        out[name] = table.set_column(at, table.schema.field(at),
+                                     truth_rows.row_ids(name, len(table)))
+    return out
+
+
+def _marked(table: pa.Table, name: str, part: int) -> pa.Table:
+    column = POD_UIDS.get(name)
+    if column is None or part == 0:
+        return table
+    at = table.schema.get_field_index(column)
+    return table.set_column(at, table.schema.field(at), pc.binary_join_element_wise(
+        table[column], pa.scalar(f"-part{part}"), ""))

@@ -166,40 +166,43 @@ def pod_waits(states: pd.DataFrame, awaiting: pd.DataFrame, week: Week) -> pd.Da
                          "gpus": begun.gpus.astype(float)}).reset_index(drop=True)
 
 
+SUMMED = ["gpu_seconds", "utilized_seconds", "measured_seconds", "cost_usd"]
+
+
 def _teams(usage: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
-    held = usage[usage.state == "allocated"].assign(team=lambda f: f.team.fillna("(none)"))
-    g = held.groupby("team").agg(gpu_seconds=("gpu_seconds", "sum"),
-                                  utilized=("utilized_seconds", "sum"),
-                                  measured=("measured_seconds", "sum"),
-                                  cost_usd=("cost_usd", "sum"))
-    w = waits.groupby("team").wait_seconds
+    held = usage[usage.state == "allocated"]
+    g = held[SUMMED].groupby(held.team.fillna("(none)").astype(object)).sum()
+    team = waits.team.to_numpy(dtype=object)
+    seconds = waits.wait_seconds.to_numpy(dtype=float)
+    gpu_seconds = seconds * waits.gpus.to_numpy(dtype=float)
+    rows = {}
+    for name in sorted({t for t in team if isinstance(t, str)}):
+        mine = team == name
+        waited = seconds[mine]
+        rows[name] = (len(waited), *np.quantile(waited, [0.5, 0.9]),
+                      gpu_seconds[mine].sum() / HOUR)
+    waited = pd.DataFrame.from_dict(rows, orient="index", columns=list(TEAM_COLUMNS[5:]))
     out = pd.DataFrame({
         "gpu_hours": g.gpu_seconds / HOUR, "cost_usd": g.cost_usd,
-        "utilization": g.utilized / g.measured.where(g.measured > 0),
-        "cost_per_utilized_hour": g.cost_usd / (g.utilized / HOUR).where(g.utilized > 0)})
-    waited = pd.DataFrame({
-        "pods": w.size(), "wait_p50_seconds": w.quantile(0.5),
-        "wait_p90_seconds": w.quantile(0.9),
-        "pending_gpu_hours": (waits.wait_seconds * waits.gpus).groupby(waits.team).sum() / HOUR})
+        "utilization": g.utilized_seconds / g.measured_seconds.where(g.measured_seconds > 0),
+        "cost_per_utilized_hour": g.cost_usd / (g.utilized_seconds / HOUR).where(
+            g.utilized_seconds > 0)})
     teams = out.join(waited, how="outer").reset_index(names="team")
     return teams.assign(pods=teams.pods.fillna(0).astype(int))[list(TEAM_COLUMNS)] \
         .sort_values(["cost_usd", "team"], ascending=[False, True], ignore_index=True)
 
 
 def _pools(usage: pd.DataFrame, free: pd.DataFrame) -> pd.DataFrame:
-    u = usage.groupby("node_pool").agg(gpu_seconds=("gpu_seconds", "sum"),
-                                       cost_usd=("cost_usd", "sum"))
-    down = usage[usage.state == "unavailable"].groupby("node_pool").gpu_seconds.sum()
+    pool = usage.node_pool.astype(object)
+    u = usage[["gpu_seconds", "cost_usd"]].groupby(pool).sum()
+    down = usage.gpu_seconds.where(usage.state == "unavailable", 0.0).groupby(pool).sum()
     stranded = free[free.use != "usable"] if not free.empty else free
-    s = stranded.groupby("node_pool").agg(gpu_seconds=("gpu_seconds", "sum"),
-                                          cost_usd=("cost_usd", "sum")) \
-        if not stranded.empty else pd.DataFrame(columns=["gpu_seconds", "cost_usd"])
+    s = stranded[["gpu_seconds", "cost_usd"]].astype(float).groupby(
+        stranded.node_pool.astype(object)).sum().reindex(u.index).fillna(0.0)
     out = pd.DataFrame({
         "gpu_hours": u.gpu_seconds / HOUR, "cost_usd": u.cost_usd,
-        "availability": 1 - down.reindex(u.index).fillna(0) / u.gpu_seconds.where(
-            u.gpu_seconds > 0),
-        "stranded_gpu_hours": s.gpu_seconds.reindex(u.index).fillna(0).astype(float) / HOUR,
-        "stranded_cost_usd": s.cost_usd.reindex(u.index).fillna(0).astype(float)})
+        "availability": 1 - down / u.gpu_seconds.where(u.gpu_seconds > 0),
+        "stranded_gpu_hours": s.gpu_seconds / HOUR, "stranded_cost_usd": s.cost_usd})
     return out.reset_index(names="node_pool")[list(POOL_COLUMNS)]
 
 

@@ -28,7 +28,6 @@ from simulator.scenario import (
     Namespace,
     Pool,
     Scenario,
-    TracedJob,
     Workload,
     parse_scenario,
 )
@@ -132,7 +131,7 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
     teams: dict[str, Counter[str]] = {}
     names: dict[str, str] = {}
     templates: dict[tuple[object, ...], Workload] = {}
-    traced: list[TracedJob] = []
+    traced: list[dict[str, object]] = []  # TracedJob fields
     skipped: Counter[str] = Counter()
     skipped_hours: dict[str, float] = {}
     local = {(q.namespace, q.name) for q in layout.kueue.local_queues} if layout.kueue else set()
@@ -185,9 +184,9 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
         run = j.run_seconds if j.kind == "job" else finish - max(begin, j.submitted.timestamp())
         if j.run_basis == "lower_bound" or j.kind == "always_on":
             run += step  # still running at the week's end: it does not end in the replay
-        traced.append(TracedJob(name=_dns(j.job, 63), workload=template.name,
-                                at=j.submitted.timestamp() - begin, run=max(step, run),
-                                profile=j.profile))  # type: ignore[arg-type]
+        traced.append({"name": _dns(j.job, 63), "workload": template.name,
+                       "at": j.submitted.timestamp() - begin, "run": max(step, run),
+                       "profile": j.profile})  # a TracedJob's, checked with the scenario
     for what, n in sorted(skipped.items()):
         notes.append(f"{n} jobs ({skipped_hours[what]:,.0f} GPU-hours) left out: no pool of "
                      f"the layout offers {what}")
@@ -206,7 +205,7 @@ def build(jobs: Sequence[Job], layout: Layout, start: datetime, end: datetime, s
         "namespaces": [n.model_dump() for n in namespaces] or [{"name": "default"}],
         "pools": [p.model_dump() for p in layout.pools],
         "workloads": [w.model_dump() for w in templates.values()],
-        "jobs": [t.model_dump() for t in traced],
+        "jobs": traced,
         "faults": [f.model_dump() for f in faults],
         "stockouts": [s.model_dump() for s in stockouts],
         "kueue": layout.kueue.model_dump() if layout.kueue else None,

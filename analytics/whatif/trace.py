@@ -337,13 +337,15 @@ def jobs_of_pods(pods: pd.DataFrame, week: Week, shared_pools: set[str],
         w=("w", "sum"), wu=("wu", "sum"), measured=("measured", "sum"),
         memory=("peak_memory_bytes", "max"))
     classes = p[p.bottleneck.notna()].groupby([*key, "bottleneck"]).w.sum()
-    majority = classes.sort_values(ascending=False, kind="stable").reset_index() \
-        .drop_duplicates(key).set_index(key).bottleneck if len(classes) else pd.Series(
-            dtype=str)
+    majority: dict[tuple[str, str], str] = {
+        (r.namespace, r.workload): r.bottleneck for r in classes.sort_values(
+            ascending=False, kind="stable").reset_index().drop_duplicates(key)
+        .itertuples(index=False)}
     always = {(r.namespace, r.workload): int(r.replicas)
               for r in replicas.itertuples(index=False)}
     jobs = []
-    for (namespace, name), r in per.iterrows():
+    for r in per.reset_index().itertuples(index=False):
+        namespace, name = r.namespace, r.workload
         owner = r.owner_kind if isinstance(r.owner_kind, str) else "Job"
         always_on = owner not in ("Job", "Workload") and bool(r.open)
         pods = always.get((namespace, name), int(r.wave)) if always_on else int(r.wave)

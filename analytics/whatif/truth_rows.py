@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -82,13 +81,21 @@ def hours(cols: Columns, window: Window) -> Columns:
     b = np.minimum(hi[idx], hour + HOUR)
     rows = keep[idx]
     out = {k: _take(v, rows) for k, v in cols.items() if k not in ("start", "end")}
-    out["time"] = pd.to_datetime(a, unit="s", utc=True)
+    out["time"] = _timestamps(a)
     out["interval_seconds"] = b - a
     return out
 
 
-def _timestamps(values: Sequence[float | None]) -> pd.DatetimeIndex:
-    return pd.to_datetime(_floats(values), unit="s", utc=True)
+MICROSECONDS = pa.timestamp("us", tz="UTC")
+"""The warehouse's timestamps."""
+
+
+def _timestamps(values: Sequence[float | None] | np.ndarray) -> pa.Array:
+    """Unix seconds (None: null) as the warehouse's timestamps, to the microsecond."""
+    seconds = values if isinstance(values, np.ndarray) else _floats(values)
+    known = ~np.isnan(seconds)
+    micros = np.round(np.where(known, seconds, 0.0) * 1e6).astype(np.int64)
+    return pa.array(micros, MICROSECONDS, mask=~known)
 
 
 def _per(values: Any, table: Mapping[str, Any]) -> list[Any]:
@@ -217,7 +224,7 @@ def pending(truth: TruthLog, scenario: Scenario, window: Window) -> Columns:
     cols["queued"] = _floats(cols["queued"])
     f = hours(cols, window)
     seconds = f["interval_seconds"]
-    ended = f["time"].asi8 / 1e9 + seconds
+    ended = f["time"].cast(pa.int64()).to_numpy() / 1e6 + seconds
     return f | {"seconds": seconds, "gpu_seconds": f["gpus"] * seconds,
                 "wait_seconds": ended - f.pop("queued"),
                 "evidence_source": ["replay"] * len(seconds)}
@@ -262,11 +269,19 @@ def arrow(name: str, cols: Columns, cluster: str) -> pa.Table:
     warehouse: it is written once, never merged) added."""
     schema = BY_NAME[name].arrow_schema
     n = len(next(iter(cols.values()))) if cols else 0
-    width = max(1, math.ceil(math.log10(n + 1)))
-    numbers = pc.utf8_lpad(pa.array(np.arange(n)).cast(pa.string()), width, padding="0")
+    if n == 0:
+        return schema.empty_table()
     given = {"cluster": pa.repeat(pa.scalar(cluster, pa.string()), n),
-             "id": pc.binary_join_element_wise(f"{name}-", numbers, "")}
+             "id": row_ids(name, n)}
     columns = [given[f.name] if f.name in given else
                pa.array(cols[f.name], from_pandas=True).cast(f.type, safe=False)
                if f.name in cols else pa.nulls(n, f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def row_ids(name: str, rows: int) -> pa.Array:
+    """Ids for ``rows`` rows of table ``name``: ``name-0001``, ... (unique in a replay's
+    warehouse: it is written once, never merged)."""
+    width = max(1, math.ceil(math.log10(rows + 1)))
+    numbers = pc.utf8_lpad(pa.array(np.arange(rows)).cast(pa.string()), width, padding="0")
+    return pc.binary_join_element_wise(f"{name}-", numbers, "")

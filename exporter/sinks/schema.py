@@ -13,6 +13,7 @@ and node pool where it has them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -71,14 +72,9 @@ class Table:
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        """The table as Arrow batches hold it (pyarrow is imported here, when first asked
-        for: the exporter's own writes do without it)."""
-        import pyarrow as pa
-
-        types = {STRING: pa.string(), TIMESTAMP: pa.timestamp("us", tz="UTC"),
-                 FLOAT: pa.float64(), INTEGER: pa.int64()}
-        return pa.schema([pa.field(c.name, types[c.type], nullable=not c.required)
-                          for c in self.columns])
+        """The table as Arrow batches hold it (pyarrow is imported when first asked for:
+        the exporter's own writes do without it)."""
+        return _arrow_schema(self.columns)
 
     @property
     def duckdb_types(self) -> dict[str, str]:
@@ -339,3 +335,13 @@ GPU_FREE = Table(
 TABLES = (GPU_USAGE, GPU_PODS, AVAILABILITY_EVENTS, KUEUE_QUOTAS, KUEUE_WORKLOADS,
           GPU_PENDING, GPU_FREE)
 BY_NAME = {t.name: t for t in TABLES}
+
+
+@functools.cache
+def _arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
+    import pyarrow as pa
+
+    types = {STRING: pa.string(), TIMESTAMP: pa.timestamp("us", tz="UTC"),
+             FLOAT: pa.float64(), INTEGER: pa.int64()}
+    return pa.schema([pa.field(c.name, types[c.type], nullable=not c.required)
+                      for c in columns])
