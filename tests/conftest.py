@@ -20,6 +20,7 @@ from aiohttp import web
 from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
 from tests.cloud_monitoring_fake import FakeMetricService
+from tests.timing import limit
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -46,6 +47,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return HEAVY_FIRST.index(name) if name in HEAVY_FIRST else len(HEAVY_FIRST)
 
     items.sort(key=rank)  # stable: each file's tests keep their order
+    if not items:
+        return
+    default = float(items[0].config.getini("timeout") or 0)
+    for item in items:  # a hang's limit follows the machine's load (tests/timing.py)
+        mark = item.get_closest_marker("timeout")
+        seconds = float(mark.args[0]) if mark is not None and mark.args else default
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(limit(seconds)), append=False)
 
 BASE: dict[str, Any] = {
     "cluster": "test",
@@ -144,7 +153,7 @@ async def start_exporter(env: dict[str, str]) -> tuple[asyncio.subprocess.Proces
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "exporter", "run", env=env, stderr=asyncio.subprocess.PIPE)
     assert proc.stderr is not None
-    async with asyncio.timeout(60):
+    async with asyncio.timeout(limit(60)):
         while True:
             line = (await proc.stderr.readline()).decode()
             assert line, "the exporter exited before serving"
@@ -179,7 +188,7 @@ async def start_prometheus(tmp: Path, config: dict[str, Any], *flags: str,
         f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
         *flags, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as s, asyncio.timeout(60):
+    async with aiohttp.ClientSession() as s, asyncio.timeout(limit(60)):
         while True:
             try:
                 async with s.get(f"{url}/-/ready") as r:

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.timing import limit
+
 ROOT = Path(__file__).parent.parent
 
 
 def bench(*args: str) -> str:
     done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False)
+                          timeout=limit(300), check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     return done.stdout

@@ -16,6 +16,7 @@ from exporter.model.totals import KEEP_ENDED_PODS, Totals
 from exporter.runtime.app import open_exporter
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
+from tests.timing import limit
 
 STEP = 300.0
 HOUR = 3600.0
@@ -45,7 +46,7 @@ async def test_a_day_of_churn_keeps_metrics_bounded(
     sim: SimulatorServer = await make_server(churn(make_scenario))
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             await exporter.kube.wait_synced()
         counts: dict[float, int] = {}
         for hour in range(1, 25):

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from exporter.metrics.families import FAMILIES, exposed_names
+from tests.timing import limit
 
 ROOT = Path(__file__).parents[1]
 ALERTS, DASHBOARDS = ROOT / "alerts", ROOT / "dashboards"
@@ -62,7 +63,7 @@ def exported_metrics() -> set[str]:
 
 def promtool(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["promtool", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+                          timeout=limit(120))
 
 
 # ---------------------------------------------------------------------------- rules
@@ -147,7 +148,7 @@ def test_manifests_built_for_a_site(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(ALERTS / "build.py"), "--runbook-base",
                     "https://git.example.com/gpu/blob/main/", "--unallocated-usd-per-hour",
                     "200", "--quota-wait-hours", "0.5", "--out", str(tmp_path)], check=True,
-                   timeout=60)
+                   timeout=limit(60))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "clusterrules.yaml", "prometheusrule.yaml", "rules.yaml"]
     plain = yaml.safe_load((tmp_path / "rules.yaml").read_text())["groups"]
@@ -163,7 +164,7 @@ def test_manifests_built_for_a_site(tmp_path: Path) -> None:
     assert quota["expr"].endswith("> 0.5 * 3600")
     assert "more than 0.5 h:" in quota["annotations"]["description"]
     check = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yaml")],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=limit(60))
     assert check.returncode == 0, check.stdout + check.stderr
 
 

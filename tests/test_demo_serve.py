@@ -19,6 +19,7 @@ from exporter.demo import ending_now
 from simulator.scenario import load_scenario
 from tests.conftest import start_prometheus
 from tests.test_dashboards_alerts import ALERT_RULES, ALERTS, BOARDS, grafana_expr
+from tests.timing import limit
 
 SCRAPES = (15, 30)
 """Scrape intervals, seconds: a common one, and GMP's and kube-prometheus' default."""
@@ -55,7 +56,7 @@ async def _demo(out: Path) -> tuple[asyncio.subprocess.Process, int, str]:
             sys.executable, "-m", "exporter", "demo", "--duration", "1m", "--step", "30s",
             "--serve", "--out", str(out), stdout=asyncio.subprocess.PIPE, stderr=log)
     assert proc.stdout is not None
-    async with asyncio.timeout(120):
+    async with asyncio.timeout(limit(120)):
         while True:
             line = (await proc.stdout.readline()).decode()
             assert line, "the demo exited before serving"
@@ -112,7 +113,7 @@ async def test_demo_serve_lives_under_prometheus_at_15s_and_30s(tmp_path: Path) 
         async with aiohttp.ClientSession() as s:
             polling = asyncio.create_task(_truths(s, api, seen))
             # two scrapes each: a rate has its two points, changes() a change to see
-            async with asyncio.timeout(120):
+            async with asyncio.timeout(limit(120)):
                 for url in servers.values():
                     while not await _query(s, url, SCRAPED, time.time()):  # noqa: ASYNC110
                         await asyncio.sleep(1)

@@ -15,6 +15,7 @@ import yaml
 
 from exporter.config import Config, load_config
 from exporter.runtime.egress import Endpoint, Purpose, blocked, outbound_endpoints
+from tests.timing import limit
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"
@@ -40,7 +41,7 @@ def render(tmp: Path, *components: str) -> list[dict[str, Any]]:
         "resources": [str(base)],
         "components": [str(base / "components" / c) for c in components]}))
     proc = subprocess.run(["kubectl", "kustomize", str(tmp)], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=limit(60))
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -54,7 +55,7 @@ def by_kind(docs: list[dict[str, Any]]) -> Objects:
 @pytest.fixture(scope="module")
 def objects() -> Objects:
     proc = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], capture_output=True,
-                          text=True, timeout=60, check=True)
+                          text=True, timeout=limit(60), check=True)
     return by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])
 
 
@@ -84,14 +85,14 @@ def test_the_components_listed_in_the_base_render_the_same(
         tmp_path: Path, with_component: dict[str, Objects]) -> None:
     """Uncommenting ``components:`` in deploy/kustomization.yaml adds what an overlay adds."""
     copy = tmp_path / "deploy"
-    subprocess.run(["cp", "-r", str(DEPLOY), str(copy)], check=True, timeout=30)
+    subprocess.run(["cp", "-r", str(DEPLOY), str(copy)], check=True, timeout=limit(30))
     text = (copy / "kustomization.yaml").read_text()
     enabled = text.replace("# components:", "components:").replace("#   - components/",
                                                                      "  - components/")
     assert enabled.count("  - components/") == len(COMPONENTS)
     (copy / "kustomization.yaml").write_text(enabled)
     proc = subprocess.run(["kubectl", "kustomize", str(copy)], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=limit(60))
     assert proc.returncode == 0, proc.stderr
     rendered = by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])
     assert set(rendered) == SHIPPED_IN_BASE | set(ADDS.values())
@@ -299,7 +300,7 @@ def test_the_prometheus_selector_label_is_set_as_the_docs_show(tmp_path: Path) -
     (overlay / "kustomization.yaml").write_text(
         _overlay("path: /metadata/labels/release").replace("../deploy", str(base)))
     proc = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=limit(60))
     assert proc.returncode == 0, proc.stderr
     rendered = by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])
     assert set(rendered) == SHIPPED_IN_BASE | {"ServiceMonitor", "PrometheusRule"}
@@ -408,7 +409,7 @@ def test_an_overlay_lets_another_scraper_in_as_the_docs_show(tmp_path: Path) -> 
     overlay["resources"] = [os.path.relpath(DEPLOY, tmp_path)]
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
     proc = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=limit(60))
     assert proc.returncode == 0, proc.stderr
     policy = by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])["NetworkPolicy"]
     assert admits(policy, "observability", 9808)

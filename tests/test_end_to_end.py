@@ -26,6 +26,7 @@ from simulator.server import SimulatorServer
 from simulator.truth import GroundTruth
 from tests.conftest import scenario_data
 from tests.test_pending_end_to_end import split_as_cost
+from tests.timing import limit
 
 STEP = 60.0
 DAY = 86400.0
@@ -87,7 +88,7 @@ async def run_day(out: Path) -> Day:
         outputs = sim.write_outputs(out)
         cfg = demo_config(scenario, outputs.kubeconfig, out)
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
             bottlenecks: dict[str, str] = {}

@@ -33,6 +33,7 @@ from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
 from simulator.truth import GpuSeconds, GroundTruth
 from tests.conftest import scenario_data
+from tests.timing import limit
 
 STEP = 60.0
 HOUR = 3600.0
@@ -128,7 +129,7 @@ def check_events(got: list[tuple[str, str, str, float, float]], truth: GroundTru
 
 
 async def synced(sim: SimulatorServer, exporter: Exporter) -> None:
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(limit(30)):
         await exporter.kube.wait_synced()
         await caught_up(sim, exporter)
 

@@ -29,6 +29,7 @@ from aiohttp import web
 from tests.conftest import start_prometheus
 from tests.test_deploy import by_kind, render
 from tests.test_scrape_labels import gmp_jobs
+from tests.timing import limit
 
 PROJECT, LOCATION, CLUSTER = "my-gpu-project", "us-central1", "my-gke-cluster"
 CLUSTER_SCOPE = {"project_id": PROJECT, "location": LOCATION, "cluster": CLUSTER}
@@ -267,7 +268,7 @@ async def _run(tmp: Path, groups: list[dict[str, Any]], jobs: list[dict[str, Any
         "rule_files": [_rule_file(tmp, groups)], "scrape_configs": jobs})
     procs.append(proc)
     async with aiohttp.ClientSession() as s:
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(limit(60)):
             while True:
                 if await _query(s, url, wanted):
                     break

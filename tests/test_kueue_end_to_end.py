@@ -24,6 +24,7 @@ from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
 from simulator.truth import GroundTruth, PodRecord, WorkloadRecord
 from tests.conftest import scenario_data
+from tests.timing import limit
 
 STEP = 60.0
 HOURS = 16
@@ -87,7 +88,7 @@ async def run(out: Path) -> Run:
     async with SimulatorServer(scenario) as sim:
         cfg = demo_config(scenario, sim.write_outputs(out).kubeconfig, out)
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             assert exporter.kube.kueue is True
             await exporter.cycle(sim.cluster.now)
@@ -318,7 +319,7 @@ async def demo_day(out: Path) -> tuple[dict[str, tuple[float, float]], dict[str,
     async with SimulatorServer(scenario) as sim:
         cfg = demo_config(scenario, sim.write_outputs(out).kubeconfig, out)
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
             await step_both(sim, exporter, round(86400 / scenario.step))

@@ -28,6 +28,7 @@ from exporter.sinks.warehouse import Warehouse
 from simulator.scenario import Scenario, load_scenario
 from simulator.server import SimulatorServer
 from simulator.truth import FreeSegment, PendingSegment, Segment, TruthLog
+from tests.timing import limit
 
 AGREEMENT = 0.98
 """The share of waited GPU-seconds whose cause must be the truth's."""
@@ -143,7 +144,7 @@ async def replay(name: str, scenario: Scenario, seconds: float, out: Path,
     async with SimulatorServer(scenario) as sim:
         cfg = demo_config(scenario, sim.write_outputs(out).kubeconfig, out)
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             start = sim.cluster.now
             await exporter.cycle(start)

@@ -16,6 +16,7 @@ from exporter.model.prices import Commitment, effective_prices, load_price_book
 from exporter.runtime.app import open_exporter
 from simulator.scenario import load_scenario
 from simulator.server import SimulatorServer
+from tests.timing import limit
 
 HOURS = 6
 H200_L4_ON_DEMAND = {"nvidia-h200-141gb": 16.0, "nvidia-l4": 2.0}
@@ -36,7 +37,7 @@ async def run(out: Path, terms: dict[str, Any] | None = None
             cfg = cfg.model_copy(update={"prices": Prices.model_validate(
                 cfg.prices.model_dump() | terms)})
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
             await step_both(sim, exporter, round(HOURS * 3600 / scenario.step))

@@ -26,6 +26,7 @@ from simulator.scenario import Scenario, load_scenario
 from simulator.server import SimulatorServer
 from tests.conftest import start_prometheus
 from tests.test_dashboards_alerts import BOARDS, grafana_expr
+from tests.timing import limit
 
 CYCLE = 30
 """The exporter's default interval, seconds: the simulator's step."""
@@ -53,7 +54,7 @@ async def _cycles(scenario: Scenario, tmp: Path) -> list[Cycle]:
     async with SimulatorServer(scenario) as sim:
         cfg = demo_config(scenario, sim.write_outputs(tmp).kubeconfig, tmp)
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             await sim.advance(1800)  # half an hour of arrivals: pods on most pools
             await caught_up(sim, exporter)
@@ -132,7 +133,7 @@ async def test_gpu_count_panels_read_the_truth_at_15s_and_30s_scrapes(tmp_path: 
     proc = await asyncio.to_thread(
         subprocess.run, ["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q",
                          str(data), str(tmp_path / "tsdb")], capture_output=True, text=True,
-        timeout=120, check=False)
+        timeout=limit(120), check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     prometheus, url = await start_prometheus(tmp_path, {"scrape_configs": []})
     try:

@@ -42,6 +42,7 @@ from simulator.server import SimulatorServer
 from tests.conftest import post_faults, start_exporter, start_prometheus
 from tests.test_dashboards_alerts import ALERTS, ALL_RULES, BOARDS, panel_exprs
 from tests.test_deploy import by_kind, render
+from tests.timing import limit
 
 CLUSTER = "live"
 """The exporter's cluster name, and GMP's (deploy/config.yaml: the GKE cluster's name)."""
@@ -394,7 +395,7 @@ def _differences(expected: Answer, got: Answer) -> str:
 
 async def _targets(s: aiohttp.ClientSession, url: str) -> dict[str, str]:
     """The labels of the server's one active target, once it has been scraped."""
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(limit(30)):
         while True:
             async with s.get(f"{url}/api/v1/targets") as r:
                 active = (await r.json())["data"]["activeTargets"]

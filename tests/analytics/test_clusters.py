@@ -14,6 +14,7 @@ from analytics.report import WeeklyReport, build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
 from tests.analytics.test_report import PRICES
+from tests.timing import limit
 
 WEEK = parse_week("2026-W47")
 
@@ -83,7 +84,7 @@ def test_report_weekly_cluster_option(shared_warehouse: Path, tmp_path: Path) ->
     done = subprocess.run(
         [sys.executable, "-m", "exporter", "report", "weekly", "--week", "2026-W47",
          "--store", f"duckdb:{shared_warehouse}", "--cluster", "d", "--out", str(out)],
-        capture_output=True, text=True, timeout=120, check=False)
+        capture_output=True, text=True, timeout=limit(120), check=False)
     assert done.returncode == 0, done.stderr
     text = (out / "report.md").read_text()
     assert text.startswith("# GPU cost and bottleneck report 2026-W47 — d, all teams")

@@ -33,6 +33,7 @@ from exporter.runtime.scheduled_report import (
 )
 from exporter.sinks.warehouse import Warehouse
 from tests.analytics.conftest import HOSTILE, PASSWORD, W46, Inbox
+from tests.timing import limit
 
 W47 = parse_week("2026-W47")
 
@@ -129,7 +130,7 @@ async def test_the_week_is_reported_and_mailed_once_across_restarts(
     task = job.maybe_run(before + 3600)           # 07:00
     assert task is not None and job.running
     assert job.maybe_run(before + 3660) is None   # one at a time
-    await asyncio.wait_for(task, 120)
+    await asyncio.wait_for(task, limit(120))
     out = tmp_path / "reports" / "2026-W47"
     assert job.stats.runs == {"ok": 1, "failed": 0, "thin": 0}, \
         (out / "report.log").read_text()
@@ -159,7 +160,7 @@ async def test_a_failed_report_is_shown_and_retried(small_warehouse: Path,
     now = W47.end.timestamp() + 8 * 3600
     task = job.maybe_run(now)
     assert task is not None
-    await asyncio.wait_for(task, 60)
+    await asyncio.wait_for(task, limit(60))
     # during the fault: counted, not recorded, its output kept, no retry before the delay
     assert job.stats.runs == {"ok": 0, "failed": 1, "thin": 0}
     assert job.stats.last_success is None and job.stats.coverage is None
@@ -171,7 +172,7 @@ async def test_a_failed_report_is_shown_and_retried(small_warehouse: Path,
     job.email = False
     task = job.maybe_run(now + RETRY_SECONDS)
     assert task is not None
-    await asyncio.wait_for(task, 120)
+    await asyncio.wait_for(task, limit(120))
     assert job.stats.runs == {"ok": 1, "failed": 1, "thin": 0}
     assert job.stats.last_success is not None
     assert job.warehouse.report_done("2026-W47")
@@ -200,7 +201,7 @@ async def test_a_thin_week_is_reported_thin_once_not_retried(
     now = parse_week(week).end.timestamp() + 8 * 3600
     task = job.maybe_run(now)
     assert task is not None
-    await asyncio.wait_for(task, 120)
+    await asyncio.wait_for(task, limit(120))
     log = (tmp_path / "reports" / week / "report.log").read_text()
     assert job.stats.runs == {"ok": 0, "failed": 0, "thin": 1}, log
     assert "min_coverage" in log or "no data" in log
@@ -227,7 +228,7 @@ async def test_a_hung_child_is_killed_after_the_timeout(small_warehouse: Path,
     began = time.monotonic()
     task = job.maybe_run(now)
     assert task is not None
-    await asyncio.wait_for(task, 60)
+    await asyncio.wait_for(task, limit(60))
     assert time.monotonic() - began < 30
     assert job.stats.runs == {"ok": 0, "failed": 1, "thin": 0}
     assert not job.warehouse.report_done("2026-W47")
@@ -289,7 +290,7 @@ def test_a_locked_warehouse_is_one_line_of_advice(small_warehouse: Path,
         done = subprocess.run(
             [sys.executable, "-m", "exporter", "report", "weekly", "--week", "2026-W47",
              "--store", f"duckdb:{path}", "--out", str(tmp_path / "out")],
-            capture_output=True, text=True, timeout=60)
+            capture_output=True, text=True, timeout=limit(60))
     finally:
         holder.communicate("")
     assert done.returncode == 2

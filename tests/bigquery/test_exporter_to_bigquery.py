@@ -38,6 +38,7 @@ from simulator.scenario import Scenario, load_scenario
 from simulator.server import SimulatorServer
 from tests.bigquery.conftest import client_for, duck_rows, rows_of
 from tests.conftest import exporter_env, start_exporter
+from tests.timing import limit
 
 DAY = 86400.0
 
@@ -53,7 +54,7 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
         cfg = cfg.model_copy(update={"warehouse": cfg.warehouse.model_copy(update={
             "bigquery": cfg.warehouse.bigquery.model_copy(update={"dataset": dataset})})})
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
             await step_both(sim, exporter, round(DAY / scenario.step))
@@ -139,7 +140,7 @@ def _value(text: str, series: str) -> float:
 
 
 async def _until(port: int, ok: Callable[[str], bool]) -> str:
-    async with asyncio.timeout(60):
+    async with asyncio.timeout(limit(60)):
         while True:
             text = await _metrics(port)
             if ok(text):
@@ -173,7 +174,7 @@ async def test_sigkilled_exporter_replays_its_spool_after_restart(
         proc, port = await start_exporter(env)
         await _until(port, lambda t: _value(t, SENT) >= 20 and _value(t, SPOOL) == 0)
         proc.terminate()
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             assert await proc.wait() == 0
         con = duck.connect(path, read_only=True)
         local = duck_rows(con, "gpu_usage")

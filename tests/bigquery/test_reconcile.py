@@ -26,6 +26,7 @@ from exporter.google.bigquery_emulator import PROJECT, Emulator
 from tests.analytics.conftest import HOSTILE, build_warehouse
 from tests.bigquery.conftest import client_for
 from tests.exporter.test_compute import PRICE
+from tests.timing import limit
 
 F = bigquery.SchemaField
 EXPORT_SCHEMA = [
@@ -210,7 +211,7 @@ def test_report_reconcile_command(emulator: Emulator, warehouse: Path, tmp_path:
         [sys.executable, "-m", "exporter", "report", "reconcile", "--billing-table", table,
          "--store", f"duckdb:{warehouse}", "--week", "2026-W47", "--cluster", "c",
          "--config", str(cfg), "--out", str(out)],
-        capture_output=True, text=True, timeout=120, check=False)
+        capture_output=True, text=True, timeout=limit(120), check=False)
     assert done.returncode == 0, done.stderr
     assert "gap -33.60" in done.stdout
     assert "7 of 21 rows unreconciled" in done.stdout
@@ -289,7 +290,7 @@ def test_report_reconcile_names_the_datasets_and_tables_that_exist(
         [sys.executable, "-m", "exporter", "report", "reconcile", "--billing-table",
          table.format(dataset=dataset), "--store", f"duckdb:{warehouse}", "--week", "2026-W47",
          "--config", str(cfg), "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=120, check=False)
+        capture_output=True, text=True, timeout=limit(120), check=False)
     assert done.returncode == 2
     expected = said.format(dataset=dataset)
     if "no dataset" in expected:
@@ -307,7 +308,7 @@ def test_report_weekly_names_the_datasets_of_the_project(
         [sys.executable, "-m", "exporter", "report", "weekly", "--bigquery",
          f"{PROJECT}.no_such_dataset", "--week", "2026-W47", "--config", str(cfg),
          "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=120, check=False)
+        capture_output=True, text=True, timeout=limit(120), check=False)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"error: no dataset 'no_such_dataset' in project {PROJECT}; it has: "

@@ -15,6 +15,7 @@ from exporter.sinks.schema import GPU_USAGE
 from simulator.scenario import load_scenario
 from simulator.server import SimulatorServer
 from tests.bigquery.conftest import duck_rows, rows_of
+from tests.timing import limit
 
 
 async def test_bigquery_starts_once_the_warehouse_opens(emulator: Emulator,
@@ -34,7 +35,7 @@ async def test_bigquery_starts_once_the_warehouse_opens(emulator: Emulator,
             opening = exporter.warehouse_opening
             assert opening is not None and exporter.bigquery is None
             opening.retry_seconds = scenario.step
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             await step_both(sim, exporter, 3)
             assert exporter.warehouse is None and exporter.bigquery is None

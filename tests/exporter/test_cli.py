@@ -18,6 +18,7 @@ import pytest
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import free_port, write_kubeconfig
+from tests.timing import limit
 
 SCRIPT = Path(sys.executable).with_name("gke-gpu-exporter")
 JSON_LOGS = {"GKE_GPU_EXPORTER_LOG_FORMAT": "json"}
@@ -25,7 +26,7 @@ JSON_LOGS = {"GKE_GPU_EXPORTER_LOG_FORMAT": "json"}
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=limit(60),
                           check=False, env=os.environ | JSON_LOGS | (env or {}), cwd=cwd)
 
 
@@ -87,7 +88,7 @@ async def test_log_level_warning_quiets_the_running_exporter(
     proc = await asyncio.create_subprocess_exec(str(SCRIPT), "--log-level", level, "run",
                                                 env=env, stderr=asyncio.subprocess.PIPE)
     try:
-        async with aiohttp.ClientSession() as s, asyncio.timeout(60):
+        async with aiohttp.ClientSession() as s, asyncio.timeout(limit(60)):
             while True:
                 try:
                     async with s.get(f"http://127.0.0.1:{port}/readyz") as resp:
@@ -98,7 +99,7 @@ async def test_log_level_warning_quiets_the_running_exporter(
                 await asyncio.sleep(0.2)
     finally:
         proc.terminate()
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             _, err = await proc.communicate()
     assert proc.returncode == 0
     severities = {e["message"]: e["severity"] for e in log_lines(err.decode())}

@@ -25,6 +25,7 @@ from tests.cloud_monitoring_fake import FakeMetricService
 from tests.conftest import start_exporter
 from tests.exporter.views import gpus_up, view_of
 from tests.sources.test_cloud_monitoring import gmp_series
+from tests.timing import limit
 
 T0 = 1_800_000_000.0
 STARTED = T0 - 3600
@@ -117,7 +118,7 @@ async def test_refused_series_are_counted_and_never_retried(
 
 
 async def _until(ok: Callable[[], bool]) -> None:
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(limit(10)):
         while True:
             if ok():
                 return
@@ -172,7 +173,7 @@ async def test_the_service_reads_dcgm_from_and_writes_figures_to_cloud_monitorin
         "GKE_GPU_EXPORTER_CLOUD_MONITORING__INTERVAL": "10"}
     proc, port = await start_exporter(env)
     try:
-        async with aiohttp.ClientSession() as s, asyncio.timeout(60):
+        async with aiohttp.ClientSession() as s, asyncio.timeout(limit(60)):
             while True:
                 async with s.get(f"http://127.0.0.1:{port}/metrics") as resp:
                     body = await resp.text()
@@ -188,5 +189,5 @@ async def test_the_service_reads_dcgm_from_and_writes_figures_to_cloud_monitorin
         assert "custom.googleapis.com/gke_gpu/cluster_available_gpus" in written
     finally:
         proc.terminate()
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             assert await proc.wait() == 0

@@ -18,6 +18,7 @@ from exporter.errors import ConfigError
 from exporter.files import not_utf8_text
 from exporter.model.prices import load_price_book
 from tests.conftest import write_kubeconfig
+from tests.timing import limit
 
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "config.yaml"
 
@@ -175,13 +176,13 @@ def test_check_config_exit_codes(tmp_path: Path) -> None:
             "GKE_GPU_EXPORTER_PORT": "0",
             "GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD_FILE": str(_write(tmp_path / "pw", "x"))}
     ok = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(EXAMPLE),
-                         "--check-config"], capture_output=True, text=True, timeout=60,
+                         "--check-config"], capture_output=True, text=True, timeout=limit(60),
                         check=False, env=os.environ | host, cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.startswith("config ok")
     bad = tmp_path / "bad.yaml"
     bad.write_text("prices: {region: mars-north1}")
     proc = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(bad),
-                           "--check-config"], capture_output=True, text=True, timeout=60,
+                           "--check-config"], capture_output=True, text=True, timeout=limit(60),
                           check=False)
     assert proc.returncode == 1
     assert "no prices for region 'mars-north1'" in proc.stderr
@@ -192,7 +193,7 @@ def test_check_config_rejects_a_bad_log_level(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("log_level: verbose")
     proc = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(bad),
-                           "--check-config"], capture_output=True, text=True, timeout=60,
+                           "--check-config"], capture_output=True, text=True, timeout=limit(60),
                           check=False)
     assert proc.returncode == 1
     assert "log_level: Input should be 'debug', 'info', 'warning' or 'error'" in proc.stderr

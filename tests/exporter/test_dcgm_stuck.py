@@ -20,6 +20,7 @@ from simulator.server import SimulatorServer
 from tests.conftest import Handler
 from tests.exporter.test_dcgm_failures import logged
 from tests.exporter.test_exporter import families
+from tests.timing import limit
 
 
 @pytest.mark.parametrize(("run", "unchanged", "after", "allocated_nodes", "stuck"), [
@@ -72,7 +73,7 @@ async def answer_each_cycle(sim: SimulatorServer, tmp_path: Path,
         "targets": [url], "stuck_after": stuck_after})})
     flags: list[float | None] = []
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         for this in answers:
             answer = this

@@ -13,6 +13,7 @@ from exporter.demo import caught_up, demo_config, step_both
 from exporter.runtime.app import open_exporter
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
+from tests.timing import limit
 
 CASES = [
     # (case, the pod's phase when deleted, grace period of the deletion,
@@ -35,7 +36,7 @@ async def test_deleted_pod_has_ended_in_gpu_pods(
     sim: SimulatorServer = await make_server(make_scenario())
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         pods = {"Running": sim.cluster.submit("train", run_seconds=7200)[0],  # all 8 H100s
                 "Pending": sim.cluster.submit("urgent", run_seconds=60)[0],  # so: waits
@@ -74,7 +75,7 @@ async def test_a_pod_gone_while_no_exporter_watched_ends_at_the_next_start(
     sim: SimulatorServer = await make_server(make_scenario())
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         gone, kept = (sim.cluster.submit(w, run_seconds=7200)[0] for w in ("train", "shared"))
         await caught_up(sim, exporter)
@@ -83,7 +84,7 @@ async def test_a_pod_gone_while_no_exporter_watched_ends_at_the_next_start(
     await sim.delete_pod(gone, grace_seconds=0)           # while no exporter runs
     await sim.advance(sim.cluster.step)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         await exporter.cycle(sim.cluster.now)
         noticed = sim.cluster.now

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from exporter.demo import progress_line
+from tests.timing import limit
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -31,7 +32,7 @@ def test_the_demo_off_a_terminal_prints_its_progress(tmp_path: Path) -> None:
     per tenth of the run on stderr, in order, up to 100 %, and its summary on stdout."""
     done = subprocess.run(
         [sys.executable, "-m", "exporter", "demo", "--duration", "2h", "--out",
-         str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+         str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=limit(300),
         check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith("simulated ")]

@@ -32,6 +32,7 @@ from exporter.sinks.prometheus import Exposition
 from simulator.scenario import Fault, Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import start_exporter
+from tests.timing import limit
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metrics.txt"
 VOLATILE = {"gke_gpu_exporter_cycle_duration_seconds", "gke_gpu_exporter_scrape_duration_seconds"}
@@ -47,7 +48,7 @@ async def running(make_server: Callable[..., Any], make_scenario: Callable[..., 
     sim: SimulatorServer = await make_server(make_scenario())
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         for w in ("train", "shared", "shared", "slice", "spotjob"):
             sim.cluster.submit(w, profile="healthy", run_seconds=7200)
@@ -129,7 +130,7 @@ async def test_promtool_check_metrics_is_clean(running: tuple[SimulatorServer, E
     _, exporter = running
     proc = await asyncio.to_thread(subprocess.run, ["promtool", "check", "metrics"],
                                    input=exporter.metrics.text, capture_output=True,
-                                   timeout=60, check=False)
+                                   timeout=limit(60), check=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
 
 
@@ -385,7 +386,7 @@ async def test_run_serves_and_stops_on_sigterm(make_server: Callable[..., Any],
                         "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp_path / "w.duckdb"),
                         "GKE_GPU_EXPORTER_KUBERNETES__KUBECONFIG": str(kubeconfig)}
     proc, port = await start_exporter(env)
-    async with aiohttp.ClientSession() as s, asyncio.timeout(30):
+    async with aiohttp.ClientSession() as s, asyncio.timeout(limit(30)):
         while True:
             async with s.get(f"http://127.0.0.1:{port}/readyz") as resp:
                 if resp.status == 200:
@@ -394,7 +395,7 @@ async def test_run_serves_and_stops_on_sigterm(make_server: Callable[..., Any],
         async with s.get(f"http://127.0.0.1:{port}/metrics") as resp:
             assert "gke_gpu_utilization_ratio" in await resp.text()
     proc.terminate()
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(limit(30)):
         assert await proc.wait() == 0
     assert (tmp_path / "w.duckdb").exists()
 
@@ -427,7 +428,7 @@ async def test_a_restarted_exporter_goes_on_with_the_months_spend(
 
     async def run(steps: int) -> dict[str, float]:
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(limit(10)):
                 await exporter.kube.wait_synced()
             await caught_up(sim, exporter)
             await exporter.cycle(sim.cluster.now)

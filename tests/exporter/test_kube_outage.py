@@ -16,6 +16,7 @@ from exporter.runtime.readiness import VIEW_KINDS
 from exporter.runtime.service import Exporter
 from simulator.scenario import Scenario
 from tests.exporter.test_exporter import families
+from tests.timing import limit
 
 BEFORE, OUTAGE, AFTER = 3, 2, 3
 """Cycles (one per 30 s step) before, during and after the outage: it lasts a minute."""
@@ -42,7 +43,7 @@ async def failed_again(exporter: Exporter) -> None:
     """Wait until every kind of the view has failed once more, a list among its failures."""
     stats = {k: exporter.kube.stats[k] for k in VIEW_KINDS}
     seen = {k: st.errors for k, st in stats.items()}
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(limit(20)):
         while any(st.errors < 2 or st.errors == seen[k]  # noqa: ASYNC110 - the watches'
                   for k, st in stats.items()):
             await asyncio.sleep(0.01)
@@ -56,7 +57,7 @@ async def run(make_server: Callable[..., Any], scenario: Scenario, out: Path,
         sim.cluster.submit(job, run_seconds=3600)
     cfg = demo_config(sim.scenario, sim.write_outputs(out).kubeconfig, out)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         await exporter.cycle(sim.cluster.now)
         await step_both(sim, exporter, BEFORE)
@@ -76,7 +77,7 @@ async def run(make_server: Callable[..., Any], scenario: Scenario, out: Path,
                 "gke_gpu_exporter_source_up"] if lbl["source"] == "kubernetes"
                 and lbl["target"] in VIEW_KINDS})
         sim.api.set_down(0)
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(limit(60)):
             while not all(exporter.kube.up[k]  # noqa: ASYNC110 - the watches' state
                           for k in VIEW_KINDS):
                 await asyncio.sleep(0.01)

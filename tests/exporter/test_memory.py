@@ -17,6 +17,7 @@ from exporter.runtime.app import open_exporter
 from exporter.runtime.memory import M_MMAP_THRESHOLD, MemoryTuning, glibc
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
+from tests.timing import limit
 
 
 class Recorded:
@@ -107,7 +108,7 @@ async def test_the_service_runs_at_its_tuning_and_puts_the_collector_back_on_exi
     gc.set_threshold(800, 8, 8)
     async with open_exporter(cfg) as exporter:
         assert gc.get_threshold() == exporter.memory.gc_thresholds != (800, 8, 8)
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         await exporter.cycle(sim.cluster.now)
         assert gc.get_freeze_count() > 0, "what start-up built is set aside"

@@ -22,6 +22,7 @@ from exporter.sources.kube import NodeInfo
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.sources.mig_samples import A100, A100_RC, H100_0, H100_TEXT, with_gpu_xid
+from tests.timing import limit
 
 PRICES = load_price_book(None, "us-central1")
 A100_HOUR = PRICES.hourly("nvidia-tesla-a100", "on-demand")
@@ -129,7 +130,7 @@ async def test_exporter_counts_a_partitioned_gpu_once_in_either_layout(
                                                            workloads=MIG_ONLY["workloads"]))
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         sim.cluster.submit("slice", profile="healthy", run_seconds=7200)
         await caught_up(sim, exporter)

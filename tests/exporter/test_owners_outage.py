@@ -24,6 +24,7 @@ from simulator.scenario import Scenario, parse_scenario
 from simulator.server import SimulatorServer
 from tests.conftest import scenario_data
 from tests.exporter.test_exporter import families
+from tests.timing import limit
 
 NAMESPACES = [{"name": "team-a", "team": "alpha", "team_on_pods": False},
               {"name": "team-b", "team": "beta", "team_on_pods": False}]
@@ -163,7 +164,7 @@ async def test_pods_forbidden_while_pods_start_keep_each_teams_cost(
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     start = sim.cluster.now
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             await exporter.kube.wait_synced()
         await exporter.cycle(sim.cluster.now)
         await step(sim, exporter, 2)
@@ -257,7 +258,7 @@ async def test_a_pod_seen_before_keeps_its_owner_out_of_the_view(
         sim.cluster.submit(job, run_seconds=HOUR)
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             await exporter.kube.wait_synced()
         await step(sim, exporter, 2)
         seen = {(o.namespace, o.name): o for d in exporter.states for o in d.owners}

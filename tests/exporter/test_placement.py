@@ -19,6 +19,7 @@ from simulator.server import SimulatorServer
 from tests.conftest import FIXTURES, Handler
 from tests.exporter.test_compute import node, pod
 from tests.exporter.test_exporter import families
+from tests.timing import limit
 
 HOSTNAME = "i-030791dc5a37cd257"
 """The capture's ``Hostname``: a node of the cluster it was taken on, not of this one."""
@@ -78,7 +79,7 @@ async def test_a_gpu_no_label_places_is_counted_and_logged_once(
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     cfg = cfg.model_copy(update={"dcgm": cfg.dcgm.model_copy(update={"targets": [url]})})
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         for _ in range(3):
             await exporter.cycle(sim.cluster.now)

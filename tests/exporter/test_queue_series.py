@@ -16,6 +16,7 @@ from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import scenario_data
 from tests.exporter.test_exporter import families
+from tests.timing import limit
 
 METRICS_DOC = Path(__file__).parents[2] / "docs" / "metrics.md"
 QUEUE_FAMILIES = ("gke_gpu_queue_wait_seconds_count", "gke_gpu_pending_pods")
@@ -31,7 +32,7 @@ async def test_model_comes_from_the_selector_else_the_node(
         workloads=[*scenario_data()["workloads"], plain]))
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         sim.cluster.submit("plain", run_seconds=3600)   # takes the one H100 node
         sim.cluster.submit("plain", run_seconds=3600)   # so this one waits

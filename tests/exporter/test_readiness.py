@@ -22,6 +22,7 @@ from simulator.server import SimulatorServer
 from tests.conftest import free_port, write_kubeconfig
 from tests.exporter.test_exporter import families
 from tests.exporter.test_warehouse_faults import staging_broken
+from tests.timing import limit
 
 LAST_SUCCESS = "gke_gpu_exporter_source_last_success_timestamp_seconds"
 
@@ -85,7 +86,7 @@ async def test_forbidden_api_is_not_ready_until_listed_and_a_cycle_ran(
         assert "no list of nodes, pods and namespaces" in body
         assert "gke_gpu_cluster_available_gpus" not in families(exporter.metrics.text)
         sim.api.set_down(0)
-        async with asyncio.timeout(60):  # past the retry's backoff (capped at 30 s)
+        async with asyncio.timeout(limit(60)):  # past the retry's backoff (capped at 30 s)
             await exporter.kube.wait_synced()
         await until(lambda: all(exporter.kube.discovery_up.values()), 60)  # Kueue's, too
         assert await readyz(client) == (503, "waiting for the first full cycle\n")

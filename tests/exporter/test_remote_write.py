@@ -16,6 +16,7 @@ from exporter.backoff import Backoff
 from exporter.sinks.remote_write import RemoteWriter
 from tests.conftest import start_prometheus
 from tests.exporter.views import gpus_up, view_of
+from tests.timing import limit
 
 TWO = view_of(gpus_up(2, start=1))
 """GPUs gpu-1 and gpu-2, up 1 and 2 seconds."""
@@ -34,7 +35,7 @@ async def prometheus(tmp_path: Path) -> AsyncIterator[str]:
 
 async def drain(writer: RemoteWriter) -> None:
     task = asyncio.create_task(writer.run())
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(limit(30)):
         while writer.stats.queued:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
     task.cancel()

@@ -17,6 +17,7 @@ from exporter import duck
 from simulator.scenario import Fault, Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import exporter_env, start_exporter
+from tests.timing import limit
 
 DOWN = re.compile(r'^gke_gpu_available\{[^}]*node="(?P<node>[^"]+)"[^}]*'
                   r'uuid="(?P<uuid>[^"]+)"[^}]*\} 0$', re.M)
@@ -29,7 +30,7 @@ async def _metrics(port: int) -> str:
 
 async def _down(port: int, want: Callable[[set[tuple[str, str]]], bool]) -> set[tuple[str, str]]:
     """The (node, uuid) of every unavailable GPU, once ``want`` holds."""
-    async with asyncio.timeout(60):
+    async with asyncio.timeout(limit(60)):
         while True:
             down = {(m["node"], m["uuid"]) for m in DOWN.finditer(await _metrics(port))}
             if want(down):
@@ -69,7 +70,7 @@ async def test_an_outage_from_before_the_start_survives_a_sigkill(
         await asyncio.sleep(1.5)
     finally:
         proc.terminate()
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             assert await proc.wait() == 0
     with duck.connect(path, read_only=True) as con:
         events = con.execute("SELECT gpu_uuid, reason, epoch(start_time) FROM "

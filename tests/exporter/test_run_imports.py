@@ -15,6 +15,7 @@ import aiohttp
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import exporter_env
+from tests.timing import limit
 
 IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|( *)(\S+)$")
 """A line of ``PYTHONPROFILEIMPORTTIME``: the module's name, indented by its depth."""
@@ -35,7 +36,7 @@ async def test_run_loads_no_simulator_module(make_server: Callable[..., Any],
     assert proc.stderr is not None
     imported: list[str] = []
     port = None
-    async with asyncio.timeout(60):
+    async with asyncio.timeout(limit(60)):
         while port is None:
             line = (await proc.stderr.readline()).decode()
             assert line, "the exporter exited before serving"
@@ -43,7 +44,7 @@ async def test_run_loads_no_simulator_module(make_server: Callable[..., Any],
                 imported.append(m.group(2))
             elif m := re.search(r'"event": "serving".*"port": (\d+)', line):
                 port = int(m.group(1))
-    async with aiohttp.ClientSession() as s, asyncio.timeout(60):
+    async with aiohttp.ClientSession() as s, asyncio.timeout(limit(60)):
         while True:  # ready, then a few cycles and flushes (a cycle and a flush a second)
             async with s.get(f"http://127.0.0.1:{port}/readyz") as resp:
                 if resp.status == 200:
@@ -51,7 +52,7 @@ async def test_run_loads_no_simulator_module(make_server: Callable[..., Any],
             await asyncio.sleep(0.2)
         await asyncio.sleep(3)
     proc.terminate()
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(limit(30)):
         rest, _ = await proc.communicate()
         assert proc.returncode == 0
     imported += [m.group(2) for line in (rest or b"").decode().splitlines()

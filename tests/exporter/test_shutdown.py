@@ -16,6 +16,7 @@ from aiohttp import web
 from exporter.runtime.app import Shutdown, _in_daemon_thread
 from simulator.server import SimulatorServer
 from tests.conftest import start_exporter
+from tests.timing import limit
 
 
 async def test_a_cycle_hanging_at_sigterm_is_left_at_the_shutdown_timeout(
@@ -47,11 +48,11 @@ async def test_a_cycle_hanging_at_sigterm_is_left_at_the_shutdown_timeout(
         "GKE_GPU_EXPORTER_WAREHOUSE__PATH": str(tmp_path / "w.duckdb")}
     try:
         proc, _ = await start_exporter(env)
-        async with asyncio.timeout(30):
-            await asyncio.wait_for(asked.wait(), 30)  # the cycle is in flight
+        async with asyncio.timeout(limit(30)):
+            await asyncio.wait_for(asked.wait(), limit(30))  # the cycle is in flight
         began = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             assert await proc.wait() == 0
         took = time.monotonic() - began
         assert proc.stderr is not None

@@ -27,6 +27,7 @@ from exporter.runtime.app import open_exporter, serve
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import write_kubeconfig
+from tests.timing import limit
 
 Mistake = Callable[[Path, int], dict[str, str]]
 """(tmp_path, a port in use) -> the settings that make the mistake."""
@@ -197,7 +198,7 @@ def good_env(tmp: Path) -> dict[str, str]:
 
 def exporter(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "exporter", "run", *args],
-                          capture_output=True, text=True, timeout=60, check=False, env=env,
+                          capture_output=True, text=True, timeout=limit(60), check=False, env=env,
                           cwd=cwd)
 
 
@@ -330,7 +331,7 @@ def _stop_when(proc: subprocess.Popen[str], ready: Callable[[], bool],
         time.sleep(0.05)
     sent = time.monotonic()
     proc.send_signal(signum)
-    proc.wait(timeout=30)
+    proc.wait(timeout=limit(30))
     return time.monotonic() - sent
 
 

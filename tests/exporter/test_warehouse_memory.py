@@ -18,6 +18,7 @@ from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.exporter.test_compute import node, pod, reading, states
 from tests.exporter.test_warehouse import workload
+from tests.timing import limit
 
 
 def usage(start: float) -> list[compute.UsageRow]:
@@ -104,7 +105,7 @@ async def test_the_exporter_forgets_the_pods_the_cluster_deleted(
     sim: SimulatorServer = await make_server(make_scenario(completed_pod_ttl=60))
     cfg = demo_config(sim.scenario, sim.write_outputs(tmp_path).kubeconfig, tmp_path)
     async with open_exporter(cfg) as exporter:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await exporter.kube.wait_synced()
         wh = exporter.warehouse
         assert wh is not None

@@ -24,6 +24,7 @@ from tests.conftest import exporter_env, start_exporter
 from tests.exporter.test_compute import pod
 from tests.exporter.test_warehouse import rows
 from tests.fixtures.warehouse.generate import LAYOUTS, STAGED_AT, digest
+from tests.timing import limit
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "warehouse"
 MANIFEST: dict[str, Any] = json.loads((FIXTURES / "manifest.json").read_text())
@@ -207,7 +208,7 @@ async def test_the_exporter_runs_on_a_file_of_release_0_1_0(
     env = exporter_env(sim.write_outputs(tmp_path).kubeconfig, path)
     proc, port = await start_exporter(env)
     try:
-        async with asyncio.timeout(60):    # ready: listed, a cycle done
+        async with asyncio.timeout(limit(60)):    # ready: listed, a cycle done
             while (await _get(port, "/readyz"))[0] != 200:  # noqa: ASYNC110
                 await asyncio.sleep(0.3)
         for _ in range(4):                 # a few cycles and warehouse intervals
@@ -217,7 +218,7 @@ async def test_the_exporter_runs_on_a_file_of_release_0_1_0(
         assert status == 200 and "gke_gpu_cost_usd_total{" in metrics
     finally:
         proc.terminate()
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(limit(30)):
             rc = await proc.wait()
         assert proc.stderr is not None
         log = (await proc.stderr.read()).decode()

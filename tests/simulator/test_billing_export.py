@@ -23,6 +23,7 @@ from simulator import billing_export
 from simulator.billing_export import Difference, SampleBill
 from simulator.server import SimulatorServer
 from tests.test_end_to_end import day_scenario
+from tests.timing import limit
 
 STEP = 600.0
 HOURS = 26
@@ -63,7 +64,7 @@ async def run(out: Path) -> Run:
     async with SimulatorServer(scenario) as sim:
         cfg = demo_config(scenario, sim.write_outputs(out).kubeconfig, out)
         async with open_exporter(cfg) as exporter:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limit(30)):
                 await exporter.kube.wait_synced()
             await exporter.cycle(sim.cluster.now)
             await step_both(sim, exporter, round(HOURS * 3600 / STEP))

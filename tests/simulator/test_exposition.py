@@ -16,6 +16,7 @@ from simulator.exposition import FIELD_FAMILIES, INSTANCE_FIELDS, render_node
 from simulator.scenario import Scenario
 from tests.conftest import FIXTURES, scenario_data
 from tests.simulator.dcgm_text import Sample, by_gpu, samples
+from tests.timing import limit
 
 REAL_L4 = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
 
@@ -205,7 +206,7 @@ def test_energy_counter_is_monotonic(make_scenario: Callable[..., Scenario]) -> 
 
 def _promtool_problems(text: str) -> tuple[int, set[str]]:
     proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=limit(60), check=False)
     out = proc.stdout + proc.stderr
     assert "error while linting" not in out, out
     return proc.returncode, {line.split(" ", 1)[1] for line in out.splitlines() if line}

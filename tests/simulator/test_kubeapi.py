@@ -12,6 +12,7 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from simulator.server import SimulatorServer
+from tests.timing import limit
 
 
 @pytest.fixture
@@ -245,7 +246,7 @@ async def test_a_refused_api_comes_back(sim: SimulatorServer) -> None:
     async with aiohttp.ClientSession() as s:
         with pytest.raises(aiohttp.ClientConnectorError):
             await s.get(f"{sim.api_url}/api/v1/nodes")
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(limit(10)):
         while True:
             try:
                 async with aiohttp.ClientSession() as s, \

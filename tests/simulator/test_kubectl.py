@@ -12,6 +12,7 @@ import pytest
 
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
+from tests.timing import limit
 
 KUBECTL = shutil.which("kubectl")
 
@@ -21,7 +22,7 @@ async def kubectl(kubeconfig: Path, *args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
         KUBECTL, "--kubeconfig", str(kubeconfig), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    out, err = await asyncio.wait_for(proc.communicate(), limit(30))
     assert proc.returncode == 0, err.decode()
     return out.decode()
 
@@ -65,17 +66,17 @@ async def test_get_pods_watch(sim: SimulatorServer, tmp_path: Path) -> None:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     try:
-        header = await asyncio.wait_for(proc.stdout.readline(), 20)
+        header = await asyncio.wait_for(proc.stdout.readline(), limit(20))
         assert header.split()[:2] == [b"NAMESPACE", b"NAME"]
         new = sim.cluster.submit("urgent", run_seconds=600)[0]
         lines: list[bytes] = []
         while not any(new.name.encode() in line for line in lines):
-            lines.append(await asyncio.wait_for(proc.stdout.readline(), 20))
+            lines.append(await asyncio.wait_for(proc.stdout.readline(), limit(20)))
         row = next(line for line in lines if new.name.encode() in line).split()
         assert row[0] == b"team-b" and row[3] == b"Pending"  # the H100 node is full
         await sim.advance(3600)  # the first job finishes; the new pod is scheduled
         while True:
-            line = await asyncio.wait_for(proc.stdout.readline(), 20)
+            line = await asyncio.wait_for(proc.stdout.readline(), limit(20))
             if new.name.encode() in line and line.split()[3] == b"Running":
                 break
     finally:

@@ -13,6 +13,7 @@ import yaml
 from exporter.model.durations import parse_duration
 from simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.conftest import scenario_data
+from tests.timing import limit
 
 
 def test_default_scenario_is_valid() -> None:
@@ -115,7 +116,7 @@ def test_cli_rejects_bad_file_with_one_message(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     proc = subprocess.run([sys.executable, "-m", "exporter", "simulate", "--check",
                            "--scenario", str(path)], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=limit(60), check=False)
     assert proc.returncode == 2
     assert "pools[0].accelerator: 'nvidia-k80' is not allowed" in proc.stderr
     assert "Traceback" not in proc.stderr

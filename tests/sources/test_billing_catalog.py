@@ -18,6 +18,7 @@ from exporter.sources.billing_catalog import CatalogRefresh, catalog_client, gpu
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.billing_catalog_fake import FakeCloudCatalog, sku
+from tests.timing import limit
 
 US = ["us-central1", "us-east1", "us-west1"]
 SKUS = [
@@ -125,7 +126,7 @@ async def _exporter_prices(sim: SimulatorServer, tmp_path: Path, address: str,
 
 async def until(check: Callable[[], bool]) -> None:
     """Wait (10 s at most) for the refresh task, which runs on its own, to have done it."""
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(limit(10)):
         while not check():  # noqa: ASYNC110 (a condition of another task's state, no event)
             await asyncio.sleep(0.05)
 

@@ -15,6 +15,7 @@ from exporter.sources.dcgm_parser import (
     parse_dcgm_text,
 )
 from tests.conftest import FIXTURES
+from tests.timing import limit
 
 REAL_L4 = (FIXTURES / "dcgm" / "dcgm-exporter_L4_kops_driver580.prom").read_text()
 U = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
@@ -135,7 +136,7 @@ def test_blanks_the_text_format_allows(case: str, sample: str, allowed: bool) ->
 def test_promtool_agrees(case: str, sample: str, allowed: bool) -> None:
     """The table above is what ``promtool check metrics`` accepts and rejects."""
     proc = subprocess.run(["promtool", "check", "metrics"], input=HEAD + sample + "\n",
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=limit(60), check=False)
     assert (proc.returncode == 0) == allowed, proc.stderr
 
 

@@ -28,6 +28,7 @@ from exporter.sources.kube_client import load_kubeconfig
 from simulator.kubeapi import status_error
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
+from tests.timing import limit
 
 KINDS = ("namespaces", "nodes", "pods")
 """The kinds the view stands on (events are watched too where the API serves them)."""
@@ -45,7 +46,7 @@ async def open_source(sim: SimulatorServer, tmp_path: Path,
     src = KubeSource(api, watch_timeout=5, watchdog=1.0, request_timeout=request_timeout,
                      backoff=lambda: Backoff(base=0.05, cap=0.2))
     src.start()
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(limit(10)):
         await src.wait_synced()
     try:
         yield src

@@ -37,6 +37,7 @@ from exporter.sources.kube_client import (
     load_kubeconfig,
 )
 from simulator.server import SimulatorServer, free_port
+from tests.timing import limit
 
 
 class Api:
@@ -134,10 +135,10 @@ async def test_a_token_and_ca_data_list_and_watch(sim: SimulatorServer, ca: trus
                             backoff=lambda: Backoff(base=0.05, cap=0.2))
         source.start()
         try:
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(limit(10)):
                 await source.wait_synced()
             pod = sim.cluster.submit("train", run_seconds=60)[0]
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(limit(10)):
                 while pod.uid not in source.pods:  # noqa: ASYNC110 - the watch brings it
                     await asyncio.sleep(0.02)
         finally:

@@ -25,6 +25,7 @@ from exporter.sources import kube
 from exporter.sources.kube import EVENT_SWEEP_SECONDS, EVENT_UNKNOWN_POD_TTL, KubeSource
 from exporter.sources.kube_client import KubeClient
 from simulator.kubeapi import status_error
+from tests.timing import limit
 
 Obj = dict[str, Any]
 EVENTS = [e["object"] for e in yaml.safe_load(
@@ -186,7 +187,7 @@ async def watching(api: ReplayApi, clock: Callable[[], float] | None = None,
                      **({"clock": clock} if clock else {}), **options)
     src.start()
     try:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             await src.wait_synced()
         yield src
     finally:

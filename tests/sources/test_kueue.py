@@ -20,6 +20,7 @@ from exporter.sources.kueue import (
 from simulator.server import SimulatorServer
 from tests.simulator.test_kueue import kueue_scenario
 from tests.sources.test_kube import open_source
+from tests.timing import limit
 
 T0 = "2026-11-16T00:00:00Z"
 
@@ -136,7 +137,7 @@ async def test_kueues_objects_are_watched_and_a_bad_one_is_skipped(
         assert len(pending) == 1 and pending[0].local_queue == "research"
         sim.cluster.submit("half", run_seconds=600)   # a watch event: one more Workload
         await sim.advance(sim.cluster.step)
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(limit(10)):
             while len(src.workloads) < 3:  # noqa: ASYNC110 - polling the watch's effect
                 await asyncio.sleep(0.02)
         assert {w.local_queue for w in src.workloads.values()} == {"research", "batch"}

@@ -17,6 +17,7 @@ from exporter.sources.prometheus_api import readings
 from simulator.scenario import Scenario
 from simulator.server import SimulatorServer
 from tests.conftest import start_prometheus
+from tests.timing import limit
 
 U = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
 
@@ -68,7 +69,7 @@ async def test_exporter_reads_the_cluster_through_a_real_prometheus(
             {"targets": targets, "labels": {"pod": "dcgm-exporter-x",
                                             "namespace": "gke-managed-system"}}]}]})
     try:
-        async with aiohttp.ClientSession() as s, asyncio.timeout(60):
+        async with aiohttp.ClientSession() as s, asyncio.timeout(limit(60)):
             while True:  # every target scraped at least once
                 try:
                     async with s.get(f"{url}/api/v1/query",
