@@ -198,18 +198,18 @@ waiting pod could make of them, decided interval by interval), and its mean frag
 ratio in the hour; every team's."""
 
 FRAGMENTATION = """
-SELECT node_pool, gpu_model, provisioning, AVG(ratio) AS fragmentation_ratio
-FROM (SELECT cluster, node_pool, time, ANY_VALUE(gpu_model) AS gpu_model,
-             ANY_VALUE(provisioning) AS provisioning, MAX(fragmentation_ratio) AS ratio,
-             SUM(gpu_seconds) AS free_seconds
-      FROM {gpu_free}
-      WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
-      GROUP BY cluster, node_pool, time)
-WHERE free_seconds > 0
-GROUP BY node_pool, gpu_model, provisioning
+SELECT node_pool, ANY_VALUE(gpu_model) AS gpu_model, ANY_VALUE(provisioning) AS provisioning,
+       SUM(IF(use = 'fragment', gpu_seconds, 0))
+       / NULLIF(SUM(IF(use IN ('fragment', 'usable'), gpu_seconds, 0)), 0)
+       AS fragmentation_ratio
+FROM {gpu_free}
+WHERE time >= @start AND time < @end AND (@cluster IS NULL OR cluster = @cluster)
+GROUP BY node_pool
 """
-"""Each pool's fragmentation ratio, the mean over the intervals of the week it had free
-GPUs."""
+"""Each pool's fragmentation over the week, against the pods waiting for it: of its free
+GPU-hours while a pod that fits it waited (``usable`` or ``fragment``), the share stranded
+as fragments; NULL where no such pod waited. Read from the GPU-hours by use, so a week
+written by any release reads alike."""
 
 STUCK = f"""
 WITH waited AS (

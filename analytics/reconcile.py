@@ -373,6 +373,30 @@ def compare(ours_frame: pd.DataFrame, billed: pd.DataFrame) -> pd.DataFrame:
     return out[list(COLUMNS)].reset_index(drop=True)
 
 
+KINDS = (("reconciled", "reconciled"),
+         ("unmonitored GPUs", "unmonitored GPUs: billed, not seen by the exporter"),
+         ("credits of", "credits the exporter does not apply"),
+         ("price drift", "price drift: the bill's price is not the exporter's"))
+"""Each cause's kind, by how its words begin (``cause``); the other kind is GPU-hours the
+exporter counted that the bill does not charge here."""
+COUNTED_NOT_BILLED = "counted, not billed here: another cluster, project or day"
+
+
+def kind(cause_words: str) -> str:
+    """The kind of gap ``cause`` named, in a few words."""
+    return next((k for start, k in KINDS if cause_words.startswith(start)), COUNTED_NOT_BILLED)
+
+
+def by_cause(table: pd.DataFrame) -> pd.DataFrame:
+    """The gap totalled by the kind of its cause: ``cause``, ``rows``, ``gap_usd``, the
+    largest gap first."""
+    kinds = table.cause.map(kind)
+    out = table.assign(cause=kinds).groupby("cause", as_index=False).agg(
+        rows=("gap_usd", "size"), gap_usd=("gap_usd", "sum"))
+    return out.assign(order=-out.gap_usd.abs()).sort_values(["order", "cause"]) \
+        .drop(columns="order").reset_index(drop=True)
+
+
 def summary(table: pd.DataFrame) -> dict[str, float]:
     """The totals: the exporter's cost, the bill's before and after credits, the gap."""
     return {"cost_usd": float(table.cost_usd.sum()),
@@ -384,8 +408,8 @@ def summary(table: pd.DataFrame) -> dict[str, float]:
 
 
 def markdown(table: pd.DataFrame, title: str, bill: CheckedBill | None = None) -> str:
-    """The comparison as a Markdown page: the totals, the bill lines left out and why,
-    then every row."""
+    """The comparison as a Markdown page: the totals, the gap by the kind of its cause, the
+    bill lines left out and why, then every row."""
     s = summary(table)
     note = bill.note() if bill is not None else ""
     lines = [f"# {title}", "",
@@ -394,6 +418,11 @@ def markdown(table: pd.DataFrame, title: str, bill: CheckedBill | None = None) -
              f"after ({s['credits_usd']:,.2f} of credits): a gap of {s['gap_usd']:,.2f} USD, "
              f"{int(s['unreconciled_rows'])} of {len(table)} rows unreconciled."
              + (f" Note: {note}." if note else ""), ""]
+    if len(table):
+        lines += ["## The gap by cause", "", "| cause | rows | gap_usd |", "|---|---:|---:|"]
+        lines += [f"| {r.cause} | {int(r.rows)} | {r.gap_usd:,.2f} |"
+                  for r in by_cause(table).itertuples()]
+        lines.append("")
     if bill is not None and len(bill.excluded):
         lines += ["## Bill lines left out", "", "| reason | lines | billed_cost_usd | "
                   "billed_gpu_hours |", "|---|---:|---:|---:|"]

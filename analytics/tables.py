@@ -338,9 +338,10 @@ TABLES: tuple[ReportTable, ...] = (
                  _c("hours_with_demand", "count", "Hours of the week demand waited for the "
                     "pool in: its free GPUs usable, a fragment or quota-held, or a pod that "
                     "fits it waiting."),
-                 _c("fragmentation_ratio", "ratio", "1 - (most free GPUs on one node / free "
-                    "GPUs of the pool), the mean over the week's intervals with free "
-                    "GPUs."))),
+                 _c("fragmentation_ratio", "ratio", "Of the pool's free GPU-hours while a "
+                    "pod that fits it waited, the share stranded as fragments (the pod "
+                    "asked more than the node had free); none where no such pod "
+                    "waited."))),
     ReportTable("availability", "Availability against the SLA",
                 "Per pool and GPU model, against `sla.target`.",
                 (_POOL, _MODEL,

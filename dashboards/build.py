@@ -436,9 +436,10 @@ def queue() -> dict[str, Any]:
                        "cost an hour.", "currencyUSD",
                        (f"sum by (pool) (gke_gpu_stranded_cost_usd_per_hour{{{SEL}}})",
                         "{{pool}}"), w=8)),
-        series("Pool fragmentation", "1 - the most free GPUs on one node of the pool / the "
-               "pool's free GPUs: 0 when one node has them all (or none is free), near 1 "
-               "when they are scattered one by one.", "percentunit",
+        series("Pool fragmentation", "Of the pool's free GPUs, the share on nodes where a "
+               "waiting pod that fits the pool asks more than the node has free: 0 when "
+               "every waiting pod could start, 1 when none could. No line while no pod that "
+               "fits the pool waits: its free GPUs are idle, not fragmented.", "percentunit",
                (f"max by (pool) (gke_gpu_pool_fragmentation_ratio{{{SEL}}})", "{{pool}}"),
                w=8),
         # Kueue: the wait before a Job has pods (empty on a cluster without Kueue)

@@ -200,9 +200,9 @@ def _clause(cause: Cause, g: pd.DataFrame, w: Waited) -> str:
     if cause == "fragmented":
         mine = _in(w.free_hours[w.free_hours.node_pool == pool], when)
         frag = float(mine[mine.use == "fragment"].gpu_seconds.sum()) / HOUR
-        ratio = mine.groupby(["cluster", "hour_start"]).fragmentation_ratio.max().mean()
+        asked = float(mine[mine.use.isin(["fragment", "usable"])].gpu_seconds.sum()) / HOUR
         return (f"; in those hours the pool had {_hours(frag)} GPU-hours free as fragments "
-                f"(fragmentation {ratio:.0%})") if frag > 0 else ""
+                f"({frag / asked:.0%} of its free GPU-hours)") if frag > 0 else ""
     if cause == "quota":
         held, pools = _free_of(w.free_hours, "quota", models, when)
         return (f"; in the same hours {_hours(held)} GPU-hours of {', '.join(models)} sat free "

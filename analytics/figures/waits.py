@@ -15,8 +15,11 @@ could use (stranded), per pool.
 - an hour with demand, for a pool: an hour in which the pool had free GPUs of a
   ``COMPATIBLE`` use, or a pod that fits the pool waited (a ``gpu_pending`` row whose
   ``node_pool`` is the pool).
-- fragmentation ratio of a pool: 1 - (most free GPUs on one node / free GPUs of the pool),
-  the mean over the week's intervals in which it had free GPUs.
+- fragmentation ratio of a pool, against waiting demand: of its free GPU-hours while a pod
+  that fits it waited (``usable`` or ``fragment``), the share stranded as fragments (a
+  waiting pod that fits the pool asked more than the node had free). No figure for a pool
+  no pod that fits it waited for: its free GPUs were idle or of the wrong kind, not
+  fragmented.
 """
 
 from __future__ import annotations
@@ -170,7 +173,7 @@ def stranded_by_pool(free_hours: pd.DataFrame, hours: pd.DataFrame,
     out["hours_with_demand"] = demand.reindex(out.index, fill_value=0).astype(int)
     ratio = fragmentation.set_index(key).fragmentation_ratio if not fragmentation.empty \
         else pd.Series(dtype=float)
-    out["fragmentation_ratio"] = ratio.reindex(out.index).astype(float).fillna(0.0)
+    out["fragmentation_ratio"] = ratio.reindex(out.index).astype(float)  # NaN: no figure
     return out.reset_index()[cols].sort_values(
         ["stranded_cost_usd", "node_pool"], ascending=[False, True], ignore_index=True)
 

@@ -873,10 +873,12 @@ FAMILIES: tuple[AnyFamily, ...] = (
     F("stranded_cost_usd_per_hour", "gauge", "usd_per_hour", "What the stranded GPUs cost "
       "an hour (price x (1 - discount)).", ("cluster", "pool", "model", "provisioning"),
       _stranded_cost),
-    F("pool_fragmentation_ratio", "gauge", "ratio", "1 - most free GPUs on one node of "
-      "the pool / free GPUs of the pool (0 with none free).", ("cluster", "pool", "model"),
-      lambda v: [((v.cluster, pf.pool, pf.model), pf.fragmentation)
-                 for _, pf in sorted(v.waits.pools.items())]),
+    F("pool_fragmentation_ratio", "gauge", "ratio", "Of the pool's free GPUs, the share "
+      "on nodes where a waiting pod that fits the pool asks more than the node has free; "
+      "no series while no such pod waits.", ("cluster", "pool", "model"),
+      lambda v: [((v.cluster, pf.pool, pf.model), ratio)
+                 for _, pf in sorted(v.waits.pools.items())
+                 if (ratio := pf.fragmentation) is not None]),
     F("scale_up_failures", "counter", "", "Scale-ups the cluster autoscaler said failed "
       "for waiting pods (GKE's FailedScaleUp events, by their count), by the pool the pods "
       "fit and why (out_of_resources, quota_exceeded, other).",

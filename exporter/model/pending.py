@@ -40,8 +40,12 @@ free GPU use     each free GPU of a node is ``usable`` (a waiting pod fits the n
                  ``mismatch`` (something waits, nothing fits), else ``no_demand``. All
                  but ``usable`` are *stranded*. Counted in physical GPUs: a MIG instance
                  as its fraction, a time-sharing client as 1 / clients per GPU.
-fragmentation    of a pool: 1 - (most free GPUs on one node / free GPUs of the pool);
-                 0 with none free.
+fragmentation    of a pool, against the pods waiting for it: the share of its free GPUs
+                 on nodes where a waiting pod that fits the pool asks more than the node
+                 has free (``fragment`` / free GPUs, physical). No figure (None) while no
+                 pod that fits the pool waits: free GPUs nobody asks for are not
+                 fragmented, they are idle (``no_demand``) or of the wrong kind
+                 (``mismatch``).
 ===============  ==========================================================================
 """
 
@@ -312,8 +316,11 @@ class PoolFree:
     """Most free units on one node."""
 
     @property
-    def fragmentation(self) -> float:
-        return 1.0 - self.largest / self.units if self.units else 0.0
+    def fragmentation(self) -> float | None:
+        """``fragmentation``: None while no pod that fits the pool waits."""
+        fragment = self.gpus.get("fragment", 0.0)
+        asked = fragment + self.gpus.get("usable", 0.0)
+        return fragment / asked if asked > 0 else None
 
 
 def use_of(node: NodeInfo, units: int, demands: Sequence[Demand]) -> Use:

@@ -323,8 +323,12 @@ GPU_FREE = Table(
         _c("gpu_seconds", FLOAT, "Free physical GPU-seconds (a MIG slice its fraction, a "
            "time-shared GPU once).", True),
         _c("cost_usd", FLOAT, "Their cost (the GPUs' price x (1 - discount))."),
-        _c("fragmentation_ratio", FLOAT, "The pool's mean over the interval of 1 - (most "
-           "free GPUs on one node / free GPUs); 0 with no free GPU."),
+        _c("fragmentation_ratio", FLOAT, "The pool's fragmentation against the pods "
+           "waiting for it, the mean over the interval's snapshots in which a pod that "
+           "fits the pool waited: the share of its free GPUs on nodes where such a pod "
+           "asked more than the node had free; NULL where none waited. (Earlier releases "
+           "wrote 1 - most free GPUs on one node / free GPUs; the report reads "
+           "fragmentation from the GPU-hours by use instead.)"),
         _c("largest_free_gpus", INTEGER, "Most free GPUs (Kubernetes' units) on one node "
            "of the pool in the interval."),
     ),

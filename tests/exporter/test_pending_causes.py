@@ -199,13 +199,29 @@ def test_what_could_use_a_nodes_free_gpus(labels: dict[str, str], units: int,
     assert use_of(node("n", labels), units, demands) == use
 
 
+@pytest.mark.parametrize(("free", "demands", "fragmentation"), [
+    ({"a": 4, "b": 2}, [FOUR], 2 / 6),  # b's two cannot take the 4-GPU pod
+    ({"a": 4, "b": 2}, [Demand(WANTS_A100, 1)], 0.0),  # a 1-GPU pod fits either
+    ({"a": 2, "b": 2}, [FOUR], 1.0),  # four free, but never on one node
+    ({"a": 4, "b": 2}, [], None),  # nothing waits: idle, not fragmented
+    ({"a": 4, "b": 2}, [ONE_MIG], None),  # only a pod of another pool waits
+    ({"a": 4, "b": 2}, [Demand(WANTS_A100, 4, held=True)], None),  # Kueue holds it back
+])
+def test_fragmentation_is_against_the_pods_waiting_for_the_pool(
+        free: dict[str, int], demands: list[Demand], fragmentation: float | None) -> None:
+    nodes = {"a": node("a", A100), "b": node("b", A100)}
+    got = pools_free(nodes, free, demands, {})["a100"].fragmentation
+    assert got == (None if fragmentation is None else pytest.approx(fragmentation))
+
+
 def test_pools_free_counts_physical_gpus_and_their_cost_and_fragmentation() -> None:
+    """Fragmentation is against the pods waiting for the pool (``fragmentation``)."""
     nodes = {"a": node("a", A100), "b": node("b", A100),
              "m": node("m", MIG, gpus=7, mig="1g.5gb")}
     free = {"a": 2, "b": 1, "m": 7}
     out = pools_free(nodes, free, [FOUR], {"a": 3.0, "b": 3.0, "m": 3.5})
     assert out["a100"].gpus == {"fragment": 3.0}
     assert out["a100"].cost_usd_per_hour == {"fragment": 9.0}
-    assert out["a100"].fragmentation == pytest.approx(1 - 2 / 3)
+    assert out["a100"].fragmentation == 1.0, "a 4-GPU pod waits: every free GPU a fragment"
     assert out["a100-mig"].gpus == {"mismatch": pytest.approx(1.0)}
-    assert out["a100-mig"].fragmentation == 0.0
+    assert out["a100-mig"].fragmentation is None, "no pod that fits it waits: no figure"

@@ -54,5 +54,11 @@ def test_free_gpus_are_summed_per_pool_and_use_with_their_cost_and_fragmentation
     row = free[0]
     assert row["gpu_seconds"] == 180.0
     assert row["cost_usd"] == pytest.approx(9.0 / 60)
-    assert row["fragmentation_ratio"] == pytest.approx(1 / 3)
+    assert row["fragmentation_ratio"] == 1.0, "every free GPU a fragment of the waiting pod"
     assert row["largest_free_gpus"] == 2
+    idle = PoolFree("a100", "nvidia-tesla-a100", "on-demand", "us-central1-b",
+                    {"no_demand": 3.0}, {"no_demand": 9.0}, units=3, largest=2)
+    rows = WaitRows("c", 60.0)
+    rows.add([], [FreeRow(0.0, 60.0, idle, "no_demand")])
+    (row,) = rows.ready(60.0)[1]
+    assert row["fragmentation_ratio"] is None, "nothing waited for it: no figure"

@@ -170,3 +170,9 @@ def test_report_reconcile_finds_exactly_the_known_differences(
                for r in reconciled.itertuples() if r.day == days[-1])
     assert reconciled.gap_usd.sum() == pytest.approx(
         sum(d.cost_usd for d in demo.bill.differences), abs=0.05)
+    totals = reconcile.by_cause(reconciled).set_index("cause")
+    assert totals.gap_usd.sum() == pytest.approx(reconciled.gap_usd.sum())
+    assert int(totals.rows.sum()) == len(reconciled)
+    assert {reconcile.kind(c) for c in reconciled.cause} == set(totals.index)
+    for name, rows in reconciled.groupby(reconciled.cause.map(reconcile.kind)):
+        assert totals.loc[name, "gap_usd"] == pytest.approx(rows.gap_usd.sum())

@@ -30,6 +30,9 @@ class _Free:
     gpu_seconds: float = 0.0
     cost: float = 0.0
     fragmentation_seconds: float = 0.0
+    asked_seconds: float = 0.0
+    """Of ``seconds``, those while a pod that fits the pool waited (its fragmentation has
+    a figure)."""
     """Fragmentation ratio x seconds, for its mean."""
     largest: int = 0
     info: dict[str, Any] = field(default_factory=dict)
@@ -83,7 +86,9 @@ class WaitRows:
                 s.seconds += seconds
                 s.gpu_seconds += gpus * seconds
                 s.cost += cost * seconds / 3600.0
-                s.fragmentation_seconds += pf.fragmentation * seconds
+                if (ratio := pf.fragmentation) is not None:
+                    s.fragmentation_seconds += ratio * seconds
+                    s.asked_seconds += seconds
                 s.largest = max(s.largest, pf.largest)
 
     def ready(self, now: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -99,8 +104,8 @@ class WaitRows:
                 "interval_seconds": self.interval, "cluster": self.cluster,
                 "node_pool": pool, **s.info, "use": use, "gpu_seconds": s.gpu_seconds,
                 "cost_usd": s.cost,
-                "fragmentation_ratio": s.fragmentation_seconds / s.seconds if s.seconds
-                else 0.0, "largest_free_gpus": s.largest})
+                "fragmentation_ratio": s.fragmentation_seconds / s.asked_seconds
+                if s.asked_seconds else None, "largest_free_gpus": s.largest})
         return pending, free
 
     def drop(self, now: float) -> None:
