@@ -210,15 +210,16 @@ def test_free_gpus_of_the_model_elsewhere_count_only_in_the_hours_the_pods_waite
 def test_quota_and_fragment_levers_name_the_free_gpus_of_their_hours() -> None:
     free = _hourly("free", ("a100", "on-demand", 1, "quota", 4),
                    ("a100", "on-demand", 9, "quota", 4),        # no Job held back then
-                   ("h100", "on-demand", 1, "fragment", 2, 0.5))
+                   ("h100", "on-demand", 1, "fragment", 2, 0.5),
+                   ("h100", "on-demand", 1, "usable", 6, 0.5))
     waiting = _hourly("pending", ("", 1, "quota", 4), ("h100", 1, "fragmented", 8))
     quota, frag = cause_levers(_waited(_waits(
         ("quota", "a", FITS_NONE, MODEL, 40, LONG, "research"),
         ("fragmented", "a", "h100", MODEL, 30, LONG)), free, waiting))
     assert "in the same hours 4.0 GPU-hours of nvidia-h100-80gb sat free in a100 (on-demand), " \
            "which only the quota kept from them" in quota.why
-    assert "in those hours the pool had 2.0 GPU-hours free as fragments (fragmentation 50%)" \
-        in frag.why
+    assert "in those hours the pool had 2.0 GPU-hours free as fragments (25% of its free " \
+        "GPU-hours)" in frag.why
 
 
 @pytest.mark.parametrize(("uses", "saving", "answers", "kept"), [
