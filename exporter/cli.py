@@ -149,8 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     whatif = sub.add_parser(
         "whatif", help="replay a week's jobs on a cluster layout: cost, queue and SLA beside "
         "the week's, with the deltas")
-    _warehouse_args(whatif)
-    whatif.set_defaults(out=Path("whatif-out"))
+    _warehouse_args(whatif, out="whatif-out")
     whatif.add_argument("--layout", metavar="FILE", type=Path,
                         help="the layout to replay on (YAML; start from the week's own, "
                              "which whatif writes to OUT/layout.yaml). Without it: the week "
@@ -182,8 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _warehouse_args(p: argparse.ArgumentParser) -> None:
-    """The week, the warehouse it is read from, the cluster and where the output goes."""
+def _warehouse_args(p: argparse.ArgumentParser, out: str = "report-out") -> None:
+    """The week, the warehouse it is read from, the cluster and where the output goes
+    (``out``, by default)."""
     p.add_argument("--week", metavar="YYYY-Www",
                    help="ISO week, e.g. 2026-W47 (default: the last complete week)")
     source = p.add_mutually_exclusive_group()
@@ -197,8 +197,8 @@ def _warehouse_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", metavar="NAME",
                    help="this cluster's rows only (default: every cluster the warehouse "
                         "holds, side by side)")
-    p.add_argument("--out", type=Path, default=Path("report-out"),
-                   help="where to write it (default ./report-out)")
+    p.add_argument("--out", type=Path, default=Path(out),
+                   help=f"where to write it (default ./{out})")
 
 
 def _matplotlib_dir() -> None:
@@ -639,14 +639,18 @@ def _start(args: argparse.Namespace) -> int:
         set_level(cfg.log_level)
     log.debug("config loaded", extra=ctx(file=args.config, settings=cfg.model_dump(mode="json")))
     found = problems(cfg)
+    unpriced: ConfigError | None = None
     if not any(p.setting == "prices.book" for p in found):  # else named among them
         try:
             book = load_price_book(cfg.prices.book, cfg.prices.region)
         except ConfigError as exc:
-            _config_errors(exc)
-            return 1
+            unpriced = exc  # told with the host's problems, in one round
+    if unpriced is not None:
+        _config_errors(unpriced)
     for problem in found:
         print(f"error: {problem}", file=sys.stderr)
+    if unpriced is not None:
+        return 1  # the config is invalid, whatever the host says
     if found:
         return 2
     if args.check_config:

@@ -801,7 +801,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
                 failed.add(str(err["loc"][0]))
             if err["type"] == "extra_forbidden" and loc.lower() in named:
                 continue  # an unknown variable's, named above
-            msg = "unknown setting" if err["type"] == "extra_forbidden" else \
+            msg = _unknown(err["loc"]) if err["type"] == "extra_forbidden" else \
                 err["msg"].removeprefix("Value error, ")
             source = _variable_of(err["loc"], env) or where
             lines += [f"{source}: {loc}: {line}" for line in msg.split("\n")]
@@ -812,6 +812,22 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     if lines:
         raise ConfigError("\n".join(lines))
     return config
+
+
+def _unknown(loc: tuple[int | str, ...]) -> str:
+    """An unknown setting's message, with the known one its name is closest to."""
+    model: Any = Config
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
+        if field is None:
+            return "unknown setting"
+        model = next((a for a in (field.annotation, *typing.get_args(field.annotation))
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None:
+            return "unknown setting"
+    names = list(getattr(model, "model_fields", {}))
+    near = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.7)
+    return f"unknown setting; did you mean {near[0]}?" if near else "unknown setting"
 
 
 class _Given(Config):

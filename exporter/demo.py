@@ -247,7 +247,10 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path,
                            email=False, force=True,  # however short the run
                            replays=replays(store, week, exporter.config) if replays else None)
     h = report.headline
-    return (f"Weekly report {week.label}: ${h['cost_usd'] or 0:,.2f}, "
+    covered, least = h.get("coverage") or 0.0, exporter.config.report.min_coverage
+    partial = f" of {covered:.0%} of the week (below report.min_coverage, {least:.0%}: " \
+        "written for the demo; report weekly would refuse it)" if covered < least else ""
+    return (f"Weekly report {week.label}{partial}: ${h['cost_usd'] or 0:,.2f}, "
             f"{len(report.tables['bottlenecks'])} workloads diagnosed -> "
             f"{out}/report/report.html (and report.md, report.json, a CSV per table, "
             "teams/ for each team's slice)")

@@ -167,3 +167,13 @@ def test_links_to_a_heading_find_it(page: Path) -> None:
                 and anchor not in anchors(linked.read_text()):
             broken.append(target)
     assert broken == []
+
+
+NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+           "eleven", "twelve")
+
+
+def test_the_readme_counts_the_dashboards_that_ship() -> None:
+    shipped = len(list((ROOT / "dashboards").glob("*.json")))
+    said = re.search(r"(\w+) Grafana dashboards", README.read_text())
+    assert said is not None and said[1] == NUMBERS[shipped]

@@ -23,6 +23,7 @@ counted and shown, never silently $0.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -207,9 +208,11 @@ def load_price_book(path: Path | None, region: str) -> PriceBook:
     data, source = _read(path)
     regions = data["regions"]
     if region not in regions:
-        raise ConfigError(f"{source}: no prices for region {region!r}; the book has "
-                          f"{', '.join(sorted(map(_name, regions)))}. Add the region or set "
-                          "prices.book.")
+        near = difflib.get_close_matches(region, [str(r) for r in regions], n=1, cutoff=0.7)
+        raise ConfigError(f"{source}: no prices for region {region!r}"
+                          + (f" (did you mean {near[0]!r}?)" if near else "")
+                          + f"; the book has {', '.join(sorted(map(_name, regions)))}. Add the "
+                          "region or set prices.book.")
     entries = _entries(data, region, source)
     if not entries:
         raise ConfigError(f"{source}: region {region} prices no GPU")

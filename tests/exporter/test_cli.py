@@ -107,3 +107,13 @@ async def test_log_level_warning_quiets_the_running_exporter(
         assert {"starting", "serving", "stopped"} <= severities.keys()
     else:
         assert "INFO" not in severities.values()
+
+
+@pytest.mark.parametrize(("command", "out"), [
+    (("whatif",), "whatif-out"), (("report", "weekly"), "report-out"),
+    (("report", "reconcile"), "report-out")])
+def test_each_command_s_help_names_the_folder_it_writes_to(command: tuple[str, ...],
+                                                          out: str) -> None:
+    result = cli(*command, "--help")
+    assert result.returncode == 0
+    assert f"(default ./{out})" in " ".join(result.stdout.split())

@@ -42,7 +42,11 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.parametrize(("yaml", "message"), [
-    ("intervall: 30s", "intervall: unknown setting"),
+    ("intervall: 30s", "intervall: unknown setting; did you mean interval?"),
+    ("dcgm: {timout: 5}", "dcgm.timout: unknown setting; did you mean timeout?"),
+    ("report: {min_coverge: 0.3}", "report.min_coverge: unknown setting; did you mean "
+     "min_coverage?"),
+    ("colour: blue", "colour: unknown setting"),
     ("interval: soon", "interval: 'soon' is not a duration"),
     ("dcgm: {timeout: 60s}", "dcgm.timeout must be shorter than interval"),
     ("dcgm: {targets: [ftp://x]}", "target 'ftp://x' is not an http(s) URL"),
@@ -187,6 +191,15 @@ def test_check_config_exit_codes(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "no prices for region 'mars-north1'" in proc.stderr
     assert "Traceback" not in proc.stderr
+    bad.write_text("prices: {region: us-centrl1}\nkubernetes: {kubeconfig: /no/such/file}")
+    proc = subprocess.run([sys.executable, "-m", "exporter", "run", "--config", str(bad),
+                           "--check-config"], capture_output=True, text=True, timeout=limit(60),
+                          check=False)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2, "the region and the host's problem, in one round"
+    assert "no prices for region 'us-centrl1' (did you mean 'us-central1'?)" in errors[0]
+    assert "kubernetes.kubeconfig" in errors[1]
 
 
 def test_check_config_rejects_a_bad_log_level(tmp_path: Path) -> None:

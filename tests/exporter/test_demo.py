@@ -42,3 +42,5 @@ def test_the_demo_off_a_terminal_prints_its_progress(tmp_path: Path) -> None:
     assert shares == sorted(shares) and shares[-1] == 100
     assert "\r" not in done.stderr                      # no progress bar
     assert "Simulated 0.0833333 days of cluster 'demo'" in done.stdout
+    assert "Weekly report 2026-W47 of 1% of the week (below report.min_coverage, 50%: " \
+        "written for the demo; report weekly would refuse it)" in done.stdout
