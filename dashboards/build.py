@@ -212,10 +212,15 @@ def overview() -> dict[str, Any]:
         series("Effective cost per utilised GPU-hour", "Spend / utilised GPU-hours at the "
                "last interval's rates, by GPU model: the price of a useful GPU-hour (the "
                "ratio of the sums over every namespace and state, not the largest of their "
-               "ratios).", "currencyUSD",
+               "ratios). A model whose GPUs did no useful work has no such price: it is "
+               "shown by what it costs an hour, named so.", "currencyUSD",
                (f"sum by (model) (rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) / "
                 f"(sum by (model) (rate(gke_gpu_utilized_gpu_seconds_total{{{SEL}}}[{RATE}]))"
-                " / 3600 > 0)", "{{model}}")),
+                " / 3600 > 0)", "{{model}}"),
+               (f"sum by (model) (rate(gke_gpu_cost_usd_total{{{SEL}}}[{RATE}])) * 3600 "
+                f"unless on (model) (sum by (model) (rate("
+                f"gke_gpu_utilized_gpu_seconds_total{{{SEL}}}[{RATE}])) > 0)",
+                "{{model}}: no useful work, cost an hour")),
         gpu_links(table("Hottest GPUs", "The ten hottest GPUs now; a row opens the GPU's "
                         "dashboard.", "celsius",
                         f"topk(10, max by (cluster, pool, node, model, uuid) "
@@ -243,10 +248,11 @@ def teams() -> dict[str, Any]:
                "currencyUSD",
                (f'sum by (team) (rate(gke_gpu_cost_usd_total{{{TEAM}, state="allocated"}}'
                 f'[{RATE}])) * 3600', "{{team}}")),
-        series("Utilisation by team", "Utilised / allocated GPU-seconds.", "percentunit",
+        series("Utilisation by team", "Utilised / allocated GPU-seconds; a team holding no "
+               "GPU has no line.", "percentunit",
                (f'sum by (team) (rate(gke_gpu_utilized_gpu_seconds_total{{{TEAM}, '
-                f'state="allocated"}}[{RATE}])) / sum by (team) (rate('
-                f'gke_gpu_gpu_seconds_total{{{TEAM}, state="allocated"}}[{RATE}]))',
+                f'state="allocated"}}[{RATE}])) / (sum by (team) (rate('
+                f'gke_gpu_gpu_seconds_total{{{TEAM}, state="allocated"}}[{RATE}])) > 0)',
                 "{{team}}")),
         table("Cost over the range by namespace", "What each namespace's pods cost over the "
               "time picked.", "currencyUSD",
