@@ -109,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "pip install 'gke-gpu-exporter[emulator]')")
     demo.add_argument("--serve", action="store_true",
                       help="keep /metrics and the cluster up afterwards, in real time: one "
-                           "cycle per step (Ctrl-C to stop)")
+                           "cycle per step (Ctrl-C to stop); writes OUT/prometheus.yml, a "
+                           "Prometheus config that scrapes it")
+    demo.add_argument("--port", type=int, default=0, metavar="N",
+                      help="with --serve, the port of /metrics (default: a free one)")
 
     report = sub.add_parser("report", help="reports from the warehouse")
     kinds = report.add_subparsers(dest="report", required=True)
@@ -277,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_demo(scenario, duration=args.duration, out=args.out,
                                     serve_after=args.serve,
                                     bigquery_emulator=args.bigquery_emulator,
-                                    replays=_demo_replays))
+                                    replays=_demo_replays, port=args.port))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

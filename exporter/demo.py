@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
 from tqdm import tqdm
 
 from analytics.store import DuckDBStore
@@ -150,8 +151,10 @@ async def step_both(sim: SimulatorServer, exporter: Exporter, steps: int) -> Non
 
 
 async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_after: bool,
-                   bigquery_emulator: bool = False, replays: ReplaysOf | None = None) -> int:
-    """The demo; ``replays``: how its report replays its actions (none without it)."""
+                   bigquery_emulator: bool = False, replays: ReplaysOf | None = None,
+                   port: int = 0) -> int:
+    """The demo; ``replays``: how its report replays its actions (none without it);
+    ``port``: where ``serve_after`` serves /metrics (0: a free port)."""
     if serve_after:  # the simulated days end now, for the cluster to go on in real time
         scenario = ending_now(scenario, duration, time.time())
     await asyncio.to_thread(_fresh_outputs, out)
@@ -159,14 +162,14 @@ async def run_demo(scenario: Scenario, *, duration: float, out: Path, serve_afte
     if emulator is not None:
         await asyncio.to_thread(emulator.start)
     try:
-        return await _run(scenario, duration, out, serve_after, emulator, replays)
+        return await _run(scenario, duration, out, serve_after, emulator, replays, port)
     finally:
         if emulator is not None:
             await asyncio.to_thread(emulator.stop)
 
 
 async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool,
-               emulator: Emulator | None, replays: ReplaysOf | None) -> int:
+               emulator: Emulator | None, replays: ReplaysOf | None, port: int) -> int:
     async with SimulatorServer(scenario) as sim:
         outputs = sim.write_outputs(out)
         cfg = demo_config(scenario, outputs.kubeconfig, out,
@@ -204,17 +207,43 @@ async def _run(scenario: Scenario, duration: float, out: Path, serve_after: bool
                 if exporter.warehouse is not None:
                     exporter.warehouse.flush_interval = LIVE_FLUSH_INTERVAL
                     await asyncio.to_thread(exporter.warehouse.flush, exporter.last_cycle_time)
-                runner, port = await serve(exporter, "127.0.0.1", 0)
+                runner, port = await serve(exporter, "127.0.0.1", port)
                 sim.speed = 1.0
+                config = write_prometheus_config(out, port)
                 print(f"Serving http://127.0.0.1:{port}/metrics (a cycle every "
                       f"{SERVE_INTERVAL:g} s, in real time) and the cluster at {sim.api_url} "
                       f"(kubectl --kubeconfig {outputs.kubeconfig} get pods -A); "
                       "Ctrl-C to stop.", flush=True)
+                print(f"A Prometheus scraping it, with the shipped rules: prometheus "
+                      f"--config.file={config} --storage.tsdb.path={out / 'prometheus'} "
+                      "--web.listen-address=127.0.0.1:9090 (Grafana: "
+                      "dashboards/datasource.yaml and dashboards/provisioning.yaml)",
+                      flush=True)
                 try:
                     await live(sim, exporter, wait_for_shutdown())
                 finally:
                     await runner.cleanup()
     return 0
+
+
+RULES = Path(__file__).resolve().parent.parent / "alerts" / "rules.yaml"
+"""The shipped recording and alerting rules, where the product runs from its source."""
+
+
+def write_prometheus_config(out: Path, port: int, scrape_seconds: int = 15) -> Path:
+    """``out/prometheus.yml``: a Prometheus scraping the demo's /metrics at ``port`` every
+    ``scrape_seconds``, with the shipped rules where they are at hand (a source checkout;
+    an installed wheel has none)."""
+    config: dict[str, object] = {
+        "global": {"scrape_interval": f"{scrape_seconds}s",
+                   "evaluation_interval": f"{scrape_seconds}s"},
+        "scrape_configs": [{"job_name": "gke-gpu-exporter",
+                            "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]}
+    if RULES.is_file():
+        config = {"rule_files": [str(RULES)], **config}
+    path = out / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
 
 def _fresh_outputs(out: Path) -> None:

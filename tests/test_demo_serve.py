@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,10 +15,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from exporter.demo import ending_now
 from simulator.scenario import load_scenario
-from tests.conftest import start_prometheus
+from tests.conftest import free_port, start_prometheus
 from tests.test_dashboards_alerts import ALERT_RULES, ALERTS, BOARDS, grafana_expr
 from tests.timing import limit
 
@@ -48,13 +50,14 @@ async def _value(s: aiohttp.ClientSession, url: str, expr: str, at: float) -> fl
     return float(one["value"][1])
 
 
-async def _demo(out: Path) -> tuple[asyncio.subprocess.Process, int, str]:
-    """``demo --serve`` on a short replay; returns it, its /metrics port and the
-    simulator's API once it serves."""
+async def _demo(out: Path, port: int) -> tuple[asyncio.subprocess.Process, int, str]:
+    """``demo --serve --port PORT`` on a short replay; returns it, its /metrics port and
+    the simulator's API once it serves."""
     with (out.parent / "demo.log").open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "exporter", "demo", "--duration", "1m", "--step", "30s",
-            "--serve", "--out", str(out), stdout=asyncio.subprocess.PIPE, stderr=log)
+            "--serve", "--port", str(port), "--out", str(out),
+            stdout=asyncio.subprocess.PIPE, stderr=log)
     assert proc.stdout is not None
     async with asyncio.timeout(limit(120)):
         while True:
@@ -104,8 +107,19 @@ async def test_demo_serve_lives_under_prometheus_at_15s_and_30s(tmp_path: Path) 
     procs: list[asyncio.subprocess.Process] = []
     seen: dict[float, dict[str, float]] = {}
     try:
-        demo, port, api = await _demo(tmp_path / "out")
+        asked = free_port()
+        demo, port, api = await _demo(tmp_path / "out", asked)
         procs.append(demo)
+        assert port == asked
+        written = tmp_path / "out" / "prometheus.yml"  # the config the demo prints
+        config = yaml.safe_load(written.read_text())
+        assert config["scrape_configs"][0]["static_configs"] == [
+            {"targets": [f"127.0.0.1:{asked}"]}]
+        assert config["rule_files"] == [str(ALERTS / "rules.yaml")]
+        checked = await asyncio.to_thread(
+            subprocess.run, ["promtool", "check", "config", str(written)],
+            capture_output=True, text=True, timeout=limit(60), check=False)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
         started = await asyncio.gather(*(_prometheus(tmp_path, scrape, port)
                                          for scrape in SCRAPES))
         procs += [proc for proc, _ in started]
