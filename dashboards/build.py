@@ -144,8 +144,37 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict[str, Any
             "editable": True, "graphTooltip": 1, "refresh": "1m",
             "time": {"from": "now-24h", "to": "now"},
             "templating": {"list": variables(team, gpu)}, "panels": panels,
+            "annotations": {"list": annotations()},
             "links": [{"title": "GPU dashboards", "type": "dashboards",
                        "tags": ["gke-gpu-exporter"], "asDropdown": True}]}
+
+
+def _annotation(name: str, expr: str, title: str, text: str, colour: str) -> dict[str, Any]:
+    return {"name": name, "datasource": DS, "enable": True, "iconColor": colour,
+            "expr": expr, "step": "1m", "titleFormat": title, "textFormat": text,
+            "tagKeys": "cluster"}
+
+
+def annotations() -> list[dict[str, Any]]:
+    """What every dashboard marks on its time axis, in the minute it happened: XID errors,
+    Spot reclaims, nodes NotReady and failed scale-ups (each can be switched off)."""
+    return [
+        _annotation("XID errors", f"sum by (cluster, node) (increase("
+                    f"gke_gpu_xid_events_total{{{SEL}}}[2m])) > 0", "XID error on {{node}}",
+                    "a GPU of {{node}} reported a new XID (the GPU dashboard names it)",
+                    "red"),
+        _annotation("Spot reclaims", f"sum by (cluster, pool) (increase("
+                    f"gke_gpu_spot_interruptions_total{{{SEL}}}[2m])) > 0",
+                    "Spot reclaim in {{pool}}", "pods of {{pool}} ended by a Spot "
+                    "preemption", "orange"),
+        _annotation("Nodes NotReady", f"max by (cluster, node, pool) ("
+                    f"gke_gpu_node_ready{{{SEL}}} == 0) + 1", "{{node}} NotReady",
+                    "{{node}} of {{pool}} is NotReady: its GPUs are unavailable", "purple"),
+        _annotation("Scale-up failures", f"sum by (cluster, pool, reason) (increase("
+                    f"gke_gpu_scale_up_failures_total{{{SEL}}}[2m])) > 0",
+                    "scale-up of {{pool}} failed ({{reason}})", "the cluster autoscaler "
+                    "could not add nodes to {{pool}}: {{reason}}", "yellow"),
+    ]
 
 
 RATE = "$__rate_interval"

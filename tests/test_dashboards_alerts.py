@@ -56,6 +56,11 @@ def panel_exprs(**chosen: str) -> list[tuple[str, str, str]]:
             for t in p["targets"]]
 
 
+def annotation_exprs() -> list[tuple[str, str, str]]:
+    return [(name, a["name"], grafana_expr(a["expr"])) for name, b in BOARDS.items()
+            for a in b["annotations"]["list"]]
+
+
 def exported_metrics() -> set[str]:
     """Every series name the exporter can expose (its catalogue)."""
     return {name for family in FAMILIES for name in exposed_names(family)}
@@ -366,7 +371,8 @@ def test_provisioning_points_grafana_at_the_dashboards() -> None:
 def test_every_expression_parses(tmp_path: Path) -> None:
     """Dashboard queries (variables substituted) checked by promtool as recording rules."""
     rules = {"groups": [{"name": "panels", "rules": [
-        {"record": f"panel:{i}", "expr": expr} for i, (_, _, expr) in enumerate(panel_exprs())]}]}
+        {"record": f"panel:{i}", "expr": expr} for i, (_, _, expr) in
+        enumerate(panel_exprs() + annotation_exprs())]}]}
     path = tmp_path / "panels.yaml"
     path.write_text(yaml.safe_dump(rules))
     proc = promtool("check", "rules", str(path))
@@ -378,8 +384,18 @@ _METRIC = re.compile(r"\b(gke_gpu[:_][a-zA-Z0-9_:]*)")
 
 def test_every_metric_named_exists() -> None:
     known = exported_metrics() | RECORDED
-    exprs = [e for _, _, e in panel_exprs()] + [r["expr"] for r in ALL_RULES]
+    exprs = [e for _, _, e in panel_exprs() + annotation_exprs()] + \
+        [r["expr"] for r in ALL_RULES]
     exprs += [v["query"]["query"] for b in BOARDS.values() for v in b["templating"]["list"]
               if v["type"] == "query"]
     named = {m for e in exprs for m in _METRIC.findall(e)}
     assert named and not named - known, sorted(named - known)
+
+
+def test_every_dashboard_marks_xids_reclaims_notready_and_failed_scale_ups() -> None:
+    for name, board in BOARDS.items():
+        marks = {a["name"]: a for a in board["annotations"]["list"]}
+        assert set(marks) == {"XID errors", "Spot reclaims", "Nodes NotReady",
+                              "Scale-up failures"}, name
+        assert all(a["enable"] and a["datasource"]["uid"] == "${datasource}"
+                   and 'cluster=~"$cluster"' in a["expr"] for a in marks.values()), name
