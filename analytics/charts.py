@@ -8,8 +8,10 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from PIL import Image
 
 from analytics import format as fmt
+from analytics.figures.cost import POOLED
 from analytics.report import WeeklyReport
 from analytics.workspace import Table
 from exporter.model.pending import CAUSES
@@ -23,13 +25,34 @@ CHARTS = {
 
 
 def _png(fig: Figure) -> bytes:
+    """The figure as a PNG of 256 colours at most: a chart has a few, and a third of the
+    bytes of full colour keeps the email small."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return buf.getvalue()
+    out = io.BytesIO()
+    with Image.open(buf) as image:
+        image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT) \
+            .save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+TEAMS_SHOWN = 10
+"""Teams the daily cost tells apart, the costliest, in its chart (the rest summed as one
+``other teams``) and in Markdown and HTML (its CSV has them all)."""
+
+
+def _fewer_teams(table: pd.DataFrame) -> pd.DataFrame:
+    """The daily cost with the teams past ``TEAMS_SHOWN`` summed as ``other teams``."""
+    teams = [t for t in table.columns if t not in POOLED]
+    if len(teams) <= TEAMS_SHOWN:
+        return table
+    others = table[teams[TEAMS_SHOWN:]].sum(axis=1).rename("other teams")
+    return pd.concat([table[teams[:TEAMS_SHOWN]], others,
+                      table[[t for t in table.columns if t in POOLED]]], axis=1)
 
 
 def daily_cost(report: WeeklyReport) -> bytes:
-    table = report.frame("daily_cost_by_team")
+    table = _fewer_teams(report.frame("daily_cost_by_team"))
     fig = Figure(figsize=(7, 3.2))
     ax = fig.subplots()
     bottom = np.zeros(len(table))

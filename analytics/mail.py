@@ -1,25 +1,32 @@
 """The report by email: an HTML body with its charts inline (by Content-ID), the Markdown
-as the plain-text alternative, the CSVs they cite attached; one platform-wide message and
-one per team, each team's recipients getting only their slice. Each message has a
-``Date``, a ``Message-ID`` of the sender's domain and ``Auto-Submitted: auto-generated``
-(RFC 3834: no vacation replies to it); its subject carries the headline cost. SMTP with
-STARTTLS or SSL (a login without either is refused unless ``allow_plaintext_auth`` says
-otherwise, and then warned about at each send); the password comes from a mounted secret
-file or the environment and never reaches a log line. A message counts as sent only once
-the server has accepted it for every recipient; any failure names the server (``MailError``)."""
+as the plain-text alternative, the first rows of the tables longer than they show attached
+(``mail_parts``), the report folder named for every row; one platform-wide message and one
+per team, each team's recipients getting only their slice. A preview writes each message
+as it would be sent, and its HTML with the charts beside it, for a browser.
+
+Each message has a ``Date``, a ``Message-ID`` of the sender's domain and
+``Auto-Submitted: auto-generated`` (RFC 3834: no vacation replies to it); its subject
+carries the headline cost. SMTP with STARTTLS or SSL (a login without either is refused
+unless ``allow_plaintext_auth`` says otherwise, and then warned about at each send); the
+password comes from a mounted secret file or the environment and never reaches a log line.
+A message counts as sent only once the server has accepted it for every recipient; any
+failure names the server (``MailError``)."""
 
 from __future__ import annotations
 
+import io
 import logging
 import smtplib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from email.generator import BytesGenerator
 from email.message import EmailMessage
 from email.utils import format_datetime, getaddresses, make_msgid
+from pathlib import Path
 
 from analytics import format as fmt
-from analytics import render
+from analytics import mail_parts, render
 from analytics.charts import render_all
 from analytics.report import WeeklyReport
 from exporter.config import Report as ReportConfig
@@ -49,44 +56,101 @@ def _header(value: str, what: str) -> str:
 
 
 def compose(report: WeeklyReport, cfg: ReportConfig, recipients: Sequence[str],
-            charts: dict[str, bytes] | None = None) -> EmailMessage:
+            charts: dict[str, bytes] | None = None,
+            folder: Path | None = None) -> EmailMessage:
     """One message: text (Markdown) and HTML alternatives, the charts related to the HTML,
-    the CSVs they cite attached (``render.cited_csvs``)."""
+    the first rows of the tables cut attached (``mail_parts``); ``folder``: where the
+    report was written, named as where every row is. No recipients: no ``To``."""
     charts = charts if charts is not None else render_all(report)
     msg = EmailMessage()
     scope = fmt.text(f"team {report.team}" if report.team else f"{report.cluster}, all teams")
     msg["Subject"] = _header(subject(cfg.subject, report.week.label, scope,
                                      report.headline.get("cost_usd")), "subject")
     msg["From"] = _header(cfg.sender, "sender")
-    msg["To"] = ", ".join(_header(r, "recipient") for r in recipients)
+    if recipients:
+        msg["To"] = ", ".join(_header(r, "recipient") for r in recipients)
     msg["Date"] = format_datetime(datetime.now(UTC))
     domain = cfg.sender.rpartition("@")[2] or "localhost"
     msg["Message-ID"] = make_msgid(domain=domain)
     msg["Auto-Submitted"] = "auto-generated"
     cids = {name: make_msgid(domain=domain) for name in charts}
-    msg.set_content(render.markdown(report))
-    msg.add_alternative(render.html_page(report, {k: f"cid:{v[1:-1]}" for k, v in cids.items()}),
+    where = None if folder is None else str(folder.absolute())
+    rows = mail_parts.ROWS
+    cuts = render.cuts(report, rows)
+    attached = mail_parts.attachments(report, cuts)
+    msg.set_content(render.markdown(report, mail_parts.notes(cuts, attached, where, "`"),
+                                    where, rows))
+    msg.add_alternative(render.html_page(report, {k: f"cid:{v[1:-1]}" for k, v in cids.items()},
+                                         mail_parts.notes(cuts, attached, where), where, rows),
                         subtype="html")
     html_part = msg.get_payload()[1]  # type: ignore[index]
     assert isinstance(html_part, EmailMessage)
     for name, png in charts.items():
         html_part.add_related(png, maintype="image", subtype="png", cid=cids[name],
                               filename=f"{name}.png", disposition="inline")
-    for filename, data in render.cited_csvs(report).items():
-        msg.add_attachment(data, maintype="text", subtype="csv", filename=filename)
+    for a in attached.values():
+        msg.add_attachment(a.data, maintype="text", subtype="csv", filename=a.filename)
     return msg
 
 
-def messages(platform: WeeklyReport, teams: dict[str, WeeklyReport],
-             cfg: ReportConfig) -> list[EmailMessage]:
-    """The platform report to its recipients; each team's slice to that team's."""
-    out = []
-    if cfg.platform_recipients:
-        out.append(compose(platform, cfg, cfg.platform_recipients))
+def letters(platform: WeeklyReport, teams: dict[str, WeeklyReport], cfg: ReportConfig,
+            folders: Mapping[str | None, Path] | None = None,
+            unaddressed: bool = False) -> dict[str | None, EmailMessage]:
+    """The platform report to its recipients (key ``None``); each team's slice to that
+    team's (key: the team). ``folders``: where each was written, by the same keys.
+    ``unaddressed``: where the config names no recipient at all, the platform report's
+    message anyway, to nobody (for a preview)."""
+    where = folders or {}
+    out: dict[str | None, EmailMessage] = {}
+    if cfg.platform_recipients or (unaddressed and not any(cfg.team_recipients.values())):
+        out[None] = compose(platform, cfg, cfg.platform_recipients, folder=where.get(None))
     for team, recipients in sorted(cfg.team_recipients.items()):
         if recipients and team in teams:
-            out.append(compose(teams[team], cfg, recipients))
+            out[team] = compose(teams[team], cfg, recipients, folder=where.get(team))
     return out
+
+
+def messages(platform: WeeklyReport, teams: dict[str, WeeklyReport], cfg: ReportConfig,
+             folders: Mapping[str | None, Path] | None = None) -> list[EmailMessage]:
+    """The platform report to its recipients; each team's slice to that team's."""
+    return list(letters(platform, teams, cfg, folders).values())
+
+
+def wire(msg: EmailMessage) -> bytes:
+    """The message as ``send`` hands it to the SMTP server (``smtplib``'s flattening, lines
+    ending in CRLF)."""
+    buf = io.BytesIO()
+    BytesGenerator(buf).flatten(msg, linesep="\r\n")
+    return buf.getvalue()
+
+
+PREVIEW_EML = "email.eml"
+PREVIEW_HTML = "email.html"
+
+
+def write_preview(msg: EmailMessage, out: Path) -> list[Path]:
+    """``msg`` into the folder ``out``, for a person to open: ``email.eml``, the bytes
+    ``send`` would hand the server; ``email.html``, its HTML part with each inline image
+    written beside it and referred to by file name instead of Content-ID. The paths
+    written."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PREVIEW_EML).write_bytes(wire(msg))
+    html_part = msg.get_body(("html",))
+    assert isinstance(html_part, EmailMessage)
+    page = html_part.get_content()
+    written = [out / PREVIEW_EML]
+    for part in msg.walk():
+        cid, filename = part["Content-ID"], part.get_filename()
+        if cid is None or filename is None or part.get_content_maintype() != "image":
+            continue
+        path = out / Path(filename).name
+        data = part.get_content()
+        assert isinstance(data, bytes)
+        path.write_bytes(data)
+        page = page.replace(f'src="cid:{cid.strip("<>")}"', f'src="{path.name}"')
+        written.append(path)
+    (out / PREVIEW_HTML).write_text(page)
+    return [*written, out / PREVIEW_HTML]
 
 
 def password(smtp: Smtp) -> str | None:

@@ -1,6 +1,6 @@
-"""The report as Markdown, HTML (for email: inline styles, charts by Content-ID), JSON and
-CSV. Every name that comes from the cluster is escaped for the format it lands in, and
-rid of control characters in all of them (``format.text``)."""
+"""The report as Markdown, HTML (one page for a browser and for email: charts by file name
+or Content-ID), JSON and CSV. Every name that comes from the cluster is escaped for the
+format it lands in, and rid of control characters in all of them (``format.text``)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ import html
 import io
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from analytics import format as fmt
-from analytics.charts import CHARTS, render_all
-from analytics.figures.cost import IDLE_CEILING
-from analytics.figures.headline import PriceBasis
+from analytics.charts import CHARTS, TEAMS_SHOWN, render_all
+from analytics.figures.cost import IDLE_CEILING, POOLED
+from analytics.headline_text import basis_line, headline_items, price_basis
 from analytics.report import WeeklyReport
 from analytics.workspace import Table
 from exporter.model.bottleneck import RESTS_ON
@@ -54,6 +54,9 @@ INTRO = {
                 "fit), mismatch (pods wait, none fits), no demand. All but usable are "
                 "stranded; the removable cost is what scaling down would have saved.",
 }
+PROSE = 60
+"""A column with a value longer than this is prose: in HTML it keeps a reading width on a
+narrow screen (its table scrolls instead)."""
 EMPTY = "Nothing this week."
 """What an empty table says, unless the report says more (``WeeklyReport.empty``)."""
 
@@ -61,127 +64,6 @@ _encode_str = json.encoder.encode_basestring_ascii
 _env = Environment(loader=PackageLoader("analytics"), autoescape=select_autoescape(["html"]),
                    trim_blocks=True, lstrip_blocks=True,
                    finalize=lambda v: fmt.text(v) if isinstance(v, str) else v)
-
-
-def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
-    h = report.headline
-    if h["cost_change"] is not None:
-        change = f" ({fmt.percent(h['cost_change'], True)} week over week)"
-    elif h["previous_cost_usd"] is None:
-        change = " (week over week: n/a, no data for the week before)"
-    else:
-        change = ""
-    return [
-        ("Total cost", fmt.money(h["cost_usd"]) + change),
-        ("Coverage", f"{fmt.percent(h['coverage'])} of the week's hours have data"),
-        ("GPU-hours", f"{h['gpu_hours'] or 0:,.0f} capacity, "
-                      f"{h['allocated_gpu_hours'] or 0:,.0f} allocated"),
-        ("Utilisation of allocated GPUs", fmt.percent(h["utilization"])),
-        ("Fleet cost per utilised GPU-hour",
-         fmt.money(h["fleet_cost_usd_per_utilized_hour"])),
-        ("Idle (allocated, unused)", f"{fmt.money(h['idle_cost_usd'])} "
-                                     f"({fmt.percent(h['idle_share'])} of cost)"),
-        ("Unallocated capacity", f"{fmt.money(h['unallocated_cost_usd'])} "
-                                 f"({fmt.percent(h['unallocated_share'])} of cost)"),
-        ("Energy and carbon", _energy(h)),
-    ]
-
-
-def _energy(h: Mapping[str, float | None]) -> str:
-    if not h.get("metered_share"):
-        return "not measured this week (no GPU energy in the warehouse)"
-    if h["energy_change"] is not None:
-        change = f" ({fmt.percent(h['energy_change'], True)} week over week)"
-    else:
-        change = ""
-    per = h["kwh_per_utilized_gpu_hour"]
-    per_hour = "" if per is None else \
-        f"; {per:,.2f} kWh and {h['co2e_g_per_utilized_gpu_hour'] or 0:,.0f} g CO2e per " \
-        "utilised GPU-hour"
-    unmetered = "" if (h["metered_share"] or 0) >= 0.9995 else \
-        f" (energy known for {fmt.percent(h['metered_share'])} of GPU-hours)"
-    return (f"{h['energy_kwh'] or 0:,.1f} kWh{change}, {h['co2e_kg'] or 0:,.1f} kg CO2e; "
-            f"{h['idle_energy_kwh'] or 0:,.1f} kWh idle, "
-            f"{h['unallocated_energy_kwh'] or 0:,.1f} kWh unallocated{per_hour}{unmetered}")
-
-
-def _and(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
-def _dates(basis: PriceBasis) -> str:
-    if not basis.as_of:
-        return "an undated price book"
-    first, last = basis.as_of[0], basis.as_of[-1]
-    return f"the price book of {first}" if first == last else \
-        f"the price book (prices of {first} to {last})"
-
-
-def _list_prices(basis: PriceBasis) -> str:
-    where = f" of {basis.region}" if basis.region else ""
-    text = f"list prices{where} from Google's Cloud Billing catalogue where the exporter " \
-        f"read it, else from {_dates(basis)} (the warehouse does not record which)" \
-        if basis.catalog else f"list prices{where} from {_dates(basis)}"
-    if basis.estimated:
-        text += f" ({_and(basis.estimated)}: estimated, not Google's)"
-    return text
-
-
-def _discounts(basis: PriceBasis) -> str:
-    off = basis.off_list_usd
-    text = f" less {_and(basis.discounts)} discounts" if basis.discounts else \
-        ", no discount configured"
-    if off is None or (not off and not basis.discounts):
-        return text
-    if off > 0 and basis.discounts:
-        return text + f" ({fmt.signed_money(-off)}, {fmt.percent(basis.off_list_share)} off list)"
-    if not off:
-        return text + " (none applied this week)"
-    return (text + f", though the week's costs differ from them by {fmt.signed_money(-off)} "
-            "(priced at other list prices: another book, or the catalogue)")
-
-
-def _machines(basis: PriceBasis) -> str:
-    if basis.basis != "gpu-component":
-        return ""
-    text = "; the machines the GPUs run in are not included"
-    unknown = f"{_and(basis.machine_unknown)}, " \
-        f"{fmt.percent(basis.machine_unknown_hour_share)} of GPU-hours" \
-        if basis.machine_unknown else ""
-    if basis.machine_usd is None or basis.machine_share is None:
-        return text + (f", nor known (the book gives no machine share for {unknown})"
-                       if unknown else "")
-    (lo, hi), (lo_share, hi_share) = basis.machine_usd, basis.machine_share
-    cost = f"about {fmt.money(lo)} more at list price, {fmt.percent(lo_share)}" \
-        if lo == hi else f"{fmt.money(lo)} to {fmt.money(hi)} more at list price by " \
-        f"machine type, {fmt.percent(lo_share)} to {fmt.percent(hi_share)}"
-    if not unknown:
-        return text + f" ({cost} of the total)"
-    return text + (f" ({cost} of the total of {_and(basis.machine_models)}; not known for "
-                   f"{unknown}, for which the book gives no machine share)")
-
-
-def _spot(basis: PriceBasis) -> str:
-    if not basis.spot_hour_share:
-        return "; no spot GPUs"
-    return f"; spot GPUs {fmt.percent(basis.spot_hour_share)} of GPU-hours, " \
-        f"{fmt.percent(basis.spot_cost_share)} of cost"
-
-
-def price_basis(basis: PriceBasis) -> str:
-    """The line under the headline: what the costs are priced on and what they leave out."""
-    what = "GPU component only" if basis.basis == "gpu-component" else \
-        f"the book's basis {basis.basis!r}"
-    unpriced = f"; {basis.unpriced_gpu_hours:,.1f} GPU-hours unpriced, not in the cost" \
-        if basis.unpriced_gpu_hours >= 0.05 else ""
-    return (f"Prices: {what}, at {_list_prices(basis)}{_discounts(basis)}{_machines(basis)}"
-            f"{_spot(basis)}{unpriced}.")
-
-
-def basis_line(report: WeeklyReport) -> str | None:
-    prices = None if report.basis is None else price_basis(report.basis)
-    carbon = None if report.carbon is None else f"CO2e: {report.carbon}."
-    return " ".join(x for x in (prices, carbon) if x) or None
 
 
 def shown(name: str, table: pd.DataFrame | Table) -> pd.DataFrame | Table:
@@ -194,18 +76,52 @@ def shown(name: str, table: pd.DataFrame | Table) -> pd.DataFrame | Table:
         table = table[table.bottleneck != "healthy"].sort_values(
             ["gpu_hours", "workload"], ascending=[False, True]).drop(columns="advice")
     if name == "daily_cost_by_team":
-        table = table.reset_index()
+        teams = [c for c in table.columns if c not in POOLED]
+        table = table[[*teams[:TEAMS_SHOWN], *(c for c in table.columns if c in POOLED)]] \
+            .reset_index()
     return table
 
 
-def _rows(name: str, table: pd.DataFrame | Table) -> tuple[list[str], list[list[str]], int]:
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What a table shows in Markdown and HTML of what its CSV holds."""
+
+    shown: int
+    total: int
+    unit: Literal["rows", "teams"]
+    """``teams`` for the daily cost, a column a team."""
+
+
+def _rows(name: str, table: pd.DataFrame | Table, most: int | None = None
+          ) -> tuple[list[str], list[list[str]], Cut | None]:
+    """The columns and rows shown (``most`` rows, default ``ROWS``), as text; and the
+    cut, if the table holds more."""
+    most = ROWS if most is None else most
     t = shown(name, table)
-    head = t.head(ROWS)
+    head = t.head(most)
     cols = [str(c) for c in head.columns]
     rows = [[fmt.cell(c if name != "daily_cost_by_team" or c == "day" else "cost_usd", v)
              for c, v in zip(cols, _rests_on(cols, r), strict=True)]
             for r in head.itertuples(index=False)]
-    return cols, rows, max(0, len(t) - ROWS)
+    if name == "daily_cost_by_team":
+        teams = len(table.columns)
+        cut = Cut(len(cols) - 1, teams, "teams") if len(cols) - 1 < teams else None
+    else:
+        cut = Cut(len(rows), len(table), "rows") if len(t) > most else None
+    return cols, rows, cut
+
+
+def more_rows(name: str, cut: Cut, quote: str = "") -> str:
+    """The line under a table longer than it shows, beside its CSV (its file name between
+    ``quote`` marks)."""
+    return f"… and {cut.total - cut.shown} more {cut.unit} in {quote}{name}.csv{quote}."
+
+
+def cuts(report: WeeklyReport, rows: int | None = None) -> dict[str, Cut]:
+    """The tables that hold more than Markdown and HTML show (``rows`` of each, default
+    ``ROWS``), by name."""
+    return {name: cut for name, table in report.tables.items()
+            if (cut := _rows(name, table, rows)[2]) is not None}
 
 
 def _rests_on(cols: list[str], row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -238,9 +154,18 @@ def md(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", html.escape(fmt.text(text), quote=False))
 
 
-def markdown(report: WeeklyReport) -> str:
+def code(text: str) -> str:
+    """Text set as code in Markdown (a path, a file name), or escaped where it cannot be."""
+    return md(text) if "`" in text else f"`{fmt.text(text)}`"
+
+
+def markdown(report: WeeklyReport, notes: Mapping[str, str] | None = None,
+             folder: str | None = None, rows: int | None = None) -> str:
+    """The report in Markdown; ``notes``, ``folder`` and ``rows`` as for ``html_page``."""
     out = [f"# {md(report.title)}", "",
            f"{report.week.start:%Y-%m-%d} to {report.week.end:%Y-%m-%d} (UTC).", ""]
+    if folder:
+        out += [f"Every row of every table, as CSV: {code(folder)}", ""]
     out += [f"- **{k}**: {v}" for k, v in headline_items(report)]
     if (basis := basis_line(report)) is not None:
         out += ["", md(basis)]
@@ -248,35 +173,44 @@ def markdown(report: WeeklyReport) -> str:
         out += ["", f"## {md(report.section_title(name))}", ""]
         if name in INTRO:
             out += [INTRO[name], ""]
-        cols, rows, more = _rows(name, table)
-        if not rows:
+        cols, lines, cut = _rows(name, table, rows)
+        if not lines:
             out.append(md(report.empty.get(name, EMPTY)))
             continue
         out.append("| " + " | ".join(md(fmt.heading(c)) for c in cols) + " |")
         out.append("|" + "|".join("---:" if n else "---" for n in _numeric(name, table)) + "|")
-        out += ["| " + " | ".join(md(v) for v in r) + " |" for r in rows]
-        if more:
-            out += ["", f"… and {more} more rows in `{name}.csv`."]
+        out += ["| " + " | ".join(md(v) for v in r) + " |" for r in lines]
+        if cut:
+            out += ["", (notes or {}).get(name) or
+                    more_rows(name, cut, "`")]
     return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------------------- HTML
 
 
-def html_page(report: WeeklyReport, image_src: dict[str, str]) -> str:
-    """The HTML email body; ``image_src`` maps chart names to ``cid:…`` (email) or file
-    names (a report on disk)."""
+def html_page(report: WeeklyReport, image_src: dict[str, str],
+              notes: Mapping[str, str] | None = None, folder: str | None = None,
+              rows: int | None = None) -> str:
+    """The HTML page, as written beside the report's files and as the email's body:
+    ``image_src`` maps chart names to ``cid:…`` (email) or file names (a report on disk);
+    ``notes`` replaces the line under a table longer than it shows (``more_rows``), by
+    table; ``folder`` is named under the title as where every row is; ``rows``: of each
+    table (default ``ROWS``)."""
     sections = []
     for name, table in report.tables.items():
-        cols, rows, more = _rows(name, table)
+        cols, lines, cut = _rows(name, table, rows)
         sections.append({"title": report.section_title(name), "intro": INTRO.get(name, ""),
-                         "columns": [fmt.heading(c) for c in cols], "rows": rows,
-                         "align": ["right" if n else "left" for n in _numeric(name, table)],
-                         "more": more, "csv": f"{name}.csv",
+                         "columns": [fmt.heading(c) for c in cols], "rows": lines,
+                         "right": _numeric(name, table),
+                         "prose": [any(len(r[i]) > PROSE for r in lines)
+                                   for i in range(len(cols))],
+                         "more": "" if cut is None else
+                         (notes or {}).get(name) or more_rows(name, cut),
                          "empty": report.empty.get(name, EMPTY)})
     return _env.get_template("report.html").render(
         title=report.title, week=report.week, headline=headline_items(report),
-        basis=basis_line(report),
+        basis=basis_line(report), folder=folder,
         sections=sections, charts=[(CHARTS[k], image_src[k]) for k in CHARTS])
 
 
@@ -402,13 +336,18 @@ def write_csv(report: WeeklyReport, name: str, table: pd.DataFrame | Table,
         _csv(report, name, table, f)
 
 
-def _csv(report: WeeklyReport, name: str, table: pd.DataFrame | Table, f: IO[str]) -> None:
+def _csv(report: WeeklyReport, name: str, table: pd.DataFrame | Table, f: IO[str],
+         rows: int | None = None) -> None:
     """CSVs that concatenate: each row with its ``week`` and ``cluster`` first, money to
-    the cent, the evidence as JSON."""
+    the cent, the evidence as JSON. ``rows``: the first rows only."""
     header = True
     for chunk in _chunks(name, table):
+        if rows is not None:
+            chunk, rows = chunk.head(rows), rows - min(rows, len(chunk))
         _csv_rows(chunk, report).to_csv(f, index=False, header=header)
         header = False
+        if rows == 0:
+            break
     if header:
         pd.DataFrame(columns=["week", "cluster", *map(fmt.text, _columns(name, table))]
                      ).to_csv(f, index=False)
@@ -436,16 +375,11 @@ def _csv_rows(chunk: pd.DataFrame, report: WeeklyReport) -> pd.DataFrame:
     return out
 
 
-def cited_csvs(report: WeeklyReport) -> dict[str, bytes]:
-    """The CSVs the Markdown and HTML cite (``… and N more rows in name.csv``), by file
-    name: those of the tables longer than what they show."""
-    out = {}
-    for name, table in report.tables.items():
-        if _rows(name, table)[2]:
-            buf = io.StringIO(newline="")
-            _csv(report, name, table, buf)
-            out[f"{name}.csv"] = buf.getvalue().encode()
-    return out
+def csv_text(report: WeeklyReport, name: str, rows: int | None = None) -> str:
+    """A table as its CSV file holds it; ``rows``: its header and first rows only."""
+    buf = io.StringIO(newline="")
+    _csv(report, name, report.tables[name], buf, rows)
+    return buf.getvalue()
 
 
 def write(report: WeeklyReport, out: Path) -> dict[str, bytes]:

@@ -1,5 +1,5 @@
 """``gke-gpu-exporter report weekly``: build the platform report and every team's slice,
-write them, and mail them."""
+write them, and mail them (or write the messages for a person to open)."""
 
 from __future__ import annotations
 
@@ -76,9 +76,13 @@ def run_weekly(store: Store, week: Week, cfg: Config,
                out: Path | None, email: bool,
                step: Callable[[str], None] = lambda _: None,
                force: bool = False, cluster: str | None = None,
-               replays: Replays | None = None) -> tuple[WeeklyReport, int]:
+               replays: Replays | None = None,
+               preview: Path | None = None) -> tuple[WeeklyReport, int]:
     """The platform report, written to ``out`` with each team's slice, and (with
-    ``email``) mailed; with the number of recipients the SMTP server accepted. Mailing
+    ``email``) mailed; with the number of recipients the SMTP server accepted. ``preview``:
+    the messages written there instead of (or as well as) sent (``mail.write_preview``),
+    the platform's in the folder itself and each team's in ``teams/<team>/``; where the
+    config names no recipient, the platform's, addressed to nobody. Mailing
     nobody, or a team in ``report.team_recipients`` that had no GPU time that week, is a
     ``ConfigError`` before anything is sent; a refused message a ``mail.MailError``. A week
     with data for less than ``report.min_coverage`` of its hours is ``ThinWeek``, unless
@@ -138,13 +142,24 @@ def run_weekly(store: Store, week: Week, cfg: Config,
         step(f"team {team}")
         teams[team] = build(store, week, pricing, cfg.sla.target, cfg.cluster, team=team,
                             only_cluster=cluster, allocation=allocation, carbon=carbon)
+    folders: dict[str | None, Path] = {}
     if out is not None:
         step("writing")
         render.write(platform, out)
+        folders[None] = out
         for team, r in teams.items():
-            render.write(r, out / "teams" / team_dir(team))
+            folders[team] = out / "teams" / team_dir(team)
+            render.write(r, folders[team])
+    if not email and preview is None:
+        return platform, 0
+    letters = mail.letters(platform, teams, report_cfg, folders, unaddressed=not email)
+    if preview is not None:
+        step("writing the email preview")
+        for who, msg in letters.items():
+            mail.write_preview(msg, preview if who is None else
+                               preview / "teams" / team_dir(who))
     mailed = 0
     if email:
         step("sending")
-        mailed = mail.send(mail.messages(platform, teams, report_cfg), report_cfg.smtp)
+        mailed = mail.send(list(letters.values()), report_cfg.smtp)
     return platform, mailed

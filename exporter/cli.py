@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     weekly.add_argument("--email", action="store_true",
                         help="mail it: the platform report and each team's slice to the "
                              "recipients in the config's report section")
+    weekly.add_argument("--email-preview", metavar="DIR", type=Path,
+                        help="write each message --email would send, without sending it (no "
+                             "SMTP server needed): DIR/email.eml as it would be sent, "
+                             "DIR/email.html with its charts beside it for a browser; each "
+                             "team's in DIR/teams/<team>/. With no recipients configured, "
+                             "the platform report's, addressed to nobody")
     weekly.add_argument("--force", action="store_true",
                         help="write (and mail) it even for a week with data for less than "
                              "report.min_coverage of its hours")
@@ -494,7 +500,8 @@ def _report(args: argparse.Namespace) -> int:
             report, mailed = run_weekly(store, week, cfg, book, args.out, args.email, step,
                                         force=args.force, cluster=args.cluster,
                                         replays=None if budget == 0 else _replays(
-                                            store, week, args.cluster, cfg, budget))
+                                            store, week, args.cluster, cfg, budget),
+                                        preview=args.email_preview)
         except ThinWeek as exc:
             _outcome(args.outcome, week.label, "thin", exc.coverage)
             print(f"error: {exc}", file=sys.stderr)
@@ -508,7 +515,9 @@ def _report(args: argparse.Namespace) -> int:
           f"allocated GPU-hours. Written to {args.out}/ (report.html, report.md, report.json, "
           f"one CSV per table; teams/ per team)" +
           (f", and accepted by {cfg.report.smtp.host}:{cfg.report.smtp.port} for {mailed} "
-           f"recipient{'s' if mailed != 1 else ''}." if args.email else "."))
+           f"recipient{'s' if mailed != 1 else ''}." if args.email else ".") +
+          (f" Email preview in {args.email_preview}/ (email.eml and email.html per message)."
+           if args.email_preview is not None else ""))
     return 0
 
 

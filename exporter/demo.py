@@ -252,6 +252,7 @@ def _fresh_outputs(out: Path) -> None:
     (out / "billing_export.parquet").unlink(missing_ok=True)
     shutil.rmtree(out / "bigquery", ignore_errors=True)
     shutil.rmtree(out / "report", ignore_errors=True)
+    shutil.rmtree(out / "email", ignore_errors=True)
 
 
 def written(exporter: Exporter) -> list[str]:
@@ -265,7 +266,7 @@ def written(exporter: Exporter) -> list[str]:
 def write_report(exporter: Exporter, scenario: Scenario, out: Path,
                  replays: ReplaysOf | None = None) -> str:
     """The weekly report of the simulated week (the week the simulation starts in), its
-    actions replayed with ``replays``."""
+    actions replayed with ``replays``, and its email as it would be sent (``email/``)."""
     wh = exporter.warehouse
     assert wh is not None
     wh.flush(exporter.last_cycle_time, partial=True)
@@ -274,7 +275,8 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path,
     store = DuckDBStore(con=wh.con)
     report, _ = run_weekly(store, week, exporter.config, exporter.prices, out / "report",
                            email=False, force=True,  # however short the run
-                           replays=replays(store, week, exporter.config) if replays else None)
+                           replays=replays(store, week, exporter.config) if replays else None,
+                           preview=out / "email")
     h = report.headline
     covered, least = h.get("coverage") or 0.0, exporter.config.report.min_coverage
     partial = f" of {covered:.0%} of the week (below report.min_coverage, {least:.0%}: " \
@@ -282,7 +284,8 @@ def write_report(exporter: Exporter, scenario: Scenario, out: Path,
     return (f"Weekly report {week.label}{partial}: ${h['cost_usd'] or 0:,.2f}, "
             f"{len(report.tables['bottlenecks'])} workloads diagnosed -> "
             f"{out}/report/report.html (and report.md, report.json, a CSV per table, "
-            "teams/ for each team's slice)")
+            f"teams/ for each team's slice); its email: {out}/email/email.html "
+            "(and email.eml, as it would be sent)")
 
 
 def write_sample_bill(sim: SimulatorServer, exporter: Exporter,

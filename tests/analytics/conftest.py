@@ -258,6 +258,8 @@ REFUSED_DOMAIN = "refused.example.com"
 class Inbox:
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], EmailMessage]] = []
+        self.raw: dict[str, bytes] = {}
+        """The bytes of the latest message to each recipient, as received."""
 
     async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
                           rcpt_options: list[str]) -> str:
@@ -270,6 +272,7 @@ class Inbox:
         msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
         assert isinstance(msg, EmailMessage)
         self.messages.append((list(envelope.rcpt_tos), msg))
+        self.raw |= dict.fromkeys(envelope.rcpt_tos, envelope.content)
         return "250 OK"
 
 

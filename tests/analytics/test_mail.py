@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import email
+import email.policy
 import logging
 import re
 import socket
 from collections.abc import Iterator
+from email.message import EmailMessage
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
@@ -13,17 +16,20 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from analytics import mail, render
+from analytics import headline_text, mail, mail_parts
 from analytics.charts import CHARTS
+from analytics.render import md
 from analytics.report import build
 from analytics.store import DuckDBStore
 from analytics.week import parse_week
-from analytics.weekly import run_weekly
+from analytics.weekly import run_weekly, team_dir
+from exporter.cli import main
 from exporter.config import Config, load_config
 from exporter.errors import ConfigError
 from exporter.model.prices import load_price_book
 from tests.analytics.conftest import HOSTILE, PASSWORD, REFUSED_DOMAIN, Inbox
 from tests.analytics.conftest import _auth as auth
+from tests.layout import layout_problems
 
 
 def config(port: int, ca_file: Path, **report: Any) -> Config:
@@ -42,7 +48,7 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     inbox, port, ca_file = smtp_server
     monkeypatch.setenv("GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD", PASSWORD)
-    monkeypatch.setattr(render, "ROWS", 2)  # tables longer than shown: their CSVs are cited
+    monkeypatch.setattr(mail_parts, "ROWS", 2)  # tables longer than the email shows
     cfg = config(port, ca_file)
     store = DuckDBStore(small_warehouse)
     with caplog.at_level(logging.DEBUG):
@@ -80,15 +86,22 @@ def test_reports_arrive_each_to_its_readers(small_warehouse: Path,
         # under the headline, what the costs are priced on
         basis = "Prices: GPU component only, at list prices of us-central1 from the price book"
         assert basis in text.get_content() and basis in body
-        # the CSVs the text cites are attached, and only those
-        cited = set(re.findall(r"more rows in `([a-z_]+\.csv)`", text.get_content()))
-        attached = {p.get_filename(): p for p in msg.iter_attachments()}
-        assert set(attached) == cited and cited
+        # each table cut says so and where all its rows are: the folder the report was
+        # written to, and here (tables this short) the CSV attached whole
+        folder = re.search(r"Every row of every table, as CSV: `([^`]+)`", text.get_content())
+        assert folder is not None
+        assert Path(folder[1]) == (tmp_path if msg is platform else
+                                   tmp_path / "teams" / team_dir(HOSTILE if "hostile" in
+                                                                 msg["To"] else "alpha"))
+        cut = re.findall(r"2 of \d+ rows shown; all of them in the attached `([a-z_]+\.csv)` "
+                         r"and in the report folder\.", text.get_content())
+        attached = {p.get_filename() or "": p for p in msg.iter_attachments()}
+        assert set(attached) == set(cut) and cut
         for name, part in attached.items():
             assert part.get_content_type() == "text/csv"
-            assert part.get_content() == (tmp_path / name).read_text() or msg is not platform
-    line = render.basis_line(report)
-    assert line is not None and render.md(line) in platform.get_body(  # type: ignore[union-attr]
+            assert part.get_content() == (Path(folder[1]) / name).read_text()
+    line = headline_text.basis_line(report)
+    assert line is not None and md(line) in platform.get_body(  # type: ignore[union-attr]
         ("plain",)).get_content()
     # a team gets only its slice
     alpha_html = alpha.get_body(("html",)).get_content()  # type: ignore[union-attr]
@@ -243,3 +256,82 @@ def test_an_allowed_login_in_clear_is_sent_and_warned_about_at_each_send(
     warned = [rec for rec in caplog.records if rec.getMessage() == "smtp login in clear"]
     assert len(warned) == 2 and all(rec.levelno == logging.WARNING for rec in warned)
     assert PASSWORD not in caplog.text
+
+
+def preview_config(tmp_path: Path, port: int, ca_file: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"""
+cluster: c
+report:
+  sender: gpu-reports@example.com
+  platform_recipients: [platform@example.com]
+  team_recipients:
+    alpha: [alpha-lead@example.com]
+  smtp: {{host: 127.0.0.1, port: {port}, security: starttls, username: reports,
+          ca_file: "{ca_file}"}}
+""")
+    return path
+
+
+def test_the_email_preview_is_what_the_server_receives(small_warehouse: Path,
+                                                       smtp_server: tuple[Inbox, int, Path],
+                                                       tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``report weekly --email --email-preview DIR``: each message written as the bytes the
+    SMTP server received, and its HTML beside its charts, for a browser."""
+    inbox, port, ca_file = smtp_server
+    monkeypatch.setenv("GKE_GPU_EXPORTER_REPORT__SMTP__PASSWORD", PASSWORD)
+    preview = tmp_path / "preview"
+    assert main(["report", "weekly", "--week", "2026-W47", "--store",
+                 f"duckdb:{small_warehouse}", "--out", str(tmp_path / "out"),
+                 "--config", str(preview_config(tmp_path, port, ca_file)),
+                 "--whatif-budget", "0", "--email", "--email-preview", str(preview)]) == 0
+    folders = {"platform@example.com": preview,
+               "alpha-lead@example.com": preview / "teams" / team_dir("alpha")}
+    assert sorted(to for (to,), _ in inbox.messages) == sorted(folders)
+    for to, folder in folders.items():
+        eml = (folder / "email.eml").read_bytes()
+        assert eml == inbox.raw[to]
+        msg = email.message_from_bytes(eml, policy=email.policy.default)
+        assert isinstance(msg, EmailMessage) and msg["To"] == to
+        page = (folder / "email.html").read_text()
+        html = msg.get_body(("html",))
+        assert html is not None
+        by_file = html.get_content().replace("\r\n", "\n")
+        for part in msg.walk():
+            if part["Content-ID"]:
+                by_file = by_file.replace(f"cid:{part['Content-ID'][1:-1]}", part.get_filename())
+        assert page == by_file and "cid:" not in page
+        images = re.findall(r'<img src="([^"]+)"', page)
+        assert sorted(images) == sorted(f"{c}.png" for c in CHARTS)
+        for name in images:
+            png = (folder / name).read_bytes()
+            assert png[:4] == b"\x89PNG"
+            assert png in [p.get_content() for p in msg.walk()
+                           if p.get_content_type() == "image/png"]
+        assert layout_problems(page) == []
+    assert set(p.name for p in preview.iterdir()) == \
+        {"email.eml", "email.html", "teams", *(f"{c}.png" for c in CHARTS)}
+
+
+def test_the_email_preview_needs_no_server_nor_recipients(small_warehouse: Path,
+                                                          tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """With no recipients configured, the platform report's message, addressed to nobody;
+    no SMTP server is asked."""
+    preview = tmp_path / "preview"
+    assert main(["report", "weekly", "--week", "2026-W47", "--store",
+                 f"duckdb:{small_warehouse}", "--out", str(tmp_path / "out"),
+                 "--whatif-budget", "0", "--email-preview", str(preview)]) == 0
+    assert f"Email preview in {preview}/" in capsys.readouterr().out
+    assert sorted(p.name for p in preview.iterdir()) == \
+        sorted(["email.eml", "email.html", *(f"{c}.png" for c in CHARTS)])
+    msg = email.message_from_bytes((preview / "email.eml").read_bytes(),
+                                   policy=email.policy.default)
+    assert msg["To"] is None
+    assert msg["Subject"].startswith("GPU cost and bottleneck report 2026-W47 — c, all teams")
+    text = msg.get_body(("plain",))
+    assert text is not None
+    assert f"Every row of every table, as CSV: `{(tmp_path / 'out').absolute()}`" in \
+        text.get_content()

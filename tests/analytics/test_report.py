@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from markupsafe import escape
 
-from analytics import queries, render
+from analytics import headline_text, queries, render
 from analytics.charts import CHARTS
 from analytics.figures.bottlenecks import classify_arrow
 from analytics.figures.headline import Pricing, price_basis
@@ -126,7 +126,7 @@ def test_the_price_basis_is_one_line_under_the_headline(small_warehouse: Path,
     """Markdown, HTML and JSON say what the costs are priced on, right after the headline;
     the small warehouse priced its L4s above the book's list price, and the line says so."""
     r = report(small_warehouse)
-    line = render.basis_line(r)
+    line = headline_text.basis_line(r)
     assert line == (
         "Prices: GPU component only, at list prices of us-central1 from the price book of "
         f"{BOOK.as_of}, no discount configured, though the week's costs differ from them by "
@@ -174,7 +174,7 @@ def test_the_price_basis_line_says_what_the_figure_holds(case: str) -> None:
     from tests.analytics.figures.test_headline import BASES
 
     (usage_rows, given), = [(u, p) for name, u, p, _ in BASES if name == case]
-    line = render.price_basis(price_basis(usage_rows, given))
+    line = headline_text.price_basis(price_basis(usage_rows, given))
     assert line.startswith("Prices: GPU component only, at list prices of us-central1 from ")
     assert LINES[case] in line
 
@@ -183,11 +183,11 @@ def test_the_price_basis_line_of_the_catalogue_says_the_warehouse_cannot_tell() 
     from tests.analytics.figures.test_headline import BASES
 
     usage_rows, given = BASES[0][1], BASES[0][2]
-    line = render.price_basis(price_basis(
+    line = headline_text.price_basis(price_basis(
         usage_rows, dataclasses.replace(given, catalog=True)))
     assert "from Google's Cloud Billing catalogue where the exporter read it, else from the " \
            "price book of 2026-02-24 (the warehouse does not record which)" in line
-    other = render.price_basis(price_basis(
+    other = headline_text.price_basis(price_basis(
         usage_rows, dataclasses.replace(given, basis="gpu-and-machine")))
     assert other.startswith("Prices: the book's basis 'gpu-and-machine', at list prices")
     assert "machines" not in other
@@ -289,7 +289,7 @@ def test_the_json_holds_every_row_as_json_dumps_writes_it(small_warehouse: Path)
     assert render.as_json(r) == json.dumps(
         {"schema_version": 1, "week": r.week.label, "cluster": r.cluster, "team": r.team,
          "sla_target": r.sla_target, "headline": r.headline,
-         "price_basis": dataclasses.asdict(r.basis) | {"line": render.basis_line(r)},
+         "price_basis": dataclasses.asdict(r.basis) | {"line": headline_text.basis_line(r)},
          "carbon_basis": r.carbon, "tables": tables},
         indent=1, default=render._jsonable)
 

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from google.cloud import bigquery
 
-from analytics import render
+from analytics import headline_text
 from analytics.figures.headline import Pricing
 from analytics.report import build
 from analytics.store import BigQueryStore, DuckDBStore
@@ -93,7 +93,7 @@ async def test_a_simulated_day_in_bigquery_equals_duckdb(emulator: Emulator,
     big = build(BigQueryStore(bq, sink.dataset_ref), week, prices, 0.995, "demo")
     assert big.headline == pytest.approx(local.headline)
     assert big.basis is not None and local.basis is not None
-    assert render.price_basis(big.basis) == render.price_basis(local.basis)
+    assert headline_text.price_basis(big.basis) == headline_text.price_basis(local.basis)
     assert local.basis.off_list_usd == 0.0   # priced at the book's list prices
     for name, table in local.tables.items():
         other = big.tables[name]
