@@ -21,6 +21,7 @@ from analytics.charts import CHARTS, TEAMS_SHOWN, render_all
 from analytics.figures.cost import IDLE_CEILING, POOLED
 from analytics.headline_text import basis_line, headline_items, price_basis
 from analytics.report import WeeklyReport
+from analytics.story import slug, story
 from analytics.workspace import Table
 from exporter.model.bottleneck import RESTS_ON
 
@@ -166,6 +167,11 @@ def markdown(report: WeeklyReport, notes: Mapping[str, str] | None = None,
            f"{report.week.start:%Y-%m-%d} to {report.week.end:%Y-%m-%d} (UTC).", ""]
     if folder:
         out += [f"Every row of every table, as CSV: {code(folder)}", ""]
+    if said := story(report):
+        out += [md(" ".join(said)), ""]
+    out += ["Contents: " + " · ".join(
+        f"[{md(report.section_title(n))}](#{slug(report.section_title(n))})"
+        for n in report.tables), ""]
     out += [f"- **{k}**: {v}" for k, v in headline_items(report)]
     if (basis := basis_line(report)) is not None:
         out += ["", md(basis)]
@@ -200,7 +206,9 @@ def html_page(report: WeeklyReport, image_src: dict[str, str],
     sections = []
     for name, table in report.tables.items():
         cols, lines, cut = _rows(name, table, rows)
-        sections.append({"title": report.section_title(name), "intro": INTRO.get(name, ""),
+        sections.append({"title": report.section_title(name),
+                         "anchor": slug(report.section_title(name)),
+                         "intro": INTRO.get(name, ""),
                          "columns": [fmt.heading(c) for c in cols], "rows": lines,
                          "right": _numeric(name, table),
                          "prose": [any(len(r[i]) > PROSE for r in lines)
@@ -210,6 +218,7 @@ def html_page(report: WeeklyReport, image_src: dict[str, str],
                          "empty": report.empty.get(name, EMPTY)})
     return _env.get_template("report.html").render(
         title=report.title, week=report.week, headline=headline_items(report),
+        story=" ".join(story(report)),
         basis=basis_line(report), folder=folder,
         sections=sections, charts=[(CHARTS[k], image_src[k]) for k in CHARTS])
 

@@ -180,14 +180,16 @@ def test_a_long_table_shows_its_first_rows_and_says_where_they_all_are(
     assert line in html
     assert line.replace(first, f"`{first}`").replace("bottlenecks.csv", "`bottlenecks.csv`") \
         in text
-    section = html.split("<h2>Bottlenecks by workload</h2>", 1)[1].split("<h2>", 1)[0]
+    section = html.split('<h2 id="bottlenecks-by-workload">Bottlenecks by workload</h2>', 1)[
+        1].split("<h2", 1)[0]
     assert section.count("<tr>") == 1 + mail_parts.ROWS
     # the attachment: the header and the first rows of the CSV the report folder holds
     render.write_csv(fleet, "bottlenecks", fleet.tables["bottlenecks"], tmp_path / "b.csv")
     full = (tmp_path / "b.csv").read_text().splitlines(keepends=True)
     assert attached[first].splitlines(keepends=True) == full[:rows + 1]
     # a wide table: the costliest teams, then the GPU time no pod held
-    daily = html.split("<h2>Daily cost by team</h2>", 1)[1].split("</tr>", 1)[0]
+    daily = html.split('<h2 id="daily-cost-by-team">Daily cost by team</h2>', 1)[1] \
+        .split("</tr>", 1)[0]
     assert re.findall(r"<th[^>]*>([^<]*)</th>", daily)[1:] == [
         *[str(c) for c in fleet.frame("daily_cost_by_team").columns[:TEAMS_SHOWN]],
         "(unallocated)"]
