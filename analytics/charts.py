@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 from PIL import Image
 
 from analytics import format as fmt
@@ -63,7 +64,8 @@ def daily_cost(report: WeeklyReport) -> bytes:
                color=greys.get(str(team)))
         bottom += table[team].to_numpy()
     ax.set_xticks(x, [d.strftime("%a %d") for d in table.index])
-    ax.set_ylabel("USD")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:,.0f}"))
+    ax.set_ylabel("cost a day")
     ax.set_title(CHARTS["daily_cost"])
     if len(table.columns):
         ax.legend(fontsize=8, ncols=min(5, len(table.columns)), loc="upper center",
@@ -99,24 +101,43 @@ def utilization(report: WeeklyReport) -> bytes:
     return _png(fig)
 
 
+def wait_unit(longest_seconds: float) -> tuple[str, float]:
+    """The unit a chart of waits reads in: hours where the longest is two hours or more,
+    minutes below; and its seconds."""
+    return ("hours", 3600.0) if longest_seconds >= 2 * 3600 else ("minutes", 60.0)
+
+
 def queue_wait(report: WeeklyReport) -> bytes:
+    """Each group of the queue table (team and GPU model) that had a pod wait, its p50, p90
+    and p99 in hours where the longest wait is hours, in minutes otherwise."""
     q = report.frame("queue")
-    q = q[q.pods > 0].head(8)
-    fig = Figure(figsize=(7, 3.2))
+    q = q[q.pods > 0]
+    fig = Figure(figsize=(max(7.0, 0.8 * len(q)), 3.4))
     ax = fig.subplots()
     labels = [f"{fmt.text(str(t))}\n{fmt.text(str(m)).removeprefix('nvidia-')}"
               for t, m in zip(q.team, q.gpu_model, strict=True)]
     x = np.arange(len(q))
+    longest = float(q[["p50_seconds", "p90_seconds", "p99_seconds"]].max().max()) \
+        if len(q) else 0.0
+    unit, per = wait_unit(longest)
     for i, p in enumerate(("p50", "p90", "p99")):
-        ax.bar(x + (i - 1) * 0.27, q[f"{p}_seconds"].to_numpy() / 60, width=0.27, label=p)
+        ax.bar(x + (i - 1) * 0.27, q[f"{p}_seconds"].to_numpy() / per, width=0.27, label=p)
     ax.set_xticks(x, labels, fontsize=7)
     # one group's day-long p99 would flatten every other bar on a linear axis
     ax.set_yscale("symlog", linthresh=1.0)
-    ax.set_ylabel("minutes (log above 1)")
+    if longest:
+        ax.set_ylim(0, longest / per * 2.0)  # room above the longest bar
+    ax.set_ylabel(f"{unit} (log scale above 1)")
     ax.set_title(CHARTS["queue_wait"])
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return _png(fig)
 
+
+CAUSE_LABELS = {"no_capacity": "pools full", "scaling_up": "nodes coming",
+                "stockout": "no nodes to be had", "fragmented": "free, not on one node",
+                "quota": "held for quota", "unschedulable": "no pool can run it",
+                "preempted": "preempted, waiting again", "starting": "starting"}
+"""Why pods waited, in a few words a reader knows (the CSVs keep the codes)."""
 
 POOLS_SHOWN = 6
 """Pools a chart tells apart; the rest are one ``other pools``."""
@@ -139,12 +160,14 @@ def waits(report: WeeklyReport) -> bytes:
         if name in table.columns:
             ax.barh(y, table[name].to_numpy(), left=left, label=fmt.text(str(name)))
             left += table[name].to_numpy()
-    ax.set_yticks(y, list(table.index), fontsize=8)
+    ax.set_yticks(y, [CAUSE_LABELS.get(str(c), str(c)) for c in table.index], fontsize=8)
     ax.invert_yaxis()
+    if len(table):
+        ax.set_xlim(0, float(left.max()) * 1.05)  # every bar inside the frame
     ax.set_xlabel("GPU-hours")
     ax.set_title(CHARTS["waits"])
-    if len(table.columns):
-        ax.legend(fontsize=8, loc="lower right")
+    if len(table.columns):  # beside the bars, never over them
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     else:
         ax.text(0.5, 0.5, "no wait recorded this week", ha="center", va="center",
                 fontsize=9, transform=ax.transAxes)
