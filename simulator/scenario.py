@@ -407,7 +407,13 @@ class Scenario(_Model):
     seed: int = 1
     start: datetime = datetime(2026, 11, 16, tzinfo=UTC)
     step: Duration = 30.0
-    """The DCGM sampling period and the simulator's time step."""
+    """The simulator's time step (and, unless ``dcgm_collect_interval`` says otherwise, how
+    often the dcgm-exporters collect)."""
+    dcgm_collect_interval: Duration | None = None
+    """How often each dcgm-exporter collects (its ``-c``, ``DCGM_EXPORTER_INTERVAL``): a
+    whole multiple of ``step``, at each multiple of it from ``start``; between collections
+    its page shows what it collected last (a node's exporter that starts collects at once).
+    None: every step."""
     completed_pod_ttl: Duration = 600.0
     not_ready_eviction: Duration = 300.0
     """Pods on a NotReady node are evicted after this long (the default toleration)."""
@@ -444,6 +450,14 @@ class Scenario(_Model):
         if value < 1 or value != int(value):
             raise ValueError("step must be a whole number of seconds >= 1")
         return value
+
+    @model_validator(mode="after")
+    def _collection(self) -> Self:
+        every = self.dcgm_collect_interval
+        if every is not None and (every < self.step or every % self.step):
+            raise ValueError(f"dcgm_collect_interval ({every:g} s) must be a whole multiple "
+                             f"of step ({self.step:g} s)")
+        return self
 
     @model_validator(mode="after")
     def _references(self) -> Self:

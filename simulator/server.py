@@ -35,7 +35,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from simulator.cluster import Cluster, Node, Pod
-from simulator.exposition import render_node
+from simulator.dcgm_pages import DcgmPages
 from simulator.kubeapi import KubeApi
 from simulator.scenario import Fault, Scenario
 from simulator.store import ApiStore
@@ -82,12 +82,11 @@ class SimulatorServer:
         self._dcgm_runner: web.AppRunner | None = None
         self._sites: dict[str, web.TCPSite] = {}
         self._by_address: dict[str, str] = {}
-        self._cache: dict[str, tuple[int, bytes]] = {}
+        self.pages = DcgmPages(self.cluster, scenario.dcgm_collect_interval)
         self._service_turn = 0
         self.service_answers: collections.deque[tuple[float, str]] = \
             collections.deque(maxlen=10000)
         """Who answered the latest requests to the Service: (virtual time, node)."""
-        self._version = 0
         self._ticker: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._changed = asyncio.Condition()
@@ -177,13 +176,14 @@ class SimulatorServer:
             steps = max(0, round(seconds / self.cluster.step))
             for i in range(steps):
                 self.cluster.advance(self.cluster.step)
+                self.pages.stepped()
                 if i % 20 == 19:
                     await asyncio.sleep(0)
             await self._bump()
 
     async def _bump(self) -> None:
         """Publish a state change: new exposition, listeners opened or closed."""
-        self._version += 1
+        self.pages.changed()
         await self._sync_endpoints()
         async with self._changed:
             self._changed.notify_all()
@@ -253,8 +253,7 @@ class SimulatorServer:
                 await site.start()
                 self._sites[name] = site
                 self._by_address[node.address] = name
-        for name in [n for n in self._cache if n not in wanted]:
-            del self._cache[name]
+        self.pages.keep(wanted)
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
@@ -276,13 +275,7 @@ class SimulatorServer:
                         timeout=HANG_LIMIT_SECONDS)
         if node.endpoint_mode == "error":
             return web.Response(status=500, text="failed to collect metrics: DCGM error\n")
-        cached = self._cache.get(node.name)
-        if cached is None or cached[0] != self._version:
-            body = render_node(self.cluster, node).encode()
-            self._cache[node.name] = (self._version, body)
-        else:
-            body = cached[1]
-        return web.Response(body=body, headers={"Content-Type": _TEXT})
+        return web.Response(body=self.pages.page(node), headers={"Content-Type": _TEXT})
 
     # ------------------------------------------------------------------ outputs
 

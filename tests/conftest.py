@@ -33,6 +33,7 @@ HEAVY_FIRST = (
     "test_cardinality.py", "test_live_prometheus.py", "bigquery/test_reconcile.py",
     "analytics/test_scheduled_report.py", "analytics/test_clusters.py",
     "simulator/test_billing_export.py", "analytics/test_mail.py", "test_regional_prices.py",
+    "test_energy_end_to_end.py",
 )
 """The test files that take longest, collected first: ``make test`` hands whole files to its
 workers in collection order, so that the light files fill in around these rather than

@@ -1052,9 +1052,10 @@ FAMILIES: tuple[AnyFamily, ...] = (
     F("exporter_rejected_samples", "counter", "", "DCGM samples dropped, by reason.",
       ("cluster", "reason"), _rejected),
     F("exporter_energy_intervals", "counter", "", "GPU-intervals whose energy is known, by "
-      "where it comes from: counter (DCGM's energy counter), reset (the counter went "
-      "backwards or jumped: the power integral, logged), power (no counter collected: the "
-      "power integral).", ("cluster", "basis"),
+      "where it comes from: counter (DCGM's energy counter, spread over the intervals each "
+      "rise covers), reset (the counter went backwards or jumped: the power integral, "
+      "logged), power (no counter collected, or one that stopped counting: the power "
+      "integral).", ("cluster", "basis"),
       lambda v: [((v.cluster, b), float(v.totals.energy_bases.get(b, 0)))
                  for b in ENERGY_BASES]),
     F("exporter_dcgm_pages", "counter", "", "dcgm-exporter pages read, by how: plan (by "

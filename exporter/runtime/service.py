@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -34,7 +33,7 @@ from exporter.metrics.health import (
 from exporter.model import compute
 from exporter.model.bottleneck import SIGNAL_FIELDS, Diagnosis
 from exporter.model.catalog import DCGM_RENAMED
-from exporter.model.energy import Carbon, Energy, EnergyBasis, gpu_energy
+from exporter.model.energy import Carbon
 from exporter.model.placement import Placement
 from exporter.model.prices import PriceBook
 from exporter.model.records import PodInfo
@@ -42,6 +41,7 @@ from exporter.model.snapshot import Snapshot, place_answers
 from exporter.model.totals import Totals
 from exporter.runtime.bottlenecks import Bottlenecks
 from exporter.runtime.cycles import CycleRecord
+from exporter.runtime.energy_counters import EnergyCounters
 from exporter.runtime.forecasts import Forecasts
 from exporter.runtime.incidents import Incidents
 from exporter.runtime.inventory import Inventory
@@ -71,13 +71,6 @@ DCGM_FIELDS_READ = _USED | {old for old, new in DCGM_RENAMED.items() if new in _
 """Every DCGM field the exporter uses, under each name DCGM has given it; the source skips
 the other families unparsed."""
 
-ESTIMATED: dict[EnergyBasis, str] = {
-    "reset": "GPU energy counter went backwards or jumped: the interval's energy is the "
-             "power integral",
-    "power": "no energy counter for the GPU: its energy is the power integral"}
-"""What is logged when a GPU's energy stops being its counter's."""
-
-
 class Exporter:
     """The loop of one cycle over the parts that hold the exporter's state between cycles
     (``exporter.runtime``); ``cycle`` is the only thing that changes them."""
@@ -93,8 +86,8 @@ class Exporter:
         self.carbon = carbon
         """The carbon factors in force; None: energy without CO2e."""
         self._factors: dict[str, float | None] = {}
-        self._estimated: dict[str, EnergyBasis] = {}
-        """GPUs whose energy the last interval was not their counter's, and why."""
+        self.energy = EnergyCounters()
+        """The GPUs' energy counters from one cycle to the next."""
         self.memory = memory if memory is not None else MemoryTuning(glibc())
         """The process's memory: what each cycle frees goes back to the system."""
         self.kube = kube
@@ -245,8 +238,8 @@ class Exporter:
         usage: list[compute.UsageRow] = []
         if record.state_time is not None and now > record.state_time:
             seconds = now - record.state_time
-            energy = gpu_energy(record.states, states, seconds)
-            self._energy_bases(energy, record.states, states)
+            energy = self.energy.interval(record.states, states, record.state_time, seconds,
+                                          totals.energy_bases)
             usage = compute.usage_rows(record.states, record.state_time, seconds, energy,
                                        self._carbon_factors(record.states))
             totals.add(usage)
@@ -315,29 +308,6 @@ class Exporter:
                 log.warning("no grid carbon intensity for the zone: its GPUs' CO2e is "
                             "unknown (set carbon.grid_g_per_kwh)", extra=ctx(zone=zone))
         return {z: f for z, f in factors.items() if f is not None}
-
-    def _energy_bases(self, energy: Mapping[str, Energy],
-                      states: Sequence[compute.DeviceState],
-                      after: Sequence[compute.DeviceState]) -> None:
-        """Count where each GPU's energy came from; a node whose GPUs' energy stops being
-        their counters' is logged once per episode (a counter that restarts, a page without
-        one), with how many of its GPUs. A GPU not read at the interval's end (its node
-        gone, its exporter down) is an estimate too, and no news."""
-        bases = self.totals.energy_bases
-        nodes = {d.gpu_uuid: d.node for d in states}
-        read = {d.gpu_uuid for d in after if d.fields}
-        before, self._estimated = self._estimated, {}
-        started: dict[tuple[str, EnergyBasis], list[str]] = defaultdict(list)
-        for uuid, e in energy.items():
-            bases[e.basis] += 1
-            if e.basis == "counter" or uuid not in read:
-                continue
-            self._estimated[uuid] = e.basis
-            if before.get(uuid) != e.basis:
-                started[nodes.get(uuid, ""), e.basis].append(uuid)
-        for (node, basis), gpus in sorted(started.items()):
-            log.info(ESTIMATED[basis], extra=ctx(node=node, gpus=len(gpus),
-                                                 gpu=", ".join(gpus[:3])))
 
     def _pod_gone(self, pod: PodInfo, now: float) -> None:
         """A pod deleted from the cluster: its last row written, its sums kept a while."""

@@ -142,8 +142,9 @@ GPU_USAGE = Table(
         _c("energy_joules", FLOAT, "The row's share of its GPU's energy over the interval "
            "(DCGM's energy counter, split as cost is); null where unknown.", rollup="sum"),
         _c("energy_basis", STRING, "Where the energy comes from: counter, reset (the "
-           "counter restarted or jumped: the power integral), power (no counter: the power "
-           "integral); an hourly row's weakest.", rollup="max"),
+           "counter restarted or jumped: the power integral), power (no counter, or one "
+           "that stopped counting: the power integral); an hourly row's weakest.",
+           rollup="max"),
         _c("co2e_grams", FLOAT, "Location-based CO2e of that energy: energy x PUE x the "
            "region's grid carbon intensity; null where unknown.", rollup="sum"),
         _c("idle_energy_joules", FLOAT, "Of that energy, what the GPU drew while a pod held it "
