@@ -162,6 +162,29 @@ AGREEMENT_COST = 0.01
 AGREEMENT_CAUSE = 0.02
 
 
+def agree(a: Measured, b: Measured, cost: float, each_cause: bool) -> pd.DataFrame:
+    """``b`` agrees with ``a``: cost and GPU-hours within ``cost``, each team's p50 and
+    p90 within a step of the measured week, GPU-hours waited by cause within
+    ``AGREEMENT_CAUSE`` of each cause's (``each_cause``) or of all waited, the same Spot
+    reclaims. The teams side by side (``b``'s columns suffixed ``_other``)."""
+    for key in ("cost_usd", "gpu_hours", "allocated_gpu_hours"):
+        x, y = a.headline[key], b.headline[key]
+        assert x is not None and y is not None and abs(y - x) <= cost * x, key
+    teams = a.teams.merge(b.teams, on="team", how="outer", suffixes=("", "_other"))
+    for t in teams.itertuples():
+        for q in ("wait_p50_seconds", "wait_p90_seconds"):
+            x, y = getattr(t, q), getattr(t, f"{q}_other")
+            assert abs(y - x) <= STEP + 1e-6, (t.team, q, x, y)
+    causes = a.causes.merge(b.causes, on="cause", how="outer",
+                            suffixes=("", "_other")).fillna(0.0)
+    total = float(a.causes.gpu_hours.sum())
+    for c in causes.itertuples():
+        allowed = AGREEMENT_CAUSE * (c.gpu_hours if each_cause else total)
+        assert abs(c.gpu_hours_other - c.gpu_hours) <= allowed + 1e-6, c
+    assert b.reclaims == a.reclaims
+    return teams
+
+
 @pytest.mark.parametrize("resolution", [STEP, engine.RESOLUTION])
 def test_the_engine_replays_the_week_as_the_full_loop_does(replayed: Replayed,
                                                            resolution: float) -> None:
@@ -179,21 +202,7 @@ def test_the_engine_replays_the_week_as_the_full_loop_does(replayed: Replayed,
                          engine.utilizations(r.jobs))
     assert played.steps < 0.05 * DAYS * 86400, "event time: a step where something changes"
     fast, loop = played.measured, r.replay
-    for key in ("cost_usd", "gpu_hours", "allocated_gpu_hours"):
-        a, b = loop.headline[key], fast.headline[key]
-        assert a is not None and b is not None and abs(b - a) <= AGREEMENT_COST * a, key
-    teams = loop.teams.merge(fast.teams, on="team", how="outer", suffixes=("", "_engine"))
-    for t in teams.itertuples():
-        for q in ("wait_p50_seconds", "wait_p90_seconds"):
-            a, b = getattr(t, q), getattr(t, f"{q}_engine")
-            assert abs(b - a) <= STEP + 1e-6, (t.team, q, a, b)
-    causes = loop.causes.merge(fast.causes, on="cause", how="outer",
-                               suffixes=("", "_engine")).fillna(0.0)
-    total = float(loop.causes.gpu_hours.sum())
-    for c in causes.itertuples():
-        allowed = AGREEMENT_CAUSE * (c.gpu_hours if resolution == STEP else total)
-        assert abs(c.gpu_hours_engine - c.gpu_hours) <= allowed + 1e-6, c
-    assert fast.reclaims == loop.reclaims
+    agree(loop, fast, AGREEMENT_COST, each_cause=resolution == STEP)
     assert fast.stranded_gpu_hours == pytest.approx(loop.stranded_gpu_hours, rel=0.02, abs=1.0)
 
 
@@ -225,23 +234,9 @@ def test_the_parts_played_alone_are_the_cluster_played_at_once(replayed: Replaye
         alone = engine.play(built.scenario, r.window, pricing, utilization)
         whole.store.close()
         alone.store.close()
-        a, b = whole.measured, alone.measured
-        for key in ("cost_usd", "gpu_hours", "allocated_gpu_hours"):
-            x, y = a.headline[key], b.headline[key]
-            assert x is not None and y is not None and abs(y - x) <= PARTS_COST * x, key
-        teams = a.teams.merge(b.teams, on="team", how="outer", suffixes=("", "_parts"))
-        assert (teams.pods - teams.pods_parts).abs().sum() <= 0.01 * teams.pods.sum() + 1, \
+        teams = agree(whole.measured, alone.measured, PARTS_COST, each_cause=False)
+        assert (teams.pods - teams.pods_other).abs().sum() <= 0.01 * teams.pods.sum() + 1, \
             "the same waits, but for a pod or so another node's fault failed"
-        for t in teams.itertuples():
-            for q in ("wait_p50_seconds", "wait_p90_seconds"):
-                x, y = getattr(t, q), getattr(t, f"{q}_parts")
-                assert abs(y - x) <= STEP + 1e-6, (t.team, q, x, y)
-        causes = a.causes.merge(b.causes, on="cause", how="outer",
-                                suffixes=("", "_parts")).fillna(0.0)
-        total = float(a.causes.gpu_hours.sum())
-        for c in causes.itertuples():
-            assert abs(c.gpu_hours_parts - c.gpu_hours) <= AGREEMENT_CAUSE * total + 1e-6, c
-        assert b.reclaims == a.reclaims
     assert (split == 1) == (r.scenario.kueue is not None), "Kueue binds the cluster"
 
 
