@@ -18,20 +18,24 @@ def headline_items(report: WeeklyReport) -> list[tuple[str, str]]:
         change = " (week over week: n/a, no data for the week before)"
     else:
         change = ""
-    return [
+    items = [
         ("Total cost", fmt.money(h["cost_usd"]) + change),
         ("Coverage", f"{fmt.percent(h['coverage'])} of the week's hours have data"),
         ("GPU-hours", f"{h['gpu_hours'] or 0:,.0f} capacity, "
                       f"{h['allocated_gpu_hours'] or 0:,.0f} allocated"),
         ("Utilisation of allocated GPUs", fmt.percent(h["utilization"])),
-        ("Fleet cost per utilised GPU-hour",
+        ("Cost per utilised GPU-hour" if report.team else "Fleet cost per utilised GPU-hour",
          fmt.money(h["fleet_cost_usd_per_utilized_hour"])),
-        ("Idle (allocated, unused)", f"{fmt.money(h['idle_cost_usd'])} "
-                                     f"({fmt.percent(h['idle_share'])} of cost)"),
+        # "idle" is the energy line's (intervals under 5 % busy): this is the unused time
+        ("Held GPUs' unused time", f"{fmt.money(h['idle_cost_usd'])} "
+                                   f"({fmt.percent(h['idle_share'])} of cost: allocated "
+                                   "cost x (1 - utilisation))"),
         ("Unallocated capacity", f"{fmt.money(h['unallocated_cost_usd'])} "
                                  f"({fmt.percent(h['unallocated_share'])} of cost)"),
         ("Energy and carbon", _energy(h)),
     ]
+    # a team's slice holds no GPU nobody held: the fleet's unallocated line is not its own
+    return [(k, v) for k, v in items if not (report.team and k == "Unallocated capacity")]
 
 
 def _energy(h: Mapping[str, float | None]) -> str:

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from analytics import render, story
+from analytics.headline_text import headline_items
 from tests.analytics.test_report import report
 
 
@@ -71,3 +72,13 @@ def test_the_contents_lead_to_every_section(small_warehouse: Path) -> None:
         anchor = story.slug(r.section_title(name))
         assert f'href="#{anchor}"' in page and f'<h2 id="{anchor}">' in page
         assert f"(#{anchor})" in text
+
+
+def test_a_team_s_headline_has_no_fleet_lines(small_warehouse: Path) -> None:
+    """A team holds no GPU nobody held, and its cost per utilised GPU-hour is its own."""
+    team = dict(headline_items(report(small_warehouse, team="alpha")))
+    fleet = dict(headline_items(report(small_warehouse)))
+    assert "Unallocated capacity" in fleet and "Unallocated capacity" not in team
+    assert "Fleet cost per utilised GPU-hour" in fleet
+    assert "Cost per utilised GPU-hour" in team
+    assert "Held GPUs' unused time" in team and "Held GPUs' unused time" in fleet
