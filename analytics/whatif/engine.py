@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -128,7 +129,8 @@ class Engine:
         began = time.process_time()
         window = truth_rows.Window(week.start.timestamp(), week.end.timestamp())
         split = [scenario] if self._whole else parts.split(scenario)
-        played = [self._part(p, window) for p in split]
+        prices = self._pricing.pools(scenario)  # the cluster's: commitments span its pools
+        played = [self._part(p, window, prices) for p in split]
         tables = merged([t for t, _ in played])
         if self._store is None:
             self._store = ArrowStore(tables, MEMORY_LIMIT, THREADS)
@@ -138,10 +140,14 @@ class Engine:
         return Played(measured, time.process_time() - began, sum(n for _, n in played),
                       self._store)
 
-    def _part(self, scenario: Scenario, window: truth_rows.Window
-              ) -> tuple[dict[str, pa.Table], int]:
-        """A part's tables and the steps it took to play (0: played before)."""
-        key = scenario.model_dump_json()
+    def _part(self, scenario: Scenario, window: truth_rows.Window,
+              prices: Mapping[str, float | None]) -> tuple[dict[str, pa.Table], int]:
+        """A part's tables and the steps it took to play (0: played before). ``prices``:
+        each pool's, of the whole cluster (a commitment's GPUs are shared by the pools of
+        its model, whatever part they are in)."""
+        mine = {p.name: prices.get(p.name) for p in scenario.pools}
+        key = json.dumps([window.start, window.end, sorted(mine.items())]) + \
+            scenario.model_dump_json()
         held = self._parts.get(key)
         if held is not None:
             return held[0], 0
@@ -149,8 +155,7 @@ class Engine:
             cluster = Cluster(scenario, headless=True)
             steps = cluster.advance_to(window.end)
             cluster.close()
-            tables = warehouse(cluster, window, self._pricing.pools(scenario),
-                               self._utilization)
+            tables = warehouse(cluster, window, mine, self._utilization)
         self._parts[key] = tables, steps
         return tables, steps
 

@@ -12,7 +12,7 @@ import pytest
 
 from analytics.week import Week
 from analytics.whatif import engine, parts
-from exporter.config import Prices
+from exporter.config import Commitment, Prices
 from simulator.scenario import Scenario, load_scenario
 
 DEMO = load_scenario()
@@ -144,3 +144,23 @@ def test_the_parts_tables_are_one_warehouse(day: Scenario) -> None:
             assert ids.n[0] == ids.d[0] > 0, table
     finally:
         played.store.close()
+
+
+def test_a_commitment_is_priced_over_the_whole_cluster_not_each_part(day: Scenario) -> None:
+    """Ten committed A100s: the on-demand A100 pools are two parts, and each pool's price
+    per GPU-hour is the one the whole cluster's pools give it, not its part's alone."""
+    committed = Prices(commitments=[Commitment(gpu="nvidia-tesla-a100", gpus=10,
+                                               usd_per_gpu_hour=1.5, term="1y")])
+    pricing = engine.Pricing.load(committed, DEMO.region)
+    prices = {}
+    for whole in (True, False):
+        played = engine.play(day, DAY, pricing, {}, whole=whole)
+        try:
+            prices[whole] = played.store.query(
+                "SELECT node_pool, max(price_usd_per_hour) AS price FROM gpu_usage "
+                "GROUP BY 1 ORDER BY 1")
+        finally:
+            played.store.close()
+    pd.testing.assert_frame_equal(prices[True], prices[False])
+    assert prices[False].set_index("node_pool").price["a100-ondemand"] != \
+        engine.Pricing.load(Prices(), DEMO.region).pools(day)["a100-ondemand"]
