@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analytics import reconcile
+from analytics import reconcile, reconcile_causes
 from exporter.cli import main
 from exporter.demo import demo_config, step_both, write_sample_bill
 from exporter.model.prices import load_price_book
@@ -170,9 +170,9 @@ def test_report_reconcile_finds_exactly_the_known_differences(
                for r in reconciled.itertuples() if r.day == days[-1])
     assert reconciled.gap_usd.sum() == pytest.approx(
         sum(d.cost_usd for d in demo.bill.differences), abs=0.05)
-    totals = reconcile.by_cause(reconciled).set_index("cause")
+    totals = reconcile_causes.by_cause(reconciled).set_index("cause")
     assert totals.gap_usd.sum() == pytest.approx(reconciled.gap_usd.sum())
     assert int(totals.rows.sum()) == len(reconciled)
-    assert {reconcile.kind(c) for c in reconciled.cause} == set(totals.index)
-    for name, rows in reconciled.groupby(reconciled.cause.map(reconcile.kind)):
+    assert {reconcile_causes.kind(c) for c in reconciled.cause} == set(totals.index)
+    for name, rows in reconciled.groupby(reconciled.cause.map(reconcile_causes.kind)):
         assert totals.loc[name, "gap_usd"] == pytest.approx(rows.gap_usd.sum())
